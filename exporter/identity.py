@@ -1,0 +1,83 @@
+"""Who a Dask worker is, as the worker preload publishes it.
+
+The identity travels two ways: to the scheduler in the worker's ``startup_information``
+(it lands in ``WorkerState.extra[STARTUP_KEY]``), and to a sidecar exporter through a
+small JSON file on a shared volume, so the sidecar can label its series with the
+worker's name and keep only the worker's GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from exporter.atomicfile import atomic_write_text
+
+STARTUP_KEY = "dask_metrics"
+
+
+def worker_label(name: object, address: str) -> str:
+    """The ``worker`` label of every series: the worker's name, else its address."""
+    if name is None or name == "":
+        return address
+    return str(name)
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """One GPU of a worker: its index among the worker's visible GPUs and its UUID."""
+
+    index: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    name: str
+    address: str
+    pid: int
+    host: str
+    gpus: tuple[GpuRef, ...] = field(default_factory=tuple)
+
+    @property
+    def label(self) -> str:
+        return worker_label(self.name, self.address)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gpus"] = [asdict(g) for g in self.gpus]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerIdentity:
+        """Parse a published identity; raises ValueError on anything malformed."""
+        try:
+            gpus = tuple(GpuRef(int(g["index"]), str(g["uuid"])) for g in data.get("gpus", ()))
+            return cls(
+                name=str(data.get("name") or ""),
+                address=str(data["address"]),
+                pid=int(data["pid"]),
+                host=str(data.get("host") or ""),
+                gpus=gpus,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed worker identity: {exc!r}") from None
+
+
+def write_info_file(path: str | os.PathLike[str], identity: WorkerIdentity) -> None:
+    """Publish the identity for a sidecar; atomic so a sidecar never reads half a file."""
+    atomic_write_text(path, json.dumps(identity.to_dict(), indent=2) + "\n")
+
+
+def read_info_file(path: str | os.PathLike[str]) -> WorkerIdentity:
+    """Read a worker-info file; raises OSError or ValueError with a readable message."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{os.fspath(path)}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{os.fspath(path)}: expected a JSON object")
+    return WorkerIdentity.from_dict(data)
