@@ -1,0 +1,5 @@
+import sys
+
+from exporter.cli import main
+
+sys.exit(main())

@@ -1,0 +1,122 @@
+"""``dask-metrics-exporter``: the GPU sidecar, one per Dask worker."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from exporter import __version__
+from exporter.config import (
+    DEFAULT_PORT,
+    ENV_PREFIX,
+    OPTIONS,
+    ConfigError,
+    ExporterConfig,
+    load_yaml,
+    parse_listen,
+    resolve,
+)
+from exporter.gpu_collector import GpuCollector
+from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource
+from exporter.http import make_app, serve
+from exporter.sampler import Sampler
+from exporter.target import TargetSource
+
+EXIT_USAGE = 2
+EXIT_NO_NVML = 3
+
+logger = logging.getLogger("exporter")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dask-metrics-exporter",
+        description="Serve NVML GPU metrics of one Dask worker for Prometheus "
+        f"(/metrics and /healthz, port {DEFAULT_PORT} by default).",
+        epilog=f"Every option can also be set as {ENV_PREFIX}<NAME> (e.g. {ENV_PREFIX}INTERVAL)"
+        " or in the --config YAML file; the command line wins, then the environment.",
+    )
+    parser.add_argument("--config", metavar="PATH",
+                        help=f"YAML file of options (or {ENV_PREFIX}CONFIG)")
+    for option in OPTIONS:
+        if option.name == "serve_metrics":
+            continue  # a worker-preload option
+        parser.add_argument("--" + option.name.replace("_", "-"), dest=option.name,
+                            metavar=option.metavar, help=option.help)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def load_config(argv: list[str] | None) -> ExporterConfig:
+    args = vars(build_parser().parse_args(argv))
+    path = args.pop("config") or os.environ.get(ENV_PREFIX + "CONFIG")
+    file_data = load_yaml(path) if path else None
+    return resolve(args, os.environ, file_data, origin=path or "config file")
+
+
+def make_sampler(config: ExporterConfig, target: TargetSource) -> Sampler:
+    source: GpuSource = SimulatedSource(config.simulate) if config.simulate else NvmlSource()
+    return Sampler(source, target, interval=config.interval, peak_window=config.peak_window)
+
+
+def fail(code: int, message: str) -> int:
+    print(f"dask-metrics-exporter: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = load_config(argv)
+        host, port = parse_listen(config.listen)
+    except (ConfigError, ValueError) as exc:
+        return fail(EXIT_USAGE, str(exc))
+    logging.basicConfig(level=config.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    target = TargetSource(worker=config.worker, gpus=config.gpus,
+                          pids=frozenset(config.pids), info_file=config.worker_info_file)
+    sampler = make_sampler(config, target)
+    first = sampler.sample_once()
+    if not first.nvml_up:
+        return fail(EXIT_NO_NVML, f"{sampler.last_error}. Run with --simulate N to serve "
+                    "simulated GPUs on a machine without any.")
+    if config.simulate:
+        logger.warning("serving %d SIMULATED GPU(s): not real measurements", config.simulate)
+
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    registry.register(GpuCollector(lambda: (sampler.snapshot,)))
+    stale_after = max(5 * config.interval, 5.0)
+
+    def healthy() -> tuple[bool, str]:
+        age = time.time() - sampler.snapshot.timestamp
+        if not sampler.alive or age > stale_after:
+            return False, f"sampler stalled: last sample {age:.1f} s ago"
+        return True, "ok" if sampler.snapshot.nvml_up else "ok (NVML unavailable, retrying)"
+
+    try:
+        httpd, _ = serve(host, port, make_app(registry, healthy))
+    except OSError as exc:
+        return fail(1, f"cannot listen on {config.listen}: {exc.strerror or exc}")
+    sampler.start()
+    logger.info("serving %d GPU(s) of worker %s on http://%s:%d/metrics",
+                len(first.gpus), first.worker, host, httpd.server_port)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    logger.info("shutting down")
+    httpd.shutdown()
+    sampler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Exporter options, one table for every way to set them.
+
+Precedence, highest first: command-line options, ``DASK_METRICS_EXPORTER_<NAME>``
+environment variables, a YAML file (``--config``) or, in a worker, the Dask config section
+``dask-metrics.exporter``, then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "DASK_METRICS_EXPORTER_"
+DEFAULT_PORT = 9446  # clear of Dask (8786/8787), node_exporter (9100), dcgm-exporter (9400)
+
+
+class ConfigError(ValueError):
+    """A bad option: the message is one line that names the option and the value."""
+
+
+def _positive_float(value: Any) -> float:
+    number = float(value)
+    if not number > 0:
+        raise ValueError("must be a positive number of seconds")
+    return number
+
+
+def _count(value: Any) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("must be 0 or more")
+    return number
+
+
+def _text(value: Any) -> str:
+    return str(value)
+
+
+def _pids(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    return tuple(int(p) for p in (str(i).strip() for i in items) if p)
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def parse_listen(value: Any) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[IPV6]:PORT``."""
+    text = str(value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError("must look like HOST:PORT, :PORT or [::1]:PORT")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError("port must be 0-65535")
+    return host.strip("[]") or "0.0.0.0", number
+
+
+def _listen(value: Any) -> str:
+    parse_listen(value)
+    return str(value).strip()
+
+
+def _level(value: Any) -> str:
+    text = str(value).upper()
+    if text not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError("must be debug, info, warning or error")
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[Any], Any]
+    help: str
+    metavar: str = ""
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", _listen, f"address to serve /metrics and /healthz on (default "
+           f":{DEFAULT_PORT}, all interfaces)", "ADDR:PORT"),
+    Option("interval", _positive_float, "seconds between two NVML samples (default 0.5)", "S"),
+    Option("peak_window", _positive_float, "trailing window of dask_gpu_memory_peak_bytes, "
+           "at least the scrape interval (default 30)", "S"),
+    Option("gpus", _text, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
+           "(default: CUDA_VISIBLE_DEVICES, else the worker-info file, else all)", "LIST"),
+    Option("worker", _text, "the worker label (default: DASK_WORKER_NAME, else the "
+           "worker-info file, else the host name)", "NAME"),
+    Option("worker_info_file", _text, "worker-info file the worker preload writes (sidecar: "
+           "read it; worker: write it)", "PATH"),
+    Option("pids", _pids, "pids whose GPU memory is exported per process, comma-separated",
+           "PIDS"),
+    Option("simulate", _count, "serve N simulated GPUs instead of NVML (labelled "
+           "simulated=\"true\")", "N"),
+    Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
+           "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
+    Option("log_level", _level, "debug, info, warning or error (default info)", "LEVEL"),
+)
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    listen: str = f":{DEFAULT_PORT}"
+    interval: float = 0.5
+    peak_window: float = 30.0
+    gpus: str | None = None
+    worker: str | None = None
+    worker_info_file: str | None = None
+    pids: tuple[int, ...] = ()
+    simulate: int = 0
+    serve_metrics: bool = True
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.peak_window < self.interval:
+            raise ConfigError(
+                f"peak-window ({self.peak_window:g} s) must be at least the interval "
+                f"({self.interval:g} s)"
+            )
+
+
+assert {o.name for o in OPTIONS} == {f.name for f in fields(ExporterConfig)}
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    """Read a YAML config file whose top level maps option names to values."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}".splitlines()[0]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of option names to values")
+    return data
+
+
+def resolve(
+    cli: Mapping[str, Any],
+    environ: Mapping[str, str] = os.environ,
+    file_data: Mapping[str, Any] | None = None,
+    origin: str = "config file",
+) -> ExporterConfig:
+    """Merge the layers; ``cli`` holds only options the user gave (no ``None`` values)."""
+    known = {o.name: o for o in OPTIONS}
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if file_data:
+        normalised = {str(k).replace("-", "_"): v for k, v in file_data.items()}
+        unknown = sorted(set(normalised) - set(known))
+        if unknown:
+            raise ConfigError(f"{origin}: unknown option {unknown[0]!r}")
+        layers.append((origin, normalised))
+    layers.append((
+        "environment",
+        {o.name: environ[ENV_PREFIX + o.name.upper()] for o in OPTIONS
+         if environ.get(ENV_PREFIX + o.name.upper())},
+    ))
+    layers.append(("command line", {k: v for k, v in cli.items() if v is not None}))
+    values: dict[str, Any] = {}
+    for origin_name, layer in layers:
+        for name, raw in layer.items():
+            if raw is None:
+                continue
+            try:
+                values[name] = known[name].parse(raw)
+            except (TypeError, ValueError) as exc:
+                where = {
+                    "environment": f"{ENV_PREFIX}{name.upper()}",
+                    "command line": "--" + name.replace("_", "-"),
+                }.get(origin_name, name)
+                raise ConfigError(f"{where}={raw!r} ({origin_name}): {exc}") from None
+    return ExporterConfig(**values)

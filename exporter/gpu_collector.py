@@ -1,0 +1,75 @@
+"""A prometheus_client custom collector that turns sampler snapshots into series."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from exporter import gpu_metrics as m
+from exporter.gpu_source import Reading
+from exporter.sampler import Snapshot
+
+# Each per-GPU value series and how to read it from a sample.
+_VALUES: tuple[tuple[m.MetricSpec, Callable[[Reading], float | None]], ...] = (
+    (m.MEMORY_USED, lambda r: r.memory_used),
+    (m.MEMORY_TOTAL, lambda r: r.memory_total),
+    (m.MEMORY_RESERVED, lambda r: r.memory_reserved),
+    (m.UTILIZATION, lambda r: r.utilization),
+    (m.MEMORY_BANDWIDTH, lambda r: r.memory_bandwidth),
+    (m.POWER, lambda r: r.power_watts),
+    (m.ENERGY, lambda r: r.energy_joules),
+    (m.TEMPERATURE, lambda r: r.temperature_celsius),
+    (m.SM_CLOCK, lambda r: r.sm_clock_hertz),
+)
+
+
+class GpuCollector(Collector):
+    """Serves the latest snapshot of one or more samplers (several workers may share a
+    process, e.g. ``LocalCluster(processes=False)``, and so one registry)."""
+
+    def __init__(self, snapshots: Callable[[], Iterable[Snapshot]]) -> None:
+        self._snapshots = snapshots
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only, so the registry can refuse a second collector of the same series.
+        for spec in m.SPECS:
+            yield spec.family()
+
+    def collect(self) -> Iterator[Metric]:
+        families = {spec.name: spec.family() for spec in m.SPECS}
+        for snap in self._snapshots():
+            _add_snapshot(families, snap)
+        yield from families.values()
+
+
+def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
+    w = snap.worker
+    f[m.EXPORTER_NVML_UP.name].add_metric([w], 1.0 if snap.nvml_up else 0.0)
+    f[m.EXPORTER_SAMPLES.name].add_metric([w], snap.samples_total)
+    f[m.EXPORTER_SAMPLE_DURATION.name].add_metric([w], snap.sample_duration)
+    if snap.timestamp:
+        f[m.EXPORTER_LAST_SAMPLE.name].add_metric([w], snap.timestamp)
+    for (call, error), count in sorted(snap.errors.items()):
+        f[m.EXPORTER_NVML_ERRORS.name].add_metric([w, call, error], count)
+    simulated = "true" if snap.simulated else "false"
+    for g in snap.gpus:
+        labels = [w, str(g.ref.index), g.ref.uuid]
+        f[m.INFO.name].add_metric(
+            [*labels, g.info.name, g.info.pci_bus_id, snap.driver_version, snap.hostname,
+             simulated],
+            1.0,
+        )
+        f[m.UP.name].add_metric(labels, 1.0 if g.up else 0.0)
+        f[m.BUSY.name].add_metric(labels, g.busy_seconds)
+        if g.reading is None:
+            continue  # a GPU that did not answer: no stale values
+        for spec, value_of in _VALUES:
+            value = value_of(g.reading)
+            if value is not None:
+                f[spec.name].add_metric(labels, value)
+        if g.peak_bytes is not None:
+            f[m.MEMORY_PEAK.name].add_metric(labels, g.peak_bytes)
+        for pid, used in sorted(g.reading.processes.items()):
+            f[m.PROCESS_MEMORY.name].add_metric([*labels, str(pid)], used)

@@ -1,0 +1,52 @@
+"""The sidecar's HTTP server: /metrics from a registry, /healthz from the sampler."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Scrapes every few seconds would flood the log; errors still go to stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def make_app(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]) -> WSGIApp:
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            ok, reason = healthy()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [reason.encode() + b"\n"]
+        if path in ("/", "/metrics"):
+            return metrics(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: try /metrics or /healthz\n"]
+
+    return app
+
+
+def serve(host: str, port: int, app: WSGIApp) -> tuple[ThreadingWSGIServer, threading.Thread]:
+    """Start serving in a daemon thread; IPv6 addresses work as well as IPv4 ones."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="dask-metrics-http", daemon=True)
+    thread.start()
+    return httpd, thread

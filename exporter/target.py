@@ -1,0 +1,84 @@
+"""What to sample: the worker's name, its GPUs and its pids, from options, the environment
+or a worker-info file that the worker preload keeps up to date (a sidecar's case)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from exporter.identity import WorkerIdentity, read_info_file
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Target:
+    worker: str
+    gpus: str | None  # a selection spec (see exporter.selection); None = every GPU
+    pids: frozenset[int] = frozenset()
+    hostname: str = ""
+
+
+class TargetSource:
+    """Resolves the target each sampling round; cheap unless the worker-info file changed.
+
+    Precedence, per field: explicit options, then the environment (``CUDA_VISIBLE_DEVICES``,
+    ``DASK_WORKER_NAME``), then the worker-info file, then defaults (all GPUs, host name).
+    """
+
+    def __init__(
+        self,
+        worker: str | None = None,
+        gpus: str | None = None,
+        pids: frozenset[int] = frozenset(),
+        info_file: str | None = None,
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
+        self._worker = worker or environ.get("DASK_WORKER_NAME") or None
+        self._gpus = gpus if gpus is not None else environ.get("CUDA_VISIBLE_DEVICES")
+        self._pids = pids
+        self._info_file = info_file
+        self._stamp: tuple[int, int, int] | None = None
+        self._current = self._merge(None)
+        self.waiting_for_file = info_file is not None
+
+    def __call__(self) -> Target:
+        if self._info_file is None:
+            return self._current
+        try:
+            st = os.stat(self._info_file)
+        except OSError:
+            return self._current  # not written yet, or the worker's volume is gone
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                identity = read_info_file(self._info_file)
+            except (OSError, ValueError) as exc:
+                logger.warning("ignoring worker-info file: %s", exc)
+                return self._current
+            self._current = self._merge(identity)
+            self.waiting_for_file = False
+            logger.info("worker-info file: worker %s, pid %s, %d GPU(s)",
+                        identity.label, identity.pid, len(identity.gpus))
+        return self._current
+
+    def _merge(self, identity: WorkerIdentity | None) -> Target:
+        target = Target(
+            worker=self._worker or socket.gethostname(),
+            gpus=self._gpus,
+            pids=self._pids,
+            hostname=socket.gethostname(),
+        )
+        if identity is None:
+            return target
+        return replace(
+            target,
+            worker=self._worker or identity.label,
+            gpus=self._gpus if self._gpus is not None else ",".join(g.uuid for g in identity.gpus),
+            pids=self._pids | {identity.pid},
+            hostname=identity.host or target.hostname,
+        )

@@ -1,0 +1,113 @@
+"""``dask worker --preload exporter.worker``: GPU series on the worker's own /metrics.
+
+It also publishes the worker's identity (name, address, pid, GPU UUIDs) to the scheduler,
+through the worker's ``startup_information``, and, when asked, to a worker-info file that
+a sidecar exporter reads. Nothing here may stop a worker from starting: every failure is
+logged and the worker carries on without GPU metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import replace
+from typing import Any
+
+import click
+import dask.config
+from prometheus_client import REGISTRY
+
+from exporter.config import OPTIONS, ConfigError, ExporterConfig, resolve
+from exporter.gpu_collector import GpuCollector
+from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource
+from exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label, write_info_file
+from exporter.sampler import Sampler
+from exporter.target import TargetSource
+
+logger = logging.getLogger(__name__)
+
+CONFIG_SECTION = "dask-metrics.exporter"
+
+# Several workers can share one process (LocalCluster(processes=False)) and so one registry:
+# one collector serves every live sampler of the process.
+_samplers: dict[int, Sampler] = {}
+_collector = GpuCollector(lambda: [s.snapshot for s in list(_samplers.values())])
+
+
+def _options(fn: Any) -> Any:
+    for option in reversed(OPTIONS):
+        if option.name == "listen":
+            continue  # the worker's own HTTP server serves /metrics
+        fn = click.option("--" + option.name.replace("_", "-"), option.name, default=None,
+                          help=option.help)(fn)
+    return fn
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@_options
+def dask_setup(dask_worker: Any, **cli: Any) -> None:
+    try:
+        _setup(dask_worker, cli)
+    except ConfigError as exc:
+        logger.error("dask-metrics: bad option, GPU metrics disabled: %s", exc)
+    except Exception:
+        logger.exception("dask-metrics: GPU metrics disabled after an unexpected error")
+
+
+def _setup(worker: Any, cli: dict[str, Any]) -> None:
+    config = resolve(cli, os.environ, dask.config.get(CONFIG_SECTION, default=None) or None,
+                     origin=f"dask config {CONFIG_SECTION}")
+    label = config.worker or worker_label(worker.name, worker.address)
+    target = TargetSource(worker=label, gpus=config.gpus,
+                          pids=frozenset({os.getpid(), *config.pids}))
+    source: GpuSource = SimulatedSource(config.simulate) if config.simulate else NvmlSource()
+    sampler = Sampler(source, target, interval=config.interval, peak_window=config.peak_window)
+    first = sampler.sample_once()
+    if not first.nvml_up:
+        logger.warning("dask-metrics: %s; the worker runs on, NVML is retried in the "
+                       "background", sampler.last_error)
+    identity = WorkerIdentity(
+        name=str(worker.name) if worker.name is not None else "",
+        address=worker.address,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        gpus=tuple(g.ref for g in first.gpus),
+    )
+    worker.startup_information[STARTUP_KEY] = lambda _w: _current_identity(identity, sampler)
+    if config.worker_info_file:
+        write_info_file(config.worker_info_file, identity)
+    if not config.serve_metrics:
+        sampler.stop()
+        return
+    _start(worker, sampler, config)
+
+
+def _current_identity(identity: WorkerIdentity, sampler: Sampler) -> dict[str, Any]:
+    gpus = tuple(g.ref for g in sampler.snapshot.gpus) or identity.gpus
+    return replace(identity, gpus=gpus).to_dict()
+
+
+def _start(worker: Any, sampler: Sampler, config: ExporterConfig) -> None:
+    if not _samplers:
+        try:
+            REGISTRY.register(_collector)
+        except ValueError as exc:  # someone else already serves dask_gpu_* in this process
+            logger.warning("dask-metrics: GPU series not served: %s", exc)
+            sampler.stop()
+            return
+    _samplers[id(worker)] = sampler
+    sampler.start()
+    logger.info("dask-metrics: sampling %d GPU(s) every %g s for worker %s",
+                len(sampler.snapshot.gpus), config.interval, sampler.snapshot.worker)
+
+
+def dask_teardown(worker: Any) -> None:
+    sampler = _samplers.pop(id(worker), None)
+    if sampler is None:
+        return
+    sampler.stop()
+    if not _samplers:
+        with contextlib.suppress(KeyError):
+            REGISTRY.unregister(_collector)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install what dask-metrics needs on a fresh Debian/Ubuntu machine, into ./.venv.
+# System packages (gcc for the test suite's fake NVML driver, prometheus for the
+# integration tests, python3-venv) are installed with apt-get when this user may do so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
+python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+    echo "setup: please install: ${need[*]} (apt-get install -y --no-install-recommends ...)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]} with apt-get" >&2
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${need[@]}" >/dev/null
+  # The Debian package starts a system Prometheus where systemd runs; the tests start their own.
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
