@@ -1,0 +1,48 @@
+"""Generate docs/metrics.md from the metric declarations: ``python -m exporter.metricsdoc``.
+
+A test compares the file with this output, so the reference cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from exporter import gpu_metrics
+from exporter.atomicfile import atomic_write_text
+from exporter.metricspec import markdown_table
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+
+HEADER = """\
+# Metrics reference
+
+Generated from the code by `python -m exporter.metricsdoc`; a test fails when this file and
+the code disagree. Names follow Prometheus conventions: base units in the name, `_total`
+for counters, `_info` for constant 1 series that carry labels.
+
+The `worker` label is the same string in every series of every part: the Dask worker's name,
+or its address when it has none, so GPU series and job/DAG series join on it. Label names
+are never `job` or `instance`, which Prometheus sets on every scraped series. `gpu` is the
+index of the GPU among the worker's visible GPUs (its CUDA device number inside the worker),
+`uuid` the NVML UUID (`GPU-…` or `MIG-…`).
+
+A value a device does not support is left out for that device, never exported as 0. A GPU
+that stops answering keeps `dask_gpu_info` and `dask_gpu_up 0` (and its counters) but loses
+its value series until it answers again.
+
+"""
+
+
+def render() -> str:
+    return HEADER + markdown_table("GPU exporter (`dask_gpu_*`)", gpu_metrics.SPECS)
+
+
+def main() -> int:
+    atomic_write_text(DOC, render())
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Option precedence (command line > environment > file > defaults) and one-line errors."""
+
+import pytest
+
+from exporter.config import ConfigError, load_yaml, parse_listen, resolve
+
+
+def test_defaults():
+    c = resolve({}, {})
+    assert (c.listen, c.interval, c.peak_window, c.simulate) == (":9446", 0.5, 30.0, 0)
+
+
+def test_precedence_cli_over_env_over_file():
+    file_data = {"interval": 2, "peak-window": 60, "gpus": "0", "worker": "from-file"}
+    env = {"DASK_METRICS_EXPORTER_INTERVAL": "1", "DASK_METRICS_EXPORTER_GPUS": "1"}
+    c = resolve({"interval": "0.25"}, env, file_data)
+    assert c.interval == 0.25
+    assert c.gpus == "1"
+    assert c.peak_window == 60
+    assert c.worker == "from-file"
+
+
+@pytest.mark.parametrize(
+    ("cli", "needle"),
+    [
+        ({"interval": "fast"}, "--interval='fast'"),
+        ({"interval": "-1"}, "positive"),
+        ({"simulate": "-2"}, "--simulate"),
+        ({"listen": "9446"}, "HOST:PORT"),
+        ({"listen": ":99999"}, "0-65535"),
+        ({"interval": "10", "peak_window": "5"}, "peak-window"),
+        ({"serve_metrics": "maybe"}, "true or false"),
+    ],
+)
+def test_bad_values_give_one_line_naming_the_option(cli, needle):
+    with pytest.raises(ConfigError) as err:
+        resolve(cli, {})
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_environment_value_names_the_variable():
+    with pytest.raises(ConfigError, match="DASK_METRICS_EXPORTER_INTERVAL"):
+        resolve({}, {"DASK_METRICS_EXPORTER_INTERVAL": "soon"})
+
+
+def test_unknown_file_option(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("intervall: 3\n")
+    with pytest.raises(ConfigError, match="intervall"):
+        resolve({}, {}, load_yaml(str(path)), origin=str(path))
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_yaml(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(str(bad))
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_yaml(str(tmp_path / "list.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(":9446", ("0.0.0.0", 9446)), ("127.0.0.1:1", ("127.0.0.1", 1)), ("[::1]:80", ("::1", 80))],
+)
+def test_parse_listen(text, expected):
+    assert parse_listen(text) == expected
