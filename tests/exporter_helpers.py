@@ -1,0 +1,104 @@
+"""Start real exporter processes and scrape them, polling for readiness with deadlines."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+            last_error = exc
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} ({last_error!r})")
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """All samples of a /metrics page, keyed by (sample name, sorted labels)."""
+    status, text = http_get(url)
+    if status != 200:
+        raise ValueError(f"{url} answered {status}")
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def values(samples: Samples, name: str, **labels: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return {lab: v for (n, lab), v in samples.items() if n == name and want <= set(lab)}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    found = values(samples, name, **labels)
+    if len(found) != 1:
+        raise KeyError(f"{name}{labels}: {len(found)} samples")
+    return next(iter(found.values()))
+
+
+@contextmanager
+def sidecar(
+    *args: str, env: Mapping[str, str] | None = None, port: int | None = None
+) -> Iterator[str]:
+    """Run ``python -m exporter`` on a loopback port; yields its base URL once healthy."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", *args]
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"exporter exited {proc.returncode}: {proc.stdout.read()}")
+            return http_get(base + "/healthz")[0] == 200
+
+        wait_for(healthy, what="the exporter's /healthz")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()

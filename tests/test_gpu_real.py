@@ -1,0 +1,61 @@
+"""Against real NVML, on a machine with an NVIDIA GPU: ``pytest -m gpu``.
+
+Deselected by default (pyproject's addopts); where the marker is asked for and no GPU is
+present, every test here is skipped with the reason NVML gave.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from exporter.gpu_source import NvmlSource, SourceUnavailable
+from tests.exporter_helpers import http_get, scrape, sidecar, value, values
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def real_gpus() -> list[str]:
+    source = NvmlSource()
+    try:
+        source.start()
+    except SourceUnavailable as exc:
+        pytest.skip(f"needs an NVIDIA GPU and driver: {exc}")
+    try:
+        return [c.uuid for c in source.candidates() if c.nvml_index is not None]
+    finally:
+        source.close()
+
+
+def test_empty_cuda_visible_devices_means_no_gpu(real_gpus):
+    with sidecar("--worker", "gpu-test", env={"CUDA_VISIBLE_DEVICES": ""}) as base:
+        assert not values(scrape(base + "/metrics"), "dask_gpu_info")
+
+
+def test_sidecar_serves_every_visible_gpu(real_gpus):
+    with sidecar("--worker", "gpu-test", "--gpus", ",".join(real_gpus)) as base:
+        samples = scrape(base + "/metrics")
+        for index, uuid in enumerate(real_gpus):
+            labels = {"worker": "gpu-test", "gpu": str(index), "uuid": uuid}
+            assert value(samples, "dask_gpu_up", **labels) == 1
+            total = value(samples, "dask_gpu_memory_total_bytes", **labels)
+            used = value(samples, "dask_gpu_memory_used_bytes", **labels)
+            assert 0 < used <= total
+            info = values(samples, "dask_gpu_info", **labels)
+            assert len(info) == 1 and dict(next(iter(info)))["simulated"] == "false"
+        if shutil.which("promtool"):
+            text = http_get(base + "/metrics")[1]
+            check = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                   capture_output=True, text=True)
+            assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_uuids_match_nvidia_smi(real_gpus):
+    if not shutil.which("nvidia-smi"):
+        pytest.skip("needs nvidia-smi to compare with")
+    out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == real_gpus
