@@ -24,7 +24,7 @@ from exporter.config import (
     resolve,
 )
 from exporter.gpu_collector import GpuCollector
-from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource
+from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource, SourceUnavailable
 from exporter.http import make_app, serve
 from exporter.sampler import Sampler
 from exporter.target import TargetSource
@@ -82,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     target = TargetSource(worker=config.worker, gpus=config.gpus,
                           pids=frozenset(config.pids), info_file=config.worker_info_file)
     sampler = make_sampler(config, target)
+    try:
+        sampler.source.start()
+    except SourceUnavailable as exc:
+        return fail(EXIT_NO_NVML, f"{exc}. Run with --simulate N to serve simulated GPUs on "
+                    "a machine without any.")
     first = sampler.sample_once()
-    if not first.nvml_up:
-        return fail(EXIT_NO_NVML, f"{sampler.last_error}. Run with --simulate N to serve "
-                    "simulated GPUs on a machine without any.")
     if config.simulate:
         logger.warning("serving %d SIMULATED GPU(s): not real measurements", config.simulate)
 

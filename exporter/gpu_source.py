@@ -79,6 +79,9 @@ class NvmlSource:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        """Initialise NVML; a no-op when already initialised (callers may check early)."""
+        if self._nvml is not None:
+            return
         try:
             import pynvml
         except ImportError as exc:  # pragma: no cover - a dependency of the package

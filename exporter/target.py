@@ -43,7 +43,6 @@ class TargetSource:
         self._info_file = info_file
         self._stamp: tuple[int, int, int] | None = None
         self._current = self._merge(None)
-        self.waiting_for_file = info_file is not None
 
     def __call__(self) -> Target:
         if self._info_file is None:
@@ -61,7 +60,6 @@ class TargetSource:
                 logger.warning("ignoring worker-info file: %s", exc)
                 return self._current
             self._current = self._merge(identity)
-            self.waiting_for_file = False
             logger.info("worker-info file: worker %s, pid %s, %d GPU(s)",
                         identity.label, identity.pid, len(identity.gpus))
         return self._current
@@ -74,6 +72,8 @@ class TargetSource:
             hostname=socket.gethostname(),
         )
         if identity is None:
+            if self._info_file is not None and self._gpus is None:
+                return replace(target, gpus="")  # no GPU is the worker's until the file says
             return target
         return replace(
             target,

@@ -102,3 +102,29 @@ def sidecar(
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@contextmanager
+def processes(*cmds: tuple[list[str], Mapping[str, str]]) -> Iterator[list[subprocess.Popen]]:
+    """Run commands (argv, env) in the background; stop them all, whatever happens.
+
+    Each process's output is in ``proc.output`` once the block has ended.
+    """
+    procs: list[subprocess.Popen] = []
+    try:
+        for argv, env in cmds:
+            procs.append(subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout:
+                proc.output = proc.stdout.read()  # type: ignore[attr-defined]
+                proc.stdout.close()

@@ -17,8 +17,7 @@ def test_environment_then_defaults():
 def test_info_file_appears_later_and_changes(tmp_path):
     path = tmp_path / "worker.json"
     source = TargetSource(info_file=str(path), environ={})
-    assert source.waiting_for_file
-    assert source().gpus is None
+    assert source().gpus == ""  # none of the GPUs is known to be the worker's yet
     write_info_file(path, IDENTITY)
     t = source()
     assert (t.worker, t.gpus, t.pids, t.hostname) == ("w-7", "GPU-b,GPU-a", {4242}, "node-7")

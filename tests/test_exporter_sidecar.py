@@ -1,0 +1,289 @@
+"""The sidecar exporter as a real process over the real pynvml binding and the fake driver."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from exporter import gpu_metrics
+from exporter.identity import GpuRef, WorkerIdentity, write_info_file
+from tests.exporter_helpers import (
+    free_port,
+    http_get,
+    scrape,
+    sidecar,
+    value,
+    values,
+    wait_for,
+)
+from tests.fake_nvml import FakeGPU, FakeMIG, FakeNVML, GiB, MiB
+
+FAST = ("--interval", "0.1")
+
+
+def gpu_labels(fake: FakeNVML, index: int, worker: str = "w0", position: int | None = None):
+    return {"worker": worker, "gpu": str(index if position is None else position),
+            "uuid": fake.uuid(index)}
+
+
+def run_exporter(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def wait_until_scripted(fake: FakeNVML, t: float) -> None:
+    """Wait for the fake driver's scripted time ``t`` (epoch + t) to have passed."""
+    wait_for(lambda: time.time() >= fake.epoch + t, timeout=t + 30, what=f"scripted t={t}")
+
+
+def test_scripted_values_come_out_in_base_units(fake_nvml):
+    g = fake_nvml.gpus[0]
+    g.memory_used, g.memory_reserved, g.memory_total = 3 * GiB, 256 * MiB, 40 * GiB
+    g.gpu_util, g.memory_util, g.power_mw, g.temperature_c = 75, 20, 250_500, 61
+    g.sm_clock_mhz, g.energy_mj, g.energy_follows_power = 1980, 5_000_000, False
+    g.processes = [(os.getpid(), 1 * GiB), (999_999, 2 * GiB)]
+    g.name = "NVIDIA H100 80GB HBM3"
+    fake_nvml.write()
+    with sidecar("--worker", "w0", "--pids", str(os.getpid()), env=fake_nvml.env) as base:
+        s = scrape(base + "/metrics")
+    gpu0 = gpu_labels(fake_nvml, 0)
+    assert value(s, "dask_gpu_up", **gpu0) == 1
+    assert value(s, "dask_gpu_memory_used_bytes", **gpu0) == 3 * GiB
+    assert value(s, "dask_gpu_memory_reserved_bytes", **gpu0) == 256 * MiB
+    assert value(s, "dask_gpu_memory_total_bytes", **gpu0) == 40 * GiB
+    assert value(s, "dask_gpu_memory_peak_bytes", **gpu0) == 3 * GiB
+    assert value(s, "dask_gpu_utilization_ratio", **gpu0) == 0.75
+    assert value(s, "dask_gpu_memory_bandwidth_utilization_ratio", **gpu0) == 0.20
+    assert value(s, "dask_gpu_power_watts", **gpu0) == 250.5
+    assert value(s, "dask_gpu_energy_joules_total", **gpu0) == 5000
+    assert value(s, "dask_gpu_temperature_celsius", **gpu0) == 61
+    assert value(s, "dask_gpu_sm_clock_hertz", **gpu0) == 1.98e9
+    procs = values(s, "dask_gpu_process_memory_used_bytes", **gpu0)
+    assert {dict(k)["pid"]: v for k, v in procs.items()} == {str(os.getpid()): 1 * GiB}
+    (info,) = values(s, "dask_gpu_info", **gpu0)
+    assert dict(info)["name"] == "NVIDIA H100 80GB HBM3"
+    assert dict(info)["pci_bus_id"] == "00000000:01:00.0"
+    assert dict(info)["driver_version"] == "550.54.15"
+    assert dict(info)["simulated"] == "false"
+    assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 1)) == 1
+    assert value(s, "dask_gpu_exporter_nvml_up", worker="w0") == 1
+
+
+def test_every_exported_name_is_documented_and_promtool_agrees(fake_nvml):
+    fake_nvml.gpus[0].processes = [(os.getpid(), GiB)]
+    fake_nvml.write()
+    with sidecar("--worker", "w0", "--pids", str(os.getpid()), env=fake_nvml.env) as base:
+        text = http_get(base + "/metrics")[1]
+        names = {name for name, _ in scrape(base + "/metrics")}
+    documented = {spec.name for spec in gpu_metrics.SPECS}
+    ours = {n for n in names if n.startswith("dask_")}
+    assert ours - {"dask_gpu_exporter_nvml_errors_total"} <= documented
+    assert documented - ours <= {"dask_gpu_exporter_nvml_errors_total"}
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("needs promtool (Debian package prometheus; scripts/setup.sh installs it)")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                           text=True)
+    assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
+
+
+def test_spike_between_two_scrapes_shows_in_the_peak(fake_nvml):
+    with sidecar("--worker", "w0", "--interval", "0.25", env=fake_nvml.env) as base:
+        fake_nvml.epoch = time.time()
+        fake_nvml.at(1.5, 0, memory_used=60 * GiB).at(2.5, 0, memory_used=0)
+        fake_nvml.write()
+        before = scrape(base + "/metrics")
+        wait_until_scripted(fake_nvml, 3.0)
+        after = scrape(base + "/metrics")
+    gpu0 = gpu_labels(fake_nvml, 0)
+    assert value(before, "dask_gpu_memory_used_bytes", **gpu0) == 0
+    assert value(after, "dask_gpu_memory_used_bytes", **gpu0) == 0  # no scrape saw the spike
+    assert value(after, "dask_gpu_memory_peak_bytes", **gpu0) == 60 * GiB
+    assert value(after, "dask_gpu_memory_peak_bytes", **gpu_labels(fake_nvml, 1)) == 0
+
+
+def test_busy_seconds_rate_is_the_mean_utilisation(fake_nvml):
+    fake_nvml.gpus[0].gpu_util = 40
+    fake_nvml.write()
+    with sidecar("--worker", "w0", "--interval", "0.1", env=fake_nvml.env) as base:
+        fake_nvml.epoch = time.time()
+        fake_nvml.at(1.0, 1, gpu_util=100).at(2.0, 1, gpu_util=0)
+        fake_nvml.write()
+        first = scrape(base + "/metrics")
+        wait_until_scripted(fake_nvml, 3.0)
+        last = scrape(base + "/metrics")
+
+    def delta(name, labels):
+        return value(last, name, **labels) - value(first, name, **labels)
+
+    stamp = "dask_gpu_exporter_last_sample_timestamp_seconds"
+    elapsed = delta(stamp, {"worker": "w0"})
+    assert elapsed > 2
+    constant = delta("dask_gpu_busy_seconds_total", gpu_labels(fake_nvml, 0)) / elapsed
+    assert constant == pytest.approx(0.40, rel=0.03)
+    # One second at 100 %: exact up to one sampling interval at each edge.
+    assert delta("dask_gpu_busy_seconds_total", gpu_labels(fake_nvml, 1)) == pytest.approx(
+        1.0, abs=0.21)
+
+
+def test_unsupported_calls_are_absent_not_zero(fake_nvml):
+    fake_nvml.gpus[1].unsupported = {"GetPowerUsage", "GetTotalEnergyConsumption",
+                                     "GetTemperature", "GetClockInfo"}
+    fake_nvml.write()
+    with sidecar("--worker", "w0", *FAST, env=fake_nvml.env) as base:
+        s = scrape(base + "/metrics")
+    for name in ("dask_gpu_power_watts", "dask_gpu_energy_joules_total",
+                 "dask_gpu_temperature_celsius", "dask_gpu_sm_clock_hertz"):
+        assert values(s, name, **gpu_labels(fake_nvml, 0)), name
+        assert not values(s, name, **gpu_labels(fake_nvml, 1)), name
+    assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 1)) == 1
+    assert not values(s, "dask_gpu_exporter_nvml_errors_total")
+
+
+def test_memory_info_v1_fallback_when_v2_is_unsupported(fake_nvml):
+    g = fake_nvml.gpus[0]
+    g.memory_used, g.memory_reserved, g.unsupported = 2 * GiB, 512 * MiB, {"GetMemoryInfo_v2"}
+    fake_nvml.write()
+    with sidecar("--worker", "w0", *FAST, env=fake_nvml.env) as base:
+        s = scrape(base + "/metrics")
+    gpu0 = gpu_labels(fake_nvml, 0)
+    assert value(s, "dask_gpu_memory_used_bytes", **gpu0) == 2 * GiB + 512 * MiB  # v1 semantics
+    assert not values(s, "dask_gpu_memory_reserved_bytes", **gpu0)
+    assert values(s, "dask_gpu_memory_reserved_bytes", **gpu_labels(fake_nvml, 1))
+
+
+def test_gpu_lost_then_back(fake_nvml):
+    fake_nvml.gpus[1].gpu_util = 100
+    fake_nvml.write()
+    gpu1 = gpu_labels(fake_nvml, 1)
+    with sidecar("--worker", "w0", *FAST, env=fake_nvml.env) as base:
+        fake_nvml.epoch = time.time()
+        fake_nvml.at(0.5, 1, lost=True).at(2.5, 1, lost=False)
+        fake_nvml.write()
+        down = wait_for(
+            lambda: (s := scrape(base + "/metrics")) and value(s, "dask_gpu_up", **gpu1) == 0
+            and s, what="GPU 1 down")
+        assert value(down, "dask_gpu_up", **gpu_labels(fake_nvml, 0)) == 1
+        assert not values(down, "dask_gpu_memory_used_bytes", **gpu1)
+        assert values(down, "dask_gpu_info", **gpu1)
+        errors = values(down, "dask_gpu_exporter_nvml_errors_total", error="GPU_IS_LOST")
+        assert sum(errors.values()) >= 1
+        busy_down = value(down, "dask_gpu_busy_seconds_total", **gpu1)
+        assert http_get(base + "/healthz")[0] == 200
+        back = wait_for(
+            lambda: (s := scrape(base + "/metrics")) and value(s, "dask_gpu_up", **gpu1) == 1
+            and s, what="GPU 1 back")
+        assert values(back, "dask_gpu_memory_used_bytes", **gpu1)
+        assert value(back, "dask_gpu_busy_seconds_total", **gpu1) >= busy_down
+
+
+@pytest.mark.parametrize(
+    ("init_error", "needle"),
+    [(9, "kernel driver is not loaded"), (18, "versions differ")],
+)
+def test_nvml_init_failure_is_one_line_and_exit_3(fake_nvml, init_error, needle):
+    fake_nvml.init_error = init_error
+    fake_nvml.write()
+    result = run_exporter("--listen", f"127.0.0.1:{free_port()}", env=fake_nvml.env)
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "--simulate" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_no_nvml_library_at_all():
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    result = run_exporter("--listen", f"127.0.0.1:{free_port()}", env=env)
+    assert result.returncode == 3
+    assert "libnvidia-ml.so.1" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["--interval", "soon"], "--interval"), (["--listen", "nowhere"], "HOST:PORT"),
+     (["--config", "/nonexistent.yaml"], "cannot read config file")],
+)
+def test_bad_options_exit_2_with_one_line(fake_nvml, args, needle):
+    result = run_exporter(*args, env=fake_nvml.env)
+    assert result.returncode == 2
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_listen_address_in_use(fake_nvml):
+    port = free_port()
+    with sidecar("--worker", "w0", env=fake_nvml.env, port=port):
+        result = run_exporter("--listen", f"127.0.0.1:{port}", env=fake_nvml.env)
+    assert result.returncode == 1 and "cannot listen" in result.stderr
+
+
+def test_config_file_and_environment(fake_nvml, tmp_path):
+    config = tmp_path / "exporter.yaml"
+    config.write_text("worker: from-file\ngpus: '1'\n")
+    env = {**fake_nvml.env, "DASK_METRICS_EXPORTER_WORKER": "from-env"}
+    with sidecar("--config", str(config), env=env) as base:
+        s = scrape(base + "/metrics")
+    assert set(values(s, "dask_gpu_up")) == {
+        tuple(sorted(gpu_labels(fake_nvml, 1, worker="from-env", position=0).items()))}
+
+
+def test_selection_by_cuda_visible_devices_and_uuid(fake_nvml):
+    env = {**fake_nvml.env, "CUDA_VISIBLE_DEVICES": "1,0"}
+    with sidecar("--worker", "w0", env=env) as base:
+        s = scrape(base + "/metrics")
+    assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 1, position=0)) == 1
+    assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 0, position=1)) == 1
+    with sidecar("--worker", "w0", "--gpus", fake_nvml.uuid(1), env=env) as base:
+        s = scrape(base + "/metrics")
+    assert list(values(s, "dask_gpu_up")) == [
+        tuple(sorted(gpu_labels(fake_nvml, 1, position=0).items()))]
+
+
+def test_mig_slice_selected_by_uuid(fake_nvml):
+    fake_nvml.gpus[0] = FakeGPU(mig=[FakeMIG(memory_used=3 * GiB), FakeMIG()])
+    fake_nvml.write()
+    mig = fake_nvml.uuid(0, 1)
+    with sidecar("--worker", "w0", "--gpus", mig, env=fake_nvml.env) as base:
+        s = scrape(base + "/metrics")
+    labels = {"worker": "w0", "gpu": "0", "uuid": mig}
+    assert value(s, "dask_gpu_up", **labels) == 1
+    assert value(s, "dask_gpu_memory_used_bytes", **labels) == 0
+    assert value(s, "dask_gpu_memory_total_bytes", **labels) > 0
+    assert not values(s, "dask_gpu_utilization_ratio", **labels)  # NVML: not on MIG slices
+    (info,) = values(s, "dask_gpu_info", **labels)
+    assert dict(info)["pci_bus_id"] == "00000000:01:00.0"  # the parent GPU's
+
+
+def test_worker_info_file_written_after_start(fake_nvml, tmp_path):
+    path = tmp_path / "shared" / "worker.json"
+    path.parent.mkdir()
+    fake_nvml.gpus[1].processes = [(4242, 5 * GiB)]
+    fake_nvml.write()
+    env = {k: v for k, v in fake_nvml.env.items() if k not in ("CUDA_VISIBLE_DEVICES",
+                                                                "DASK_WORKER_NAME")}
+    with sidecar("--worker-info-file", str(path), *FAST, env=env) as base:
+        assert not values(scrape(base + "/metrics"), "dask_gpu_up")  # only the worker's GPUs
+        identity = WorkerIdentity("w-9", "tcp://10.1.2.3:40000", 4242, "node-a",
+                                  (GpuRef(0, fake_nvml.uuid(1)),))
+        write_info_file(path, identity)
+        labels = {"worker": "w-9", "gpu": "0", "uuid": fake_nvml.uuid(1)}
+        s = wait_for(lambda: (s := scrape(base + "/metrics"))
+                     and values(s, "dask_gpu_up", **labels) and s, what="the worker's GPU")
+    assert len(values(s, "dask_gpu_up")) == 1
+    assert value(s, "dask_gpu_process_memory_used_bytes", **labels, pid="4242") == 5 * GiB
+    (info,) = values(s, "dask_gpu_info", **labels)
+    assert dict(info)["hostname"] == "node-a"
+
+
+def test_simulated_gpus_are_labelled(fake_nvml):
+    with sidecar("--simulate", "3", "--worker", "sim", env=fake_nvml.env) as base:
+        s = scrape(base + "/metrics")
+        status, body = http_get(base + "/healthz")
+        assert http_get(base + "/nope")[0] == 404
+    info = values(s, "dask_gpu_info", worker="sim")
+    assert len(info) == 3 and all(dict(k)["simulated"] == "true" for k in info)
+    assert status == 200 and body.startswith("ok")

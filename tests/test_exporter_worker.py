@@ -1,0 +1,100 @@
+"""``dask worker --preload exporter.worker``: real schedulers and workers, real pynvml over
+the fake driver; series on the worker's own /metrics, identity at the scheduler and in the
+worker-info file, and a worker that starts fine without any NVML."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from distributed import Client, LocalCluster
+from prometheus_client import REGISTRY
+
+from tests.exporter_helpers import free_port, processes, scrape, value, values, wait_for
+from tests.fake_nvml import GiB
+
+DASK = shutil.which("dask")
+pytestmark = pytest.mark.integration
+
+
+def start_cluster(env: dict[str, str], *worker_args: str):
+    sched_port, worker_http = free_port(), free_port()
+    scheduler = [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
+                 "--dashboard-address", f"127.0.0.1:{free_port()}"]
+    worker = [DASK, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", "gpu-worker-1",
+              "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+              "--dashboard-address", f"127.0.0.1:{worker_http}",
+              "--preload", "exporter.worker", *worker_args]
+    return processes((scheduler, env), (worker, env)), sched_port, worker_http
+
+
+def identities(client: Client) -> dict:
+    """What the scheduler received, lists as JSON has them (msgpack gives tuples)."""
+    return json.loads(json.dumps(client.run_on_scheduler(
+        lambda dask_scheduler: {ws.name: ws.extra.get("dask_metrics")
+                                for ws in dask_scheduler.workers.values()})))
+
+
+def test_worker_preload_serves_its_gpus_and_publishes_its_identity(fake_nvml, tmp_path):
+    fake_nvml.gpus[1].memory_used = 7 * GiB
+    fake_nvml.write()
+    info_file = tmp_path / "worker.json"
+    env = {**fake_nvml.env, "CUDA_VISIBLE_DEVICES": fake_nvml.uuid(1)}
+    cluster, sched_port, worker_http = start_cluster(
+        env, "--interval", "0.2", "--worker-info-file", str(info_file))
+    with cluster, Client(f"tcp://127.0.0.1:{sched_port}", timeout=30) as client:
+        client.wait_for_workers(1, timeout=60)
+        assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+        labels = {"worker": "gpu-worker-1", "gpu": "0", "uuid": fake_nvml.uuid(1)}
+        s = wait_for(lambda: (s := scrape(f"http://127.0.0.1:{worker_http}/metrics"))
+                     and values(s, "dask_gpu_up", **labels) and s, what="worker GPU series")
+        assert value(s, "dask_gpu_memory_used_bytes", **labels) == 7 * GiB
+        assert len(values(s, "dask_gpu_info")) == 1  # only the worker's GPU
+        pid = identities(client)["gpu-worker-1"]["pid"]
+        assert identities(client)["gpu-worker-1"]["gpus"] == [
+            {"index": 0, "uuid": fake_nvml.uuid(1)}]
+        written = json.loads(info_file.read_text())
+        assert written["name"] == "gpu-worker-1" and written["pid"] == pid
+        assert written["gpus"] == [{"index": 0, "uuid": fake_nvml.uuid(1)}]
+        assert written["address"].startswith("tcp://127.0.0.1:")
+
+
+def test_worker_without_nvml_runs_and_says_so(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    cluster, sched_port, worker_http = start_cluster(env)
+    with cluster as procs, Client(f"tcp://127.0.0.1:{sched_port}", timeout=30) as client:
+        client.wait_for_workers(1, timeout=60)
+        assert client.submit(sum, [2, 3]).result(timeout=30) == 5
+        s = scrape(f"http://127.0.0.1:{worker_http}/metrics")
+        assert value(s, "dask_gpu_exporter_nvml_up", worker="gpu-worker-1") == 0
+        assert not values(s, "dask_gpu_info")
+        assert identities(client)["gpu-worker-1"]["gpus"] == []
+    log = procs[1].output
+    assert "dask-metrics: NVML initialisation failed" in log and "runs on" in log
+
+
+def test_bad_preload_option_keeps_the_worker(fake_nvml):
+    cluster, sched_port, worker_http = start_cluster(fake_nvml.env, "--interval", "never")
+    with cluster as procs, Client(f"tcp://127.0.0.1:{sched_port}", timeout=30) as client:
+        client.wait_for_workers(1, timeout=60)
+        assert client.submit(sum, [4, 5]).result(timeout=30) == 9
+        assert not values(scrape(f"http://127.0.0.1:{worker_http}/metrics"), "dask_gpu_info")
+    assert "bad option, GPU metrics disabled: --interval='never'" in procs[1].output
+
+
+def test_two_workers_in_one_process_share_one_registry():
+    import dask.config
+
+    with dask.config.set({"distributed.worker.preload": ["exporter.worker"],
+                          "dask-metrics.exporter.simulate": 1,
+                          "dask-metrics.exporter.interval": 0.1}), LocalCluster(
+        n_workers=2, processes=False, dashboard_address=":0", worker_dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:
+        names = {str(w.name) for w in cluster.workers.values()}
+        collected = {s.labels["worker"] for m in REGISTRY.collect()
+                     if m.name == "dask_gpu_info" for s in m.samples}
+        assert collected == names
+        assert all(g for g in identities(client).values())
+    assert not [m for m in REGISTRY.collect() if m.name == "dask_gpu_info"]
