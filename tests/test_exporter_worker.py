@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sys
 
 import pytest
 from distributed import Client, LocalCluster
@@ -15,15 +15,15 @@ from prometheus_client import REGISTRY
 from tests.exporter_helpers import free_port, processes, scrape, value, values, wait_for
 from tests.fake_nvml import GiB
 
-DASK = shutil.which("dask")
+DASK = [sys.executable, "-m", "dask"]  # this interpreter's Dask, not whatever is on PATH
 pytestmark = pytest.mark.integration
 
 
 def start_cluster(env: dict[str, str], *worker_args: str):
     sched_port, worker_http = free_port(), free_port()
-    scheduler = [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
+    scheduler = [*DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
                  "--dashboard-address", f"127.0.0.1:{free_port()}"]
-    worker = [DASK, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", "gpu-worker-1",
+    worker = [*DASK, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", "gpu-worker-1",
               "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
               "--dashboard-address", f"127.0.0.1:{worker_http}",
               "--preload", "exporter.worker", *worker_args]
