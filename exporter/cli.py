@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ from exporter.config import (
 )
 from exporter.gpu_collector import GpuCollector
 from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource, SourceUnavailable
-from exporter.http import make_app, serve
+from exporter.http import make_app, serve, tls_context
 from exporter.sampler import Sampler
 from exporter.target import TargetSource
 
@@ -103,12 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         return True, "ok" if sampler.snapshot.nvml_up else "ok (NVML unavailable, retrying)"
 
     try:
-        httpd, _ = serve(host, port, make_app(registry, healthy))
+        tls = None
+        if config.tls_cert_file and config.tls_key_file:
+            tls = tls_context(config.tls_cert_file, config.tls_key_file,
+                              config.tls_client_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        return fail(EXIT_USAGE, f"cannot load the TLS certificate or key: {exc}")
+    try:
+        httpd, _ = serve(host, port, make_app(registry, healthy), tls)
     except OSError as exc:
         return fail(1, f"cannot listen on {config.listen}: {exc.strerror or exc}")
     sampler.start()
-    logger.info("serving %d GPU(s) of worker %s on http://%s:%d/metrics",
-                len(first.gpus), first.worker, host, httpd.server_port)
+    logger.info("serving %d GPU(s) of worker %s on %s://%s:%d/metrics", len(first.gpus),
+                first.worker, "https" if tls else "http", host, httpd.server_port)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

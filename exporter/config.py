@@ -106,6 +106,11 @@ OPTIONS: tuple[Option, ...] = (
            "simulated=\"true\")", "N"),
     Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
            "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
+    Option("tls_cert_file", _text, "sidecar: serve HTTPS with this PEM certificate (chain)",
+           "PATH"),
+    Option("tls_key_file", _text, "sidecar: the PEM private key of --tls-cert-file", "PATH"),
+    Option("tls_client_ca_file", _text, "sidecar: require client certificates signed by these "
+           "PEM CAs (mutual TLS)", "PATH"),
     Option("log_level", _level, "debug, info, warning or error (default info)", "LEVEL"),
 )
 
@@ -121,9 +126,16 @@ class ExporterConfig:
     pids: tuple[int, ...] = ()
     simulate: int = 0
     serve_metrics: bool = True
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("--tls-cert-file and --tls-key-file go together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ConfigError("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
         if self.peak_window < self.interval:
             raise ConfigError(
                 f"peak-window ({self.peak_window:g} s) must be at least the interval "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,7 +40,20 @@ def make_app(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]
     return app
 
 
-def serve(host: str, port: int, app: WSGIApp) -> tuple[ThreadingWSGIServer, threading.Thread]:
+def tls_context(cert_file: str, key_file: str, client_ca_file: str | None) -> ssl.SSLContext:
+    """A server context: TLS 1.2 or newer, client certificates required when CAs are given."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cafile=client_ca_file)
+    return ctx
+
+
+def serve(
+    host: str, port: int, app: WSGIApp, tls: ssl.SSLContext | None = None
+) -> tuple[ThreadingWSGIServer, threading.Thread]:
     """Start serving in a daemon thread; IPv6 addresses work as well as IPv4 ones."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
 
@@ -47,6 +61,8 @@ def serve(host: str, port: int, app: WSGIApp) -> tuple[ThreadingWSGIServer, thre
         address_family = family
 
     httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, name="dask-metrics-http", daemon=True)
     thread.start()
     return httpd, thread

@@ -38,8 +38,8 @@ _collector = GpuCollector(lambda: [s.snapshot for s in list(_samplers.values())]
 
 def _options(fn: Any) -> Any:
     for option in reversed(OPTIONS):
-        if option.name == "listen":
-            continue  # the worker's own HTTP server serves /metrics
+        if option.name == "listen" or option.name.startswith("tls_"):
+            continue  # the worker's own HTTP server serves /metrics, with Dask's TLS
         fn = click.option("--" + option.name.replace("_", "-"), option.name, default=None,
                           help=option.help)(fn)
     return fn

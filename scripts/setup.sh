@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install what dask-metrics needs on a fresh Debian/Ubuntu machine, into ./.venv.
-# System packages (gcc for the test suite's fake NVML driver, prometheus for the
+# System packages (gcc for the test suite's fake NVML driver, openssl for TLS tests, prometheus for the
 # integration tests, python3-venv) are installed with apt-get when this user may do so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v openssl >/dev/null || need+=(openssl)
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -24,9 +25,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+def http_get(url: str, timeout: float = 5.0, ca_file: str | None = None) -> tuple[int, str]:
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
@@ -77,19 +79,23 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 @contextmanager
 def sidecar(
-    *args: str, env: Mapping[str, str] | None = None, port: int | None = None
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    port: int | None = None,
+    ca_file: str | None = None,
 ) -> Iterator[str]:
-    """Run ``python -m exporter`` on a loopback port; yields its base URL once healthy."""
+    """Run ``python -m exporter`` on a loopback port; yields its base URL once healthy
+    (https, trusting ``ca_file``, when that is given)."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", *args]
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    base = f"{'https' if ca_file else 'http'}://{'localhost' if ca_file else '127.0.0.1'}:{port}"
     try:
         def healthy() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"exporter exited {proc.returncode}: {proc.stdout.read()}")
-            return http_get(base + "/healthz")[0] == 200
+            return http_get(base + "/healthz", ca_file=ca_file)[0] == 200
 
         wait_for(healthy, what="the exporter's /healthz")
         yield base

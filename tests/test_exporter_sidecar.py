@@ -287,3 +287,19 @@ def test_simulated_gpus_are_labelled(fake_nvml):
     info = values(s, "dask_gpu_info", worker="sim")
     assert len(info) == 3 and all(dict(k)["simulated"] == "true" for k in info)
     assert status == 200 and body.startswith("ok")
+
+
+def test_tls(fake_nvml, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    with sidecar("--worker", "w0", "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                 env=fake_nvml.env, ca_file=str(cert)) as base:
+        status, text = http_get(base + "/metrics", ca_file=str(cert))
+        assert status == 200 and "dask_gpu_up" in text
+        with pytest.raises(OSError):  # plain HTTP gets no answer from a TLS port
+            http_get(base.replace("https://", "http://") + "/metrics")
+    result = run_exporter("--tls-cert-file", str(cert), "--tls-key-file", str(cert),
+                          "--listen", f"127.0.0.1:{free_port()}", env=fake_nvml.env)
+    assert result.returncode == 2 and "TLS" in result.stderr
