@@ -1,0 +1,275 @@
+"""``collector``: per-worker GPU series from Prometheus as CSV files, and peak GPU memory.
+
+Every failure is one line ``collector: error: ...`` on stderr: exit 2 for bad input, 1 for a
+failure while working (Prometheus unreachable, refused, or a file that cannot be written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from collector import __version__
+from collector.columns import NAMES, select
+from collector.connection import ENV_URL, load_config, resolve
+from collector.errors import CollectorError, UsageError
+from collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
+from collector.fetch import last_monitor_session
+from collector.layouts import LAYOUTS
+from collector.peaks import BY, format_table, peaks
+from collector.promapi import PrometheusClient
+from collector.timespec import (
+    MONITOR,
+    format_duration,
+    format_rfc3339,
+    parse_positive_duration,
+    parse_when,
+    to_ms,
+)
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+WHEN_HELP = ("RFC 3339 (2024-05-01T12:00:00Z), unix seconds, a duration back from now "
+             "(90s, 15m, 2h), 'now', or 'monitor' (the last monitor session)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors become one ``collector: error:`` line, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    conn = argparse.ArgumentParser(add_help=False)
+    group = conn.add_argument_group("connection (Prometheus, Thanos, Mimir, VictoriaMetrics)")
+    group.add_argument("--prometheus", metavar="URL",
+                       help=f"base URL of the API, path prefix included; user:password@ works "
+                       f"(or {ENV_URL}, or 'prometheus:' in --config)")
+    group.add_argument("--config", metavar="FILE",
+                       help="YAML file with keys prometheus, user, password-file, "
+                       "bearer-token-file, headers, ca-file, cert, key, timeout, retries")
+    group.add_argument("--user", metavar="NAME", help="basic auth user (with --password-file)")
+    group.add_argument("--password-file", metavar="FILE", help="file holding the password")
+    group.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token")
+    group.add_argument("--header", metavar="NAME:VALUE", action="append",
+                       help="extra HTTP header, repeatable (e.g. 'X-Scope-OrgID: tenant-1')")
+    group.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server")
+    group.add_argument("--cert", metavar="FILE", help="client certificate (PEM)")
+    group.add_argument("--key", metavar="FILE", help="key of the client certificate (PEM)")
+    group.add_argument("--timeout", metavar="SECONDS",
+                       help="read timeout, or CONNECT,READ (default 5,60)")
+    group.add_argument("--retries", metavar="N",
+                       help="retries on connection errors, 429 and 5xx, with backoff (default 3)")
+    group.add_argument("--quiet", action="store_true",
+                       help="no progress and no summary (warnings and errors still show)")
+
+    span = argparse.ArgumentParser(add_help=False)
+    group = span.add_argument_group("time range and workers")
+    group.add_argument("--since", metavar="WHEN", required=True, help=f"start: {WHEN_HELP}")
+    group.add_argument("--until", metavar="WHEN",
+                       help="end (default now, or the monitor session's stop with --since "
+                       "monitor)")
+    group.add_argument("--workers", metavar="NAME", nargs="+",
+                       help="only these workers (names or globs such as 'gpu-*'; commas work)")
+    group.add_argument("--max-age", metavar="DURATION", default=format_duration(DEFAULT_MAX_AGE),
+                       help="how old a sample may be and still describe a later time: a "
+                       "--step grid point, or the scheduler's job/DAG (default %(default)s)")
+    group.add_argument("--chunk", metavar="DURATION", default=format_duration(DEFAULT_CHUNK),
+                       help="time range of one query, halved when Prometheus finds it too "
+                       "big (default %(default)s)")
+
+    parser = _Parser(prog="collector", description="Per-worker GPU series from Prometheus as "
+                     "CSV files, and peak GPU memory.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    exp = commands.add_parser(
+        "export", parents=[span, conn], help="write per-worker CSV files",
+        description="Write one CSV per worker, workers.csv and export.json into --out.")
+    exp.add_argument("--out", metavar="DIR",
+                     help="output folder (default dask-metrics-<start time>)")
+    exp.add_argument("--metrics", metavar="NAME", nargs="+",
+                     help=f"metric columns (default all): {', '.join(NAMES)}")
+    exp.add_argument("--step", metavar="DURATION",
+                     help="resample on a grid of this step (default: raw samples)")
+    exp.add_argument("--layout", choices=LAYOUTS, default="tidy",
+                     help="tidy: a row per time and GPU (default); seed: the original "
+                     "dask-metrics files")
+
+    pk = commands.add_parser(
+        "peaks", parents=[span, conn], help="peak GPU memory per worker and GPU",
+        description="Peak GPU memory per worker and GPU, when it happened and during which "
+        "job/DAG, from dask_gpu_memory_peak_bytes (spikes between scrapes count).")
+    pk.add_argument("--json", action="store_true", help="a JSON list instead of a table")
+    pk.add_argument("--by", choices=BY, default="gpu",
+                    help="gpu: one peak per worker and GPU (default); job: one per job too")
+    return parser
+
+
+class Terminal:
+    """Progress on stderr only when it is a terminal and not --quiet; warnings always."""
+
+    def __init__(self, quiet: bool, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.live = not quiet and self.stream.isatty()
+        self._line = False
+
+    def progress(self, done: int, total: int, worker: str) -> None:
+        if not self.live:
+            return
+        if done >= total:
+            self.clear()
+            return
+        self.stream.write(f"\rcollector: worker {done + 1}/{total}: {worker}\033[K")
+        self.stream.flush()
+        self._line = True
+
+    def warning(self, message: str) -> None:
+        self.clear()
+        print(f"collector: warning: {message}", file=self.stream)
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            print(f"collector: {message}", file=self.stream)
+
+    def clear(self) -> None:
+        """End a progress line, so that what follows starts on a clean line."""
+        if self._line:
+            self.stream.write("\r\033[K")
+            self._line = False
+
+
+def _words(values: Sequence[str] | None) -> list[str] | None:
+    """``--metrics a b,c`` -> [a, b, c]."""
+    if values is None:
+        return None
+    return [w for v in values for w in v.split(",") if w.strip()]
+
+
+def _duration(text: str | None, option: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_positive_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _when(text: str | None, option: str, now: float) -> float | str | None:
+    if text is None:
+        return None
+    try:
+        return parse_when(text, now)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _span(client: PrometheusClient, since: float | str, until: float | str | None,
+          now: float) -> tuple[float, float]:
+    """Resolve ``monitor`` in Prometheus and check that the range is not empty."""
+    if MONITOR in (since, until):
+        start, stop = last_monitor_session(client, now)
+        end = stop if stop is not None else now
+        if until == MONITOR or (until is None and since == MONITOR):
+            until = end
+        if since == MONITOR:
+            since = start
+    begin, end = float(since), float(now if until is None else until)
+    try:
+        check_range(begin, end)
+    except ValueError as exc:
+        raise UsageError(f"--since/--until: {exc}") from None
+    return begin, end
+
+
+def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
+                ui: Terminal) -> int:
+    since, until = _span(client, opts["since"], opts["until"], opts["now"])
+    stamp = format_rfc3339(to_ms(since))[:19].replace("-", "").replace(":", "")
+    out = args.out or f"dask-metrics-{stamp}Z"
+    asked = {"since": args.since, "until": args.until, "metrics": opts["metrics"],
+             "step": args.step, "max_age": args.max_age, "layout": args.layout,
+             "workers": opts["workers"], "chunk": args.chunk}
+    result = export(client, since, until, out, metrics=opts["metrics"], step=opts["step"],
+                    max_age=opts["max_age"], layout=args.layout, workers=opts["workers"],
+                    chunk=opts["chunk"], progress=ui.progress, asked=asked)
+    ui.info(f"wrote {len(result.files)} worker file(s), {result.rows} rows, "
+            f"{format_rfc3339(to_ms(since))} to {format_rfc3339(to_ms(until))}, "
+            f"into {result.out}")
+    return 0
+
+
+def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
+               ui: Terminal) -> int:
+    since, until = _span(client, opts["since"], opts["until"], opts["now"])
+    found = peaks(client, since, until, workers=opts["workers"], by=args.by,
+                  max_age=opts["max_age"], chunk=opts["chunk"], progress=ui.progress)
+    if args.json:
+        print(json.dumps([p.to_json() for p in found], indent=2))
+    else:
+        print(format_table(found))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[PrometheusClient, argparse.Namespace, dict[str, Any], Terminal],
+                             int]] = {"export": _run_export, "peaks": _run_peaks}
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """Parse every value that can be checked before talking to Prometheus."""
+    now = time.time()
+    metrics = _words(getattr(args, "metrics", None))
+    try:
+        select(metrics)
+    except ValueError as exc:
+        raise UsageError(f"--metrics: {exc}") from None
+    return {"now": now, "since": _when(args.since, "--since", now),
+            "until": _when(args.until, "--until", now), "metrics": metrics,
+            "workers": _words(args.workers),
+            "step": _duration(getattr(args, "step", None), "--step"),
+            "max_age": _duration(args.max_age, "--max-age"),
+            "chunk": _duration(args.chunk, "--chunk")}
+
+
+def _fail(code: int, message: object) -> int:
+    print(f"collector: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        opts = _options(args)
+        config = load_config(args.config) if args.config else None
+        settings = resolve(vars(args), os.environ, config)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, exc)
+    ui = Terminal(args.quiet)
+    try:
+        with PrometheusClient(settings, on_warning=ui.warning) as client:
+            return COMMANDS[args.command](client, args, opts, ui)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, exc)
+    except CollectorError as exc:
+        ui.clear()
+        return _fail(EXIT_FAILURE, exc)
+    except OSError as exc:
+        ui.clear()
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(EXIT_FAILURE, f"cannot write the output: {where}{exc.strerror or exc}")
+    except KeyboardInterrupt:
+        ui.clear()
+        return _fail(EXIT_INTERRUPTED, "interrupted; no file was written")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

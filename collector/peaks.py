@@ -1,0 +1,140 @@
+"""``peaks``: the peak GPU memory of each worker's GPUs, when it happened and during which
+job/DAG, from ``dask_gpu_memory_peak_bytes`` raw samples.
+
+That gauge is the maximum of every internal exporter sample over its trailing peak window
+(30 s by default), so a spike between two scrapes still counts; the maximum over its raw
+samples is ``max_over_time`` without the step grid that would skip samples. A GPU without it
+(an older exporter) falls back to ``dask_gpu_memory_used_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from collector.columns import PEAK_METRIC, TOTAL_METRIC, USED_METRIC
+from collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, check_range, find_workers
+from collector.fetch import fetch_cluster, fetch_gpu_series, fetch_worker_activity
+from collector.promapi import PrometheusClient
+from collector.series import Series, Timeline, gpu_order, gpu_samples, id_key
+from collector.timespec import format_rfc3339, to_ms
+
+BY = ("gpu", "job")
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The peak of one GPU (or of one GPU during one job, with ``by="job"``).
+
+    ``time`` (ms) is the first scrape that reported the peak; ``job``/``dag`` are what ran on
+    that worker then (empty when idle). The spike itself happened within the exporter's peak
+    window before ``time``.
+    """
+
+    worker: str
+    gpu: str
+    uuid: str
+    peak_bytes: float
+    total_bytes: float | None
+    time: int
+    job: str
+    dag: str
+
+    @property
+    def peak_percent(self) -> float | None:
+        if not self.total_bytes:
+            return None
+        return round(self.peak_bytes / self.total_bytes * 100, 2)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"worker": self.worker, "gpu": _json_id(self.gpu), "uuid": self.uuid,
+                "peak_bytes": _json_number(self.peak_bytes),
+                "total_bytes": _json_number(self.total_bytes),
+                "peak_percent": self.peak_percent, "time": format_rfc3339(self.time),
+                "job": _json_id(self.job), "dag": _json_id(self.dag)}
+
+
+def _json_id(value: str) -> int | str | None:
+    return int(value) if value.isdigit() else (value or None)
+
+
+def _json_number(value: float | None) -> float | int | None:
+    if value is None:
+        return None
+    return int(value) if value.is_integer() else value
+
+
+def _total_at(totals: Sequence[tuple[int, float]], t: int) -> float | None:
+    """The capacity at ``t``: the last total at or before it, else the first one after."""
+    if not totals:
+        return None
+    i = bisect_right(totals, (t, math.inf)) - 1
+    return totals[max(i, 0)][1]
+
+
+def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
+              activity: Timeline, max_age: int, by_job: bool = False) -> list[Peak]:
+    """Peaks of one worker's GPUs (pure). The first sample at the maximum is reported.
+
+    With ``by_job`` there is one peak per GPU and job that ran on the worker (samples while it
+    was idle are left out); the DAG is the one running at the peak.
+    """
+    peaks = []
+    for (gpu, uuid), metrics in sorted(gpu_samples(series_by_metric).items(),
+                                       key=lambda item: gpu_order(item[0])):
+        source = metrics.get(PEAK_METRIC) or metrics.get(USED_METRIC) or {}
+        totals = sorted(metrics.get(TOTAL_METRIC, {}).items())
+        samples = sorted((t, v) for t, v in source.items() if not math.isnan(v))
+        states = [activity.at(t, max_age) for t, _ in samples]
+        tagged = [(state[0] if by_job else "", t, v, state)
+                  for (t, v), state in zip(samples, states, strict=True) if state[0] or not by_job]
+        tagged.sort(key=lambda item: (id_key(item[0]), item[1]))
+        for _, group in groupby(tagged, key=lambda item: item[0]):
+            _, t, v, (job, dag) = max(group, key=lambda item: (item[2], -item[1]))
+            peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag))
+    return peaks
+
+
+def peaks(client: PrometheusClient, since: float, until: float, *,
+          workers: Sequence[str] | None = None, by: str = "gpu",
+          max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK,
+          progress: Progress | None = None) -> list[Peak]:
+    """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
+    worker, GPU and job. One worker's samples are in memory at a time."""
+    check_range(since, until)
+    if by not in BY:
+        raise ValueError(f"unknown grouping {by!r} (known: {', '.join(BY)})")
+    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    chosen = find_workers(client, start, end, chunk_ms, workers)
+    cluster = fetch_cluster(client, start - age, end, chunk_ms)
+    found: list[Peak] = []
+    for i, info in enumerate(chosen):
+        if progress:
+            progress(i, len(chosen), info.name)
+        series = fetch_gpu_series(client, info.name, [PEAK_METRIC, USED_METRIC, TOTAL_METRIC],
+                                  start, end, chunk_ms, None, age)
+        activity = fetch_worker_activity(client, info.name, cluster, start - age, end, chunk_ms)
+        found += gpu_peaks(info.name, series, activity, age, by_job=by == "job")
+    if progress:
+        progress(len(chosen), len(chosen), "")
+    return found
+
+
+def _bytes(value: float | None) -> str:
+    return "" if value is None else f"{value / 2**30:.2f} GiB"
+
+
+def format_table(found: Sequence[Peak]) -> str:
+    """A plain aligned table for a terminal."""
+    header = ["worker", "gpu", "uuid", "peak", "total", "peak %", "time", "job", "dag"]
+    lines = [header] + [
+        [p.worker, p.gpu, p.uuid, _bytes(p.peak_bytes), _bytes(p.total_bytes),
+         "" if p.peak_percent is None else f"{p.peak_percent:.2f}", format_rfc3339(p.time),
+         p.job, p.dag] for p in found]
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in lines)

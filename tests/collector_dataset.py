@@ -1,0 +1,259 @@
+"""A deterministic Prometheus dataset for the collector tests, and the values the collector
+must read back from it (computed here by plain formulas, independently of the collector).
+
+Three windows, relative to T0 (a whole hour about six hours ago, so that durations back
+from now reach it and it is inside Prometheus' retention):
+
+- LONG [T0, T0+12000 s]: worker ``w-long``, one GPU, every metric every second: 12,001
+  points per series, over query_range's 11,000-point limit, 108k samples in all.
+- CORE [C, C+600 s], C = T0+13000: ``w-a`` (2 GPUs, every 5 s, restarted: no sample in
+  (295, 420), a new instance label and an energy counter reset after), ``w-b`` (1 GPU, every
+  5 s at +2.5 s, only memory and utilisation), and the scheduler (every 10 s: cluster-wide
+  job/DAG, per-worker tasks, worker addresses, a monitor session from C+50 to C+550).
+- MANY [M, M+60 s], M = T0+14000: workers m-0 … m-49, 2 GPUs each, every 15 s.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from tests.prometheus_helpers import OpenMetrics
+
+GiB = 2**30
+MiB = 2**20
+TOTAL = 16 * GiB
+LONG_END = 12000
+CORE_OFFSET = 13000
+MANY_OFFSET = 14000
+MANY_WORKERS = 50
+RESTART = (295, 420)  # w-a's last sample before its restart, and its first after
+
+METRICS = {  # column -> series
+    "total-mem": "dask_gpu_memory_used_bytes",
+    "mem-util": "dask_gpu_memory_used_bytes",
+    "compute-util": "dask_gpu_utilization_ratio",
+    "peak-mem": "dask_gpu_memory_peak_bytes",
+    "mem-bw-util": "dask_gpu_memory_bandwidth_utilization_ratio",
+    "power": "dask_gpu_power_watts",
+    "temperature": "dask_gpu_temperature_celsius",
+    "sm-clock": "dask_gpu_sm_clock_hertz",
+    "energy": "dask_gpu_energy_joules_total",
+}
+COLUMNS = list(METRICS)
+
+
+def a_times() -> list[float]:
+    return [float(t) for t in range(0, 601, 5) if t <= RESTART[0] or t >= RESTART[1]]
+
+
+def b_times() -> list[float]:
+    return [t + 2.5 for t in range(0, 600, 5)]
+
+
+def scheduler_times() -> list[float]:
+    return [float(t) for t in range(0, 601, 10)]
+
+
+def cluster_state(s: float) -> tuple[str, str]:
+    """current_job/current_dag at scheduler scrape s (seconds after C)."""
+    if s < 100 or s >= 500:
+        return "", ""
+    if s < 250:
+        return "0", "0"
+    return ("0", "1") if s < 400 else ("1", "0")
+
+
+def worker_tasks(worker: str, s: float) -> list[tuple[str, str]]:
+    """The (job, dag) pairs with tasks on ``worker`` at scheduler scrape s."""
+    if worker == "w-a":
+        if 100 <= s < 250:
+            return [("0", "0")]
+        if 250 <= s < 300:
+            return [("0", "1"), ("0", "0")]
+        return [("1", "0")] if 420 <= s < 500 else []
+    if worker == "w-b":
+        return [("0", "1")] if 250 <= s < 400 else []
+    return []
+
+
+def as_of(t: float) -> float | None:
+    """The last scheduler scrape at or before t (seconds after C)."""
+    scrapes = [s for s in scheduler_times() if s <= t]
+    return scrapes[-1] if scrapes else None
+
+
+def expected_cluster(t: float) -> tuple[str, str]:
+    s = as_of(t)
+    return ("", "") if s is None else cluster_state(s)
+
+
+def expected_worker(worker: str, t: float) -> tuple[str, str]:
+    s = as_of(t)
+    dags = worker_tasks(worker, s) if s is not None else []
+    return min(dags, key=lambda d: (int(d[0]), int(d[1]))) if dags else ("", "")
+
+
+def core_value(worker: str, metric: str, gpu: int, t: float) -> float | None:
+    """The raw sample of a CORE series at t (seconds after C), None where there is none."""
+    if worker == "w-b":
+        values = {"dask_gpu_memory_used_bytes": 3 * GiB + t * MiB,
+                  "dask_gpu_memory_total_bytes": TOTAL,
+                  "dask_gpu_utilization_ratio": 0.5}
+        return values.get(metric)
+    used = (1 + gpu) * GiB + t * MiB
+    if metric == "dask_gpu_memory_used_bytes":
+        return used
+    if metric == "dask_gpu_memory_total_bytes":
+        return TOTAL
+    if metric == "dask_gpu_utilization_ratio":
+        return (t // 5 % 11) / 10
+    if metric == "dask_gpu_memory_peak_bytes":
+        spike = (260, 12 * GiB) if gpu == 0 else (450, 10 * GiB)
+        return spike[1] if spike[0] <= t <= spike[0] + 25 else used + 256 * MiB
+    if metric == "dask_gpu_memory_bandwidth_utilization_ratio":
+        return (t // 5 % 4) / 8
+    if metric == "dask_gpu_power_watts":
+        if gpu == 1:
+            return None  # this GPU does not report power: left out, not 0
+        return math.nan if t == 50 else 100 + t / 10
+    if metric == "dask_gpu_temperature_celsius":
+        return 40 + gpu + t // 60
+    if metric == "dask_gpu_sm_clock_hertz":
+        return 1_410_000_000 + gpu * 15_000_000
+    if metric == "dask_gpu_energy_joules_total":
+        return t * 150 if t <= RESTART[0] else (t - RESTART[1]) * 150 + 5  # counter reset
+    raise KeyError(metric)
+
+
+def long_value(metric: str, t: int) -> float:
+    """The LONG worker's sample at t (seconds after T0)."""
+    return {"dask_gpu_memory_used_bytes": GiB + (t % 1000) * MiB,
+            "dask_gpu_memory_total_bytes": TOTAL,
+            "dask_gpu_utilization_ratio": (t % 100) / 100,
+            "dask_gpu_memory_peak_bytes": GiB + (t % 1000) * MiB + MiB,
+            "dask_gpu_memory_bandwidth_utilization_ratio": (t % 50) / 50,
+            "dask_gpu_power_watts": 50 + t % 7,
+            "dask_gpu_temperature_celsius": 30 + t % 5,
+            "dask_gpu_sm_clock_hertz": 1_000_000_000 + (t % 3) * 1_000_000,
+            "dask_gpu_energy_joules_total": t * 50}[metric]
+
+
+def many_used(i: int, gpu: int, t: float) -> float:
+    return (i + 1) * GiB + gpu * MiB + t
+
+
+def column_value(column: str, raw: float | None, total: float | None) -> float | None:
+    """What the CSV must hold for a raw sample, in the column's unit."""
+    if raw is None:
+        return None
+    if column == "mem-util":
+        return raw / total * 100
+    if column in ("compute-util", "mem-bw-util"):
+        return raw * 100
+    if column == "sm-clock":
+        return raw / 1e6
+    return raw
+
+
+@dataclass(frozen=True)
+class Dataset:
+    t0: int
+
+    @property
+    def core(self) -> int:
+        return self.t0 + CORE_OFFSET
+
+    @property
+    def many(self) -> int:
+        return self.t0 + MANY_OFFSET
+
+    def openmetrics(self) -> OpenMetrics:
+        om = OpenMetrics()
+        self._long(om)
+        self._core(om)
+        self._many(om)
+        return om
+
+    def _info(self, om: OpenMetrics, worker: str, gpu: int, uuid: str, host: str,
+              times: list[float]) -> None:
+        om.add("dask_gpu_info", {"worker": worker, "gpu": str(gpu), "uuid": uuid,
+                                 "hostname": host, "name": "Fake GPU", "simulated": "false",
+                                 "pci_bus_id": f"0000:0{gpu}:00.0", "driver_version": "550.1",
+                                 "instance": f"{host}:9446", "job": "dask-gpu"},
+               [(t, 1.0) for t in times])
+
+    def _long(self, om: OpenMetrics) -> None:
+        labels = {"worker": "w-long", "gpu": "0", "uuid": "GPU-long0",
+                  "instance": "long:9446", "job": "dask-gpu"}
+        times = range(LONG_END + 1)
+        self._info(om, "w-long", 0, "GPU-long0", "host-long", [self.t0 + t for t in times])
+        for metric in {*METRICS.values(), "dask_gpu_memory_total_bytes"}:
+            kind = "counter" if metric.endswith("_total") else "gauge"
+            om.add(metric, labels, [(self.t0 + t, long_value(metric, t)) for t in times], kind)
+
+    def _core(self, om: OpenMetrics) -> None:
+        c = self.core
+        metrics = [*dict.fromkeys(METRICS.values()), "dask_gpu_memory_total_bytes"]
+        for worker, gpus, times in (("w-a", 2, a_times()), ("w-b", 1, b_times())):
+            host = "host-a" if worker == "w-a" else "host-b"
+            for gpu in range(gpus):
+                uuid = f"GPU-{worker[-1]}{gpu}"
+                self._info(om, worker, gpu, uuid, host, [c + t for t in times])
+                for metric in metrics:
+                    kind = "counter" if metric.endswith("_total") else "gauge"
+                    for restarted in (False, True):  # a new instance after the restart
+                        port = 9447 if restarted else 9446
+                        labels = {"worker": worker, "gpu": str(gpu), "uuid": uuid,
+                                  "instance": f"{host}:{port}", "job": "dask-gpu"}
+                        part = [t for t in times if (t >= RESTART[1]) == restarted]
+                        points = [(c + t, v) for t in part
+                                  if (v := core_value(worker, metric, gpu, t)) is not None]
+                        om.add(metric, labels, points, kind)
+        sched = {"instance": "scheduler:8787", "job": "dask-scheduler"}
+        times = scheduler_times()
+        for name, index in (("dask_job_current_job", 0), ("dask_job_current_dag", 1)):
+            om.add(name, sched, [(c + s, float(cluster_state(s)[index] or -1)) for s in times])
+        for worker in ("w-a", "w-b"):
+            dags = {d for s in times for d in worker_tasks(worker, s)}
+            for job, dag in sorted(dags):
+                count = 3.0 if worker == "w-a" and (job, dag) == ("0", "0") else 2.0
+                om.add("dask_job_worker_tasks",
+                       {**sched, "worker": worker, "job_id": job, "dag_id": dag},
+                       [(c + s, count) for s in times if (job, dag) in worker_tasks(worker, s)])
+        for worker, gpus in (("w-a", 2), ("w-b", 1)):
+            for gpu in range(gpus):
+                for address, part in self._addresses(worker, times):
+                    om.add("dask_job_worker_gpu_info",
+                           {**sched, "worker": worker, "address": address, "gpu": str(gpu),
+                            "uuid": f"GPU-{worker[-1]}{gpu}"}, [(c + s, 1.0) for s in part])
+        om.add("dask_job_monitor_start_timestamp_seconds", sched,
+               [(c + s, float(c + 50) if s >= 50 else 0.0) for s in times])
+        om.add("dask_job_monitor_stop_timestamp_seconds", sched,
+               [(c + s, float(c + 550) if s >= 550 else 0.0) for s in times])
+
+    @staticmethod
+    def _addresses(worker: str, times: list[float]) -> list[tuple[str, list[float]]]:
+        if worker == "w-b":
+            return [("tcp://10.0.0.2:40000", times)]
+        return [("tcp://10.0.0.1:40000", [s for s in times if s < 300]),
+                ("tcp://10.0.0.1:40001", [s for s in times if s >= RESTART[1]])]
+
+    def _many(self, om: OpenMetrics) -> None:
+        times = [float(t) for t in range(0, 61, 15)]
+        for i in range(MANY_WORKERS):
+            for gpu in range(2):
+                uuid = f"GPU-m{i}-{gpu}"
+                labels = {"worker": f"m-{i}", "gpu": str(gpu), "uuid": uuid,
+                          "instance": f"m{i}:9446", "job": "dask-gpu"}
+                self._info(om, f"m-{i}", gpu, uuid, f"host-m{i}", [self.many + t for t in times])
+                om.add("dask_gpu_memory_used_bytes", labels,
+                       [(self.many + t, many_used(i, gpu, t)) for t in times])
+                om.add("dask_gpu_memory_total_bytes", labels,
+                       [(self.many + t, float(TOTAL)) for t in times])
+
+
+def make_dataset() -> Dataset:
+    """T0: a whole hour between 7 and 6 hours ago."""
+    return Dataset((int(time.time()) - 6 * 3600) // 3600 * 3600)

@@ -1,0 +1,277 @@
+"""A real Prometheus for tests (Debian's ``prometheus`` package), with deterministic data
+backfilled by ``promtool tsdb create-blocks-from openmetrics``.
+
+Backfilling rules, as promtool and the TSDB apply them: the input is OpenMetrics text ending
+in ``# EOF``, each family's lines together, each series' samples in time order (an older
+sample after a newer one is rejected as out of order), timestamps in seconds. promtool writes
+blocks of at most 2 h; Prometheus (2.39+) accepts blocks that overlap each other or the head,
+and loads the blocks it finds in --storage.tsdb.path when it starts, so the blocks are copied
+in first and Prometheus is started after. Data need not be older than the head's range; time
+retention counts from the newest block, so recent data stays.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import ctypes.util
+import math
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.exporter_helpers import free_port
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+requires_prometheus = pytest.mark.skipif(
+    not (PROMETHEUS and PROMTOOL),
+    reason="needs prometheus and promtool (Debian package 'prometheus'; scripts/setup.sh)")
+
+
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt hash for Prometheus' --web.config.file, from the system's libcrypt
+    (libxcrypt, on every Debian/Ubuntu), so the tests need neither apache2-utils nor the
+    ``bcrypt`` package. Cost 4, the minimum: the tests check the rule, not the strength."""
+    name = ctypes.util.find_library("crypt")
+    if not name:
+        pytest.skip("no libcrypt to make a bcrypt hash for Prometheus' basic auth")
+    lib = ctypes.CDLL(name)
+    lib.crypt_gensalt.restype = ctypes.c_char_p
+    lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int]
+    lib.crypt.restype = ctypes.c_char_p
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    salt = lib.crypt_gensalt(b"$2b$", 4, None, 0)
+    hashed = lib.crypt(password.encode(), salt) if salt else None
+    if not hashed or not hashed.startswith(b"$2b$"):
+        pytest.skip("this libcrypt cannot make bcrypt hashes")
+    return hashed.decode()
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A private CA, a server certificate for 127.0.0.1 and a client certificate (PEM)."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def make_tls_files(folder: Path) -> TlsFiles:
+    """Certificates made with the openssl command line (EC keys: fast), valid two days."""
+    openssl = shutil.which("openssl")
+    if not openssl:
+        pytest.skip("needs the openssl command to make test certificates")
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        subprocess.run([str(openssl), *args], cwd=folder, check=True, capture_output=True,
+                       timeout=60)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+        "-subj", "/CN=dask-metrics test CA")
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"),
+                            ("client", "extendedKeyUsage=clientAuth")):
+        (folder / f"{name}.ext").write_text(extension + "\n")
+        run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+    return TlsFiles(folder / "ca.crt", folder / "server.crt", folder / "server.key",
+                    folder / "client.crt", folder / "client.key")
+
+
+# ---- OpenMetrics fixtures ------------------------------------------------------------------
+
+
+Labels = Mapping[str, str]
+
+
+def _value(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def _labels(labels: Labels) -> str:
+    def esc(s: str) -> str:
+        return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+@dataclass
+class OpenMetrics:
+    """Series with explicit timestamps, written as OpenMetrics text for promtool."""
+
+    families: dict[str, tuple[str, list[tuple[Labels, list[tuple[float, float]]]]]] = field(
+        default_factory=dict)
+
+    def add(self, name: str, labels: Labels, samples: Iterable[tuple[float, float]],
+            kind: str = "gauge") -> None:
+        """Samples are (unix seconds, value); a counter's ``name`` ends in ``_total``."""
+        family = name.removesuffix("_total") if kind == "counter" else name
+        points = sorted(samples)
+        if points:
+            self.families.setdefault(family, (kind, []))[1].append((dict(labels), points))
+
+    def text(self) -> str:
+        lines = []
+        for family, (kind, series) in self.families.items():
+            lines.append(f"# TYPE {family} {kind}")
+            sample = family + "_total" if kind == "counter" else family
+            for labels, points in series:
+                lines += [f"{sample}{_labels(labels)} {_value(v)} {t:.3f}" for t, v in points]
+        return "\n".join([*lines, "# EOF", ""])
+
+
+def create_blocks(data: OpenMetrics, folder: Path) -> Path:
+    """TSDB blocks of ``data`` in ``folder`` (made by promtool), ready to copy into a data dir."""
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder / "input.om"
+    source.write_text(data.text(), encoding="utf-8")
+    blocks = folder / "blocks"
+    result = subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics",
+                             str(source), str(blocks)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    if result.returncode != 0:
+        raise AssertionError(f"promtool failed: {result.stderr[-2000:]}")
+    source.unlink()
+    return blocks
+
+
+# ---- a Prometheus process -------------------------------------------------------------------
+
+
+@dataclass
+class PrometheusServer:
+    port: int
+    prefix: str
+    data_dir: Path
+    log: Path
+    process: subprocess.Popen[bytes]
+    auth: tuple[str, str] | None = None
+    tls: TlsFiles | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API (with the route prefix), without credentials."""
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{self.prefix}"
+
+    def url_with(self, user: str, password: str) -> str:
+        return self.url.replace("://", f"://{user}:{password}@", 1)
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        request = urllib.request.Request(self.url + path)
+        if self.auth:
+            token = base64.b64encode(":".join(self.auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        context = None
+        if self.tls:
+            context = ssl.create_default_context(cafile=str(self.tls.ca))
+            context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+@contextmanager
+def run_prometheus(workdir: Path, *, blocks: Path | None = None,
+                   scrape_configs: Sequence[Mapping[str, object]] = (),
+                   users: Mapping[str, str] | None = None, prefix: str = "",
+                   tls: TlsFiles | None = None, extra_args: Sequence[str] = (),
+                   ready_timeout: float = 60.0
+                   ) -> Iterator[PrometheusServer]:
+    """A Prometheus on a free loopback port, ready when this yields, stopped after.
+
+    ``blocks``: TSDB blocks (from create_blocks) copied into its fresh data dir;
+    ``users``: {user: password} for basic auth through --web.config.file (bcrypt);
+    ``prefix``: a route prefix such as "/prom", as behind a reverse proxy;
+    ``tls``: serve HTTPS and require a client certificate signed by the same CA.
+    """
+    if not (PROMETHEUS and PROMTOOL):
+        pytest.skip("needs prometheus and promtool (Debian package 'prometheus')")
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_dir = workdir / "data"
+    if blocks is not None:
+        shutil.copytree(blocks, data_dir)
+    data_dir.mkdir(exist_ok=True)
+    config = workdir / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"},
+                                      "scrape_configs": list(scrape_configs)}))
+    port = free_port()
+    args = [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *extra_args]
+    if prefix:
+        args += [f"--web.route-prefix={prefix}",
+                 f"--web.external-url=http://127.0.0.1:{port}{prefix}"]
+    web: dict[str, object] = {}
+    if users:
+        web["basic_auth_users"] = {u: bcrypt_hash(p) for u, p in users.items()}
+    if tls:
+        web["tls_server_config"] = {
+            "cert_file": str(tls.server_cert), "key_file": str(tls.server_key),
+            "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(tls.ca)}
+    if web:
+        (workdir / "web.yml").write_text(yaml.safe_dump(web))
+        args.append(f"--web.config.file={workdir / 'web.yml'}")
+    log = workdir / "prometheus.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, cwd=workdir)
+    auth = next(iter(users.items())) if users else None
+    server = PrometheusServer(port, prefix, data_dir, log, process, auth, tls)
+    try:
+        _wait_ready(server, ready_timeout)
+        yield server
+    finally:
+        server.stop()
+
+
+def _wait_ready(server: PrometheusServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise AssertionError(f"prometheus exited with {server.process.returncode}:\n"
+                                 f"{server.log_tail()}")
+        try:
+            status, body = server.get("/-/ready", timeout=2)
+            if status == 200:
+                return
+            last = f"HTTP {status} {body.strip()}"
+        except OSError as exc:  # ssl.SSLError and URLError included
+            last = repr(exc)
+        time.sleep(0.05)
+    raise AssertionError(f"prometheus not ready after {timeout:g} s ({last}):\n"
+                         f"{server.log_tail()}")

@@ -1,0 +1,570 @@
+"""The collector against a real Prometheus holding a backfilled, deterministic dataset
+(tests/collector_dataset.py): every CSV value is compared with the value the dataset says,
+including the job/DAG as-of join at its edges, gaps, restarts, NaN, ranges over the
+11,000-point limit, query splitting, 50 workers, peaks, and the failures a real Prometheus
+gives (wrong credentials, a wrong path prefix, a bad query)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from collector.cli import main
+from collector.columns import select, source_metrics
+from collector.connection import ENV_URL
+from collector.export import export
+from collector.fetch import fetch_steps, selector
+from collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
+from collector.timespec import format_rfc3339
+from tests.collector_dataset import (
+    COLUMNS,
+    LONG_END,
+    MANY_WORKERS,
+    METRICS,
+    RESTART,
+    TOTAL,
+    Dataset,
+    GiB,
+    a_times,
+    b_times,
+    column_value,
+    core_value,
+    expected_cluster,
+    expected_worker,
+    long_value,
+    make_dataset,
+    many_used,
+)
+from tests.prometheus_helpers import (
+    PrometheusServer,
+    create_blocks,
+    make_tls_files,
+    requires_prometheus,
+    run_prometheus,
+)
+
+pytestmark = [requires_prometheus, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[1]
+USER, PASSWORD = "alice", "s3cret-Pa55"
+MAX_SAMPLES = 100_000  # below the LONG worker's 108k samples: one 4 h chunk must be split
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def collector(*args: str) -> Run:
+    """``collector ARGS`` in this process, its stdout and stderr captured."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def header(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()[0].split(",")
+
+
+def check(cell: str, expected: float | None, where: str) -> None:
+    if expected is None:
+        assert cell == "", where
+    elif math.isnan(expected):
+        assert cell == "NaN", where
+    else:
+        assert cell != "" and float(cell) == pytest.approx(expected, rel=1e-9, abs=1e-6), where
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return make_dataset()
+
+
+@pytest.fixture(scope="module")
+def blocks(dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return create_blocks(dataset.openmetrics(), tmp_path_factory.mktemp("blocks"))
+
+
+@pytest.fixture(scope="module")
+def prom(blocks: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """Basic auth and a path prefix, as behind a reverse proxy; a low sample limit."""
+    with run_prometheus(tmp_path_factory.mktemp("prom"), blocks=blocks, users={USER: PASSWORD},
+                        prefix="/prom", extra_args=[f"--query.max-samples={MAX_SAMPLES}"]
+                        ) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _no_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_URL, raising=False)
+
+
+@pytest.fixture(scope="module")
+def password_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("secrets") / "password"
+    path.write_text(PASSWORD + "\n")
+    return path
+
+
+def auth(prom: PrometheusServer, password_file: Path) -> list[str]:
+    return ["--prometheus", prom.url, "--user", USER, "--password-file", str(password_file)]
+
+
+@pytest.fixture(scope="module")
+def core_export(prom: PrometheusServer, dataset: Dataset,
+                tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    """The CORE window, tidy, all metrics; credentials in the URL."""
+    out = tmp_path_factory.mktemp("core") / "export"
+    run = collector("export", "--since", format_rfc3339(dataset.core * 1000),
+                    "--until", str(dataset.core + 600), "--out", str(out),
+                    "--prometheus", prom.url_with(USER, PASSWORD))
+    assert run.code == 0, run.err
+    return out, run
+
+
+def expected_core(worker: str) -> list[tuple[float, int, dict[str, float | None]]]:
+    gpus, times = (2, a_times()) if worker == "w-a" else (1, b_times())
+    return [(t, g, {c: column_value(c, core_value(worker, METRICS[c], g, t), TOTAL)
+                    for c in COLUMNS}) for t in times for g in range(gpus)]
+
+
+# ---- export: tidy --------------------------------------------------------------------------
+
+
+def test_tidy_export_matches_the_dataset_value_by_value(core_export: tuple[Path, Run],
+                                                        dataset: Dataset) -> None:
+    out, _ = core_export
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "w-a.csv", "w-b.csv",
+                                                     "workers.csv"]
+    for worker in ("w-a", "w-b"):
+        path = out / f"{worker}.csv"
+        assert header(path) == ["timestamp", "time", "worker", "gpu", "uuid", "job", "dag",
+                                "worker_job", "worker_dag", *COLUMNS]
+        rows = read_csv(path)
+        expected = expected_core(worker)
+        assert len(rows) == len(expected)
+        for row, (t, gpu, values) in zip(rows, expected, strict=True):
+            where = f"{worker} t={t} gpu={gpu}"
+            assert row["timestamp"] == f"{t:.3f}", where
+            assert row["time"] == format_rfc3339(round((dataset.core + t) * 1000)), where
+            assert (row["worker"], row["gpu"], row["uuid"]) == (
+                worker, str(gpu), f"GPU-{worker[-1]}{gpu}"), where
+            assert (row["job"], row["dag"]) == expected_cluster(t), where
+            assert (row["worker_job"], row["worker_dag"]) == expected_worker(worker, t), where
+            for column, value in values.items():
+                check(row[column], value, f"{where} {column}")
+
+
+def _row(out: Path, worker: str, t: float, gpu: int = 0) -> dict[str, str]:
+    return next(r for r in read_csv(out / f"{worker}.csv")
+                if r["timestamp"] == f"{t:.3f}" and r["gpu"] == str(gpu))
+
+
+def test_job_and_dag_come_from_the_last_scrape_at_or_before(core_export: tuple[Path, Run]
+                                                              ) -> None:
+    out, _ = core_export
+    at = {t: _row(out, "w-a", t) for t in (95, 100, 245, 250, 295, 420, 500)}
+    assert (at[95]["job"], at[95]["dag"]) == ("", "")      # scrape 90: idle
+    assert (at[100]["job"], at[100]["dag"]) == ("0", "0")  # exactly at scrape 100
+    assert (at[245]["job"], at[245]["dag"]) == ("0", "0")  # just before the scrape of dag 1
+    assert (at[250]["job"], at[250]["dag"]) == ("0", "1")
+    # Two DAGs on w-a at scrape 250: the oldest is taken.
+    assert (at[250]["worker_job"], at[250]["worker_dag"]) == ("0", "0")
+    assert (at[420]["worker_job"], at[420]["worker_dag"]) == ("1", "0")
+    assert (at[500]["job"], at[500]["worker_job"]) == ("", "")  # -1, and no tasks series
+    # w-b is scraped 2.5 s after the scheduler: never a later scheduler scrape.
+    assert _row(out, "w-b", 97.5)["job"] == ""
+    assert _row(out, "w-b", 102.5)["job"] == "0"
+    assert _row(out, "w-b", 252.5)["worker_dag"] == "1"
+
+
+def test_a_restart_stays_a_gap_and_a_counter_reset_is_not_smoothed(
+        core_export: tuple[Path, Run]) -> None:
+    out, _ = core_export
+    times = sorted({float(r["timestamp"]) for r in read_csv(out / "w-a.csv")})
+    assert not [t for t in times if RESTART[0] < t < RESTART[1]]
+    assert _row(out, "w-a", RESTART[0])["energy"] == str(RESTART[0] * 150)
+    assert _row(out, "w-a", RESTART[1])["energy"] == "5"
+    assert _row(out, "w-a", 50)["power"] == "NaN"          # a NaN sample is written as NaN
+    assert _row(out, "w-a", 55, gpu=1)["power"] == ""       # unsupported: empty, not 0
+
+
+def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path, Run],
+                                                         dataset: Dataset,
+                                                         prom: PrometheusServer) -> None:
+    out, run = core_export
+    assert read_csv(out / "workers.csv") == [
+        {"worker": "w-a", "address": "tcp://10.0.0.1:40000 tcp://10.0.0.1:40001",
+         "host": "host-a", "gpus": "2", "uuids": "GPU-a0 GPU-a1"},
+        {"worker": "w-b", "address": "tcp://10.0.0.2:40000", "host": "host-b", "gpus": "1",
+         "uuids": "GPU-b0"}]
+    text = (out / "export.json").read_text()
+    record = json.loads(text)
+    assert record["prometheus"] == prom.url
+    assert (record["since_unix"], record["until_unix"]) == (dataset.core, dataset.core + 600)
+    assert record["metrics"] == COLUMNS
+    assert record["units"]["sm-clock"] == "MHz"
+    assert record["files"] == ["w-a.csv", "w-b.csv"]
+    assert record["versions"]["prometheus"].startswith("2.")
+    assert record["asked"]["since"] == format_rfc3339(dataset.core * 1000)
+    for output in (text, run.out, run.err):
+        assert PASSWORD not in output and f"{USER}:" not in output
+
+
+# ---- export: seed, step, long ranges, many workers -----------------------------------------
+
+
+def test_seed_layout_is_the_original_files(prom: PrometheusServer, dataset: Dataset,
+                                           password_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "seed"
+    run = collector("export", "--since", str(dataset.core), "--until", str(dataset.core + 600),
+                    "--layout", "seed", "--out", str(out), *auth(prom, password_file))
+    assert run.code == 0, run.err
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "worker_0.csv",
+                                                     "worker_1.csv", "workers.csv"]
+    assert [r["worker"] for r in read_csv(out / "workers.csv")] == ["w-a", "w-b"]
+    for index, worker in enumerate(("w-a", "w-b")):
+        path = out / f"worker_{index}.csv"
+        assert header(path) == ["job", "dag", "timestamp", *COLUMNS]
+        rows = read_csv(path)
+        expected = expected_core(worker)
+        times = sorted({t for t, _, _ in expected})
+        assert [r["timestamp"] for r in rows] == [f"{t:.3f}" for t in times]
+        for row in rows:
+            t = float(row["timestamp"])
+            assert (row["job"], row["dag"]) == expected_cluster(t)
+            for column in COLUMNS:
+                cells = row[column].split(", ")
+                values = [v[column] for tt, _, v in expected if tt == t]
+                assert len(cells) == len(values), (worker, t, column)
+                for cell, value in zip(cells, values, strict=True):
+                    check(cell, math.nan if value is None else value, f"{worker} {t} {column}")
+
+
+def test_step_grid_takes_no_sample_older_than_max_age(prom: PrometheusServer, dataset: Dataset,
+                                                      password_file: Path,
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "step"
+    run = collector("export", "--since", str(dataset.core), "--until", str(dataset.core + 600),
+                    "--step", "10s", "--max-age", "30s", "--workers", "w-a",
+                    "--metrics", "total-mem,energy", "--out", str(out),
+                    *auth(prom, password_file))
+    assert run.code == 0, run.err
+    rows = read_csv(out / "w-a.csv")
+    assert header(out / "w-a.csv")[9:] == ["total-mem", "energy"]
+    expected = []
+    for grid in range(0, 601, 10):
+        last = max(t for t in a_times() if t <= grid)
+        if grid - last <= 30:  # the restart gap (295, 420) stays a gap past 30 s
+            expected += [(grid, g, last) for g in range(2)]
+    assert [(float(r["timestamp"]), int(r["gpu"])) for r in rows] == [
+        (g, gpu) for g, gpu, _ in expected]
+    for row, (grid, gpu, last) in zip(rows, expected, strict=True):
+        check(row["total-mem"], core_value("w-a", METRICS["total-mem"], gpu, last), str(grid))
+        check(row["energy"], core_value("w-a", METRICS["energy"], gpu, last), str(grid))
+        assert (row["job"], row["dag"]) == expected_cluster(grid)
+    assert {float(r["timestamp"]) for r in rows} >= {300, 310, 320, 420}
+    assert not {float(r["timestamp"]) for r in rows} & {330, 400, 410}
+
+
+def test_long_range_raw_chunks_are_deduplicated_and_split(prom: PrometheusServer,
+                                                          dataset: Dataset,
+                                                          password_file: Path,
+                                                          tmp_path: Path) -> None:
+    """12,001 samples per series: 1 h chunks share edge samples; one 4 h chunk is more than
+    --query.max-samples, so Prometheus refuses it (422) and the collector halves it."""
+    with (PrometheusClient(ConnectionSettings(prom.url_with(USER, PASSWORD))) as client,
+          pytest.raises(PrometheusError, match="too many samples") as refused):
+        sel = selector(source_metrics(select(None)), "w-long")  # what the export asks
+        client.query(f"{sel}[{LONG_END + 1}s]", dataset.t0 + LONG_END)
+    assert refused.value.status == 422 and refused.value.splittable
+    files = {}
+    for chunk in ("1h", "4h"):
+        out = tmp_path / chunk
+        run = collector("export", "--since", str(dataset.t0), "--until",
+                        str(dataset.t0 + LONG_END), "--workers", "w-long", "--chunk", chunk,
+                        "--out", str(out), *auth(prom, password_file))
+        assert run.code == 0, run.err
+        files[chunk] = (out / "w-long.csv").read_text()
+    assert files["1h"] == files["4h"]
+    rows = read_csv(tmp_path / "1h" / "w-long.csv")
+    assert [r["timestamp"] for r in rows] == [f"{t:.3f}" for t in range(LONG_END + 1)]
+    for row, t in zip(rows, range(LONG_END + 1), strict=True):
+        for column in COLUMNS:
+            raw = long_value(METRICS[column], t)
+            check(row[column], column_value(column, raw, TOTAL), f"t={t} {column}")
+
+
+def test_a_step_range_over_11000_points_is_chunked(prom: PrometheusServer, dataset: Dataset,
+                                                   password_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "step-long"
+    run = collector("export", "--since", str(dataset.t0), "--until", str(dataset.t0 + LONG_END),
+                    "--workers", "w-long", "--step", "1s", "--max-age", "5s",
+                    "--metrics", "total-mem", "--out", str(out), *auth(prom, password_file))
+    assert run.code == 0, run.err
+    rows = read_csv(out / "w-long.csv")
+    assert len(rows) == LONG_END + 1
+    for row, t in zip(rows, range(LONG_END + 1), strict=True):
+        assert row["timestamp"] == f"{t:.3f}"
+        check(row["total-mem"], long_value(METRICS["total-mem"], t), str(t))
+
+
+def test_a_step_chunk_over_the_sample_limit_is_split(prom: PrometheusServer,
+                                                     dataset: Dataset) -> None:
+    """Ten series (nine metrics and dask_gpu_info) of 11,000 points are more than
+    --query.max-samples: Prometheus answers 422 and the chunk is asked again in two halves
+    that share no grid point."""
+    expr = '{__name__=~"dask_gpu_.+",worker="w-long"}'
+    start, end = dataset.t0 * 1000, (dataset.t0 + LONG_END) * 1000
+    with PrometheusClient(ConnectionSettings(prom.url_with(USER, PASSWORD))) as client:
+        with pytest.raises(PrometheusError, match="too many samples") as refused:
+            client.query_range(expr, dataset.t0, dataset.t0 + 10_999, 1)
+        assert refused.value.splittable
+        series = fetch_steps(client, expr, start, end, 1000)
+    assert len(series) == 10
+    for s in series:
+        metric = s.labels["__name__"]
+        expected = [1.0 if metric == "dask_gpu_info" else long_value(metric, t)
+                    for t in range(LONG_END + 1)]
+        assert s.samples == list(zip(range(start, end + 1, 1000), expected, strict=True))
+
+
+def test_fifty_workers_one_file_each_in_name_order(prom: PrometheusServer, dataset: Dataset,
+                                                   password_file: Path, tmp_path: Path) -> None:
+    for layout in ("tidy", "seed"):
+        out = tmp_path / layout
+        run = collector("export", "--since", str(dataset.many), "--until",
+                        str(dataset.many + 60), "--metrics", "total-mem", "--layout", layout,
+                        "--out", str(out), "--quiet", *auth(prom, password_file))
+        assert run.code == 0, run.err
+        assert run.err == ""
+        names = [r["worker"] for r in read_csv(out / "workers.csv")]
+        assert names == [f"m-{i}" for i in range(MANY_WORKERS)]  # m-2 before m-10
+        for i in range(MANY_WORKERS):
+            if layout == "tidy":
+                rows = read_csv(out / f"m-{i}.csv")
+                assert len(rows) == 10
+                for row in rows:
+                    check(row["total-mem"], many_used(i, int(row["gpu"]),
+                                                      float(row["timestamp"])), f"m-{i}")
+            else:
+                rows = read_csv(out / f"worker_{i}.csv")
+                assert [r["total-mem"] for r in rows] == [
+                    f"{many_used(i, 0, t):.0f}, {many_used(i, 1, t):.0f}" for t in range(0, 61, 15)]
+
+
+def test_since_monitor_is_the_last_session(prom: PrometheusServer, dataset: Dataset,
+                                           password_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "monitor"
+    run = collector("export", "--since", "monitor", "--workers", "w-a", "--out", str(out),
+                    *auth(prom, password_file))
+    assert run.code == 0, run.err
+    record = json.loads((out / "export.json").read_text())
+    assert (record["since_unix"], record["until_unix"]) == (dataset.core + 50,
+                                                            dataset.core + 550)
+    rows = read_csv(out / "w-a.csv")
+    assert (rows[0]["timestamp"], rows[-1]["timestamp"]) == ("0.000", "500.000")
+
+
+def test_durations_back_from_now(prom: PrometheusServer, password_file: Path,
+                                 tmp_path: Path) -> None:
+    out = tmp_path / "recent"
+    run = collector("export", "--since", "8h", "--until", "1m", "--workers", "w-b",
+                    "--metrics", "total-mem", "--out", str(out), *auth(prom, password_file))
+    assert run.code == 0, run.err
+    assert len(read_csv(out / "w-b.csv")) == len(b_times())
+
+
+def test_export_into_an_existing_folder_replaces_its_files(prom: PrometheusServer,
+                                                           dataset: Dataset,
+                                                           password_file: Path,
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "again"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "w-b.csv").write_text("old")
+    run = collector("export", "--since", str(dataset.core), "--until", str(dataset.core + 60),
+                    "--workers", "w-b", "--out", str(out), *auth(prom, password_file))
+    assert run.code == 0, run.err
+    assert (out / "notes.txt").read_text() == "mine"
+    assert len(read_csv(out / "w-b.csv")) == 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again"]  # no staging folder left
+
+
+# ---- peaks ---------------------------------------------------------------------------------
+
+
+def expected_peaks(by_job: bool) -> list[dict[str, object]]:
+    """Brute force over the dataset: w-a from the peak gauge, w-b from used memory."""
+    found = []
+    for worker, gpus, times, metric in (("w-a", 2, a_times(), "dask_gpu_memory_peak_bytes"),
+                                        ("w-b", 1, b_times(), "dask_gpu_memory_used_bytes")):
+        for gpu in range(gpus):
+            groups: dict[str, list[tuple[float, float]]] = {}
+            for t in times:
+                job = expected_worker(worker, t)[0]
+                if job or not by_job:
+                    groups.setdefault(job if by_job else "", []).append(
+                        (t, core_value(worker, metric, gpu, t)))
+            for job in sorted(groups, key=int if by_job else str):
+                t, value = max(groups[job], key=lambda s: (s[1], -s[0]))
+                job_id, dag_id = expected_worker(worker, t)
+                found.append({"worker": worker, "gpu": gpu, "uuid": f"GPU-{worker[-1]}{gpu}",
+                              "peak_bytes": value, "total_bytes": TOTAL,
+                              "peak_percent": round(value / TOTAL * 100, 2), "t": t,
+                              "job": int(job_id) if job_id else None,
+                              "dag": int(dag_id) if dag_id else None})
+    return found
+
+
+@pytest.mark.parametrize("by", ["gpu", "job"])
+def test_peaks_json(prom: PrometheusServer, dataset: Dataset, password_file: Path,
+                    by: str) -> None:
+    run = collector("peaks", "--since", str(dataset.core), "--until", str(dataset.core + 600),
+                    "--json", "--by", by, *auth(prom, password_file))
+    assert run.code == 0, run.err
+    got = json.loads(run.out)
+    expected = expected_peaks(by_job=by == "job")
+    for item in expected:
+        item["time"] = format_rfc3339(round((dataset.core + item.pop("t")) * 1000))
+    assert got == expected
+    if by == "gpu":
+        assert [(p["peak_bytes"], p["job"], p["dag"]) for p in got[:2]] == [
+            (12 * GiB, 0, 0), (10 * GiB, 1, 0)]  # spikes between scrapes, from the gauge
+
+
+def test_peaks_table(prom: PrometheusServer, dataset: Dataset, password_file: Path) -> None:
+    run = collector("peaks", "--since", str(dataset.core), "--until", str(dataset.core + 600),
+                    "--workers", "w-a", *auth(prom, password_file))
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    assert lines[0].split() == ["worker", "gpu", "uuid", "peak", "total", "peak", "%", "time",
+                                "job", "dag"]
+    assert lines[1].split() == ["w-a", "0", "GPU-a0", "12.00", "GiB", "16.00", "GiB", "75.00",
+                                format_rfc3339((dataset.core + 260) * 1000), "0", "0"]
+    assert len(lines) == 3
+
+
+# ---- failures a real Prometheus gives ------------------------------------------------------
+
+
+def one_error_line(run: Run, code: int) -> str:
+    assert run.code == code, run.err
+    lines = run.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("collector: error: "), run.err
+    assert "Traceback" not in run.err
+    return lines[0]
+
+
+def test_wrong_credentials(prom: PrometheusServer, dataset: Dataset, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-password")
+    out = tmp_path / "out"
+    for args in (["--prometheus", prom.url, "--user", USER, "--password-file", str(wrong)],
+                 ["--prometheus", prom.url_with(USER, "guess")],
+                 ["--prometheus", prom.url]):
+        run = collector("export", "--since", str(dataset.core), "--out", str(out), *args)
+        line = one_error_line(run, 1)
+        assert "401" in line and "--password-file" in line
+        assert "not-the-password" not in line and "guess" not in line
+    assert list(tmp_path.iterdir()) == [wrong]
+
+
+def test_a_missing_path_prefix_is_explained(prom: PrometheusServer, dataset: Dataset,
+                                            password_file: Path) -> None:
+    run = collector("peaks", "--since", str(dataset.core), "--prometheus",
+                    f"http://127.0.0.1:{prom.port}", "--user", USER,
+                    "--password-file", str(password_file))
+    line = one_error_line(run, 1)
+    assert "404" in line and "path prefix" in line
+
+
+def test_prometheus_error_text_is_passed_on(prom: PrometheusServer) -> None:
+    with (PrometheusClient(ConnectionSettings(prom.url_with(USER, PASSWORD))) as client,
+          pytest.raises(PrometheusError, match=r"bad_data: .*parse error") as err):
+        client.query("sum(", 0)
+    assert err.value.status == 400 and not err.value.splittable
+    assert PASSWORD not in str(err.value)
+
+
+def test_no_data_and_unknown_workers(prom: PrometheusServer, dataset: Dataset,
+                                     password_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run = collector("export", "--since", str(dataset.t0 - 3600), "--until",
+                    str(dataset.t0 - 60), "--out", str(out), *auth(prom, password_file))
+    assert "no GPU series" in one_error_line(run, 1)
+    run = collector("export", "--since", str(dataset.core), "--until", str(dataset.core + 60),
+                    "--workers", "w-a", "w-zz", "--out", str(out), *auth(prom, password_file))
+    assert "'w-zz'" in one_error_line(run, 1)
+    run = collector("export", "--since", str(dataset.core + 60), "--until",
+                    str(dataset.core), "--out", str(out), *auth(prom, password_file))
+    assert "before the end" in one_error_line(run, 2)
+    assert not out.exists()
+
+
+def test_tls_with_a_private_ca_and_a_client_certificate(blocks: Path, dataset: Dataset,
+                                                       tmp_path: Path) -> None:
+    tls = make_tls_files(tmp_path / "tls")
+    with run_prometheus(tmp_path / "prom", blocks=blocks, tls=tls) as server:
+        base = ["peaks", "--since", str(dataset.core), "--until", str(dataset.core + 600),
+                "--workers", "w-b", "--json", "--prometheus", server.url, "--retries", "0"]
+        client = ["--cert", str(tls.client_cert), "--key", str(tls.client_key)]
+        run = collector(*base, "--ca-file", str(tls.ca), *client)
+        assert run.code == 0, run.err
+        assert [p["worker"] for p in json.loads(run.out)] == ["w-b"]
+        line = one_error_line(collector(*base, *client), 1)         # the CA is unknown
+        assert "certificate verify failed" in line and "--ca-file" in line
+        one_error_line(collector(*base, "--ca-file", str(tls.ca)), 1)  # no client certificate
+
+
+def test_a_failure_in_the_middle_leaves_no_file(blocks: Path, dataset: Dataset,
+                                                tmp_path: Path) -> None:
+    """Prometheus goes away after two of fifty workers: no CSV, no staging folder."""
+    with run_prometheus(tmp_path / "prom", blocks=blocks) as server:
+        def stop_at_third(done: int, total: int, worker: str) -> None:
+            if done == 2:
+                server.stop()
+
+        out = tmp_path / "out"
+        with (PrometheusClient(ConnectionSettings(server.url, retries=0)) as client,
+              pytest.raises(PrometheusError, match="cannot reach Prometheus")):
+            export(client, dataset.many, dataset.many + 60, out, progress=stop_at_third)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prom"]
+
+
+def test_the_command_runs_as_a_program(prom: PrometheusServer, dataset: Dataset,
+                                       tmp_path: Path) -> None:
+    """``python -m collector``, the URL (with credentials) from the environment; stderr is
+    not a terminal, so no progress; --quiet, so no summary."""
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin:/bin", ENV_URL: prom.url_with(USER, PASSWORD)}
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "export", "--since", str(dataset.core),
+         "--until", str(dataset.core + 60), "--workers", "w-b", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert len(read_csv(out / "w-b.csv")) == 12
+    result = subprocess.run([sys.executable, "-m", "collector", "export", "--since", "soon"],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+                            check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("collector: error: --since: 'soon' is not a time")
+    assert len(result.stderr.splitlines()) == 1

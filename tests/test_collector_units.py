@@ -1,0 +1,351 @@
+"""The collector's pure logic: WHEN parsing, chunk plans, edge deduplication, the as-of join,
+rows and CSV layouts, connection settings. No server: these rules are checked exactly."""
+
+from __future__ import annotations
+
+import io
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from collector.cli import Terminal
+from collector.columns import COLUMNS, NAMES, select, source_metrics
+from collector.connection import load_config, parse_header, parse_timeout, resolve
+from collector.errors import UsageError
+from collector.layouts import (
+    format_value,
+    safe_file_names,
+    seed_header,
+    seed_rows,
+    tidy_header,
+    tidy_rows,
+)
+from collector.promapi import redact_url, split_credentials
+from collector.series import (
+    IDLE,
+    Series,
+    WorkerInfo,
+    clip,
+    cluster_timeline,
+    gpu_rows,
+    grid_halver,
+    halve_range,
+    merge,
+    natural_key,
+    plan_chunks,
+    plan_step_chunks,
+    select_workers,
+    worker_inventory,
+    worker_timeline,
+)
+from collector.timespec import (
+    MONITOR,
+    format_duration,
+    format_rfc3339,
+    parse_duration,
+    parse_when,
+)
+
+NOW = 1_700_000_000.0
+
+
+# ---- timespec ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2024-05-01T12:00:00Z", datetime(2024, 5, 1, 12, tzinfo=timezone.utc).timestamp()),
+    ("2024-05-01T14:00:00.250+02:00",
+     datetime(2024, 5, 1, 12, tzinfo=timezone.utc).timestamp() + 0.25),
+    ("2024-05-01 12:00:00z", datetime(2024, 5, 1, 12, tzinfo=timezone.utc).timestamp()),
+    ("1700000000", 1_700_000_000.0),
+    ("1700000000.5", 1_700_000_000.5),
+    ("90s", NOW - 90),
+    ("15m", NOW - 900),
+    ("2h", NOW - 7200),
+    ("1h30m", NOW - 5400),
+    ("500ms", NOW - 0.5),
+    ("now", NOW),
+    ("monitor", MONITOR),
+])
+def test_when_forms(text: str, expected: float | str) -> None:
+    assert parse_when(text, NOW) == expected
+
+
+@pytest.mark.parametrize(("text", "hint"), [
+    ("90", "add a unit"),                       # a duration without its unit
+    ("yesterday", "RFC 3339"),
+    ("2024-05-01T12:00:00", "RFC 3339"),        # no offset: ambiguous
+    ("2024-13-01T12:00:00Z", "not a valid time"),
+    ("-2h", "RFC 3339"),
+    ("2h30", "RFC 3339"),
+])
+def test_bad_when_says_what_is_accepted(text: str, hint: str) -> None:
+    with pytest.raises(ValueError, match=hint):
+        parse_when(text, NOW)
+
+
+def test_durations() -> None:
+    assert parse_duration("15") == 15
+    assert parse_duration("1d") == 86400
+    assert format_duration(120) == "2m"
+    assert format_duration(3600) == "1h"
+    assert format_duration(90) == "90s"
+    assert format_duration(0.5) == "500ms"
+    with pytest.raises(ValueError):
+        parse_duration("15 minutes")
+
+
+def test_rfc3339_output_is_utc_with_milliseconds() -> None:
+    assert format_rfc3339(1_700_000_000_250) == "2023-11-14T22:13:20.250Z"
+    assert format_rfc3339(1_700_000_000_000) == "2023-11-14T22:13:20.000Z"
+
+
+# ---- chunks and edges ----------------------------------------------------------------------
+
+
+def test_raw_chunks_cover_the_range_once() -> None:
+    assert plan_chunks(0, 10_000, 3_000) == [(0, 3000), (3000, 6000), (6000, 9000),
+                                             (9000, 10_000)]
+    assert plan_chunks(5, 5, 3_000) == [(5, 5)]
+    assert halve_range(0, 10_000) == ((0, 5000), (5000, 10_000))
+    assert halve_range(0, 1000) is None
+
+
+def test_step_chunks_stay_under_the_point_limit_and_share_no_point() -> None:
+    chunks = plan_step_chunks(0, 12_000_000, 1000, 11_000)
+    assert chunks == [(0, 10_999_000), (11_000_000, 12_000_000)]
+    points = [p for lo, hi in chunks for p in range(lo, hi + 1, 1000)]
+    assert points == list(range(0, 12_000_001, 1000))
+    assert all((hi - lo) // 1000 + 1 <= 11_000 for lo, hi in chunks)
+    assert plan_step_chunks(0, 2500, 1000, 11_000) == [(0, 2000)]  # the grid stops at 2000
+    halves = grid_halver(1000)(0, 4000)
+    assert halves == ((0, 1000), (2000, 4000))
+    assert grid_halver(1000)(3000, 3000) is None
+
+
+def test_samples_on_chunk_edges_are_kept_once() -> None:
+    # A closed range selector returns the edge sample in both chunks (Prometheus 2).
+    first = [Series({"a": "1"}, [(0, 1.0), (1000, 2.0), (2000, 3.0)])]
+    second = [Series({"a": "1"}, [(2000, 3.0), (3000, 4.0)])]
+    pieces = clip(first, 0, 2000, include_lo=True) + clip(second, 2000, 4000, include_lo=False)
+    assert merge(pieces) == [Series({"a": "1"}, [(0, 1.0), (1000, 2.0), (2000, 3.0),
+                                                 (3000, 4.0)])]
+    # The 1 ms added to the first window (for left-open ranges) never leaks a sample.
+    assert clip([Series({}, [(-1, 0.0), (0, 1.0)])], 0, 10, include_lo=True)[0].samples == [
+        (0, 1.0)]
+    assert clip([Series({}, [(-1, 0.0)])], 0, 10, include_lo=True) == []
+
+
+# ---- the as-of join ------------------------------------------------------------------------
+
+
+def _series(points: dict[int, float], **labels: str) -> Series:
+    return Series(labels, sorted(points.items()))
+
+
+def test_cluster_state_is_the_last_scrape_at_or_before() -> None:
+    job = _series({1000: -1, 2000: 0, 3000: 0})
+    dag = _series({1000: -1, 2000: 0, 3000: 1})
+    timeline = cluster_timeline([job], [dag])
+    age = 60_000
+    assert timeline.at(999, age) == IDLE            # before the first scrape
+    assert timeline.at(1000, age) == IDLE           # -1 is idle
+    assert timeline.at(1999, age) == IDLE           # just before the scrape that says job 0
+    assert timeline.at(2000, age) == ("0", "0")     # exactly at it
+    assert timeline.at(2999, age) == ("0", "0")
+    assert timeline.at(3000, age) == ("0", "1")
+    assert timeline.at(3000 + age, age) == ("0", "1")
+    assert timeline.at(3001 + age, age) == IDLE     # the scheduler was not scraped since
+
+
+def test_worker_state_is_absent_when_idle_and_the_oldest_dag_when_several() -> None:
+    scrapes = [1000, 2000, 3000, 4000]
+    tasks = [_series({2000: 3, 3000: 1}, job_id="9", dag_id="2"),
+             _series({3000: 2}, job_id="10", dag_id="0"),
+             _series({3000: 5}, job_id="9", dag_id="10")]
+    timeline = worker_timeline(scrapes, tasks)
+    assert timeline.at(1500, 10_000) == IDLE
+    assert timeline.at(2000, 10_000) == ("9", "2")
+    assert timeline.at(3500, 10_000) == ("9", "2")  # 9 < 10 numerically; dag 2 < dag 10
+    assert timeline.at(4000, 10_000) == IDLE         # series absent from that scrape
+
+
+def test_gpu_rows_keep_gaps_and_join_restarted_series() -> None:
+    used = [_series({0: 10.0, 5000: 20.0}, gpu="0", uuid="U0", instance="a:1"),
+            _series({60_000: 30.0}, gpu="0", uuid="U0", instance="a:2")]  # after a restart
+    total = [_series({0: 100.0, 5000: 100.0, 60_000: 100.0}, gpu="0", uuid="U0")]
+    power = [_series({0: math.nan, 5000: 7.0}, gpu="0", uuid="U0")]
+    columns = select(["total-mem", "mem-util", "power"])
+    empty = cluster_timeline([], [])
+    rows = gpu_rows({"dask_gpu_memory_used_bytes": used, "dask_gpu_memory_total_bytes": total,
+                     "dask_gpu_power_watts": power}, columns, empty, empty, 1000)
+    assert [(r.time, r.values[:2]) for r in rows] == [(0, (10.0, 10.0)), (5000, (20.0, 20.0)),
+                                                      (60_000, (30.0, 30.0))]
+    assert math.isnan(rows[0].values[2])
+    assert rows[2].values[2] is None                 # no power sample after the restart
+
+
+# ---- columns, layouts ----------------------------------------------------------------------
+
+
+def test_columns() -> None:
+    assert NAMES == ("total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util",
+                     "power", "temperature", "sm-clock", "energy")
+    assert [c.name for c in select(["energy", "mem-util"])] == ["mem-util", "energy"]
+    assert source_metrics(select(["mem-util"])) == ["dask_gpu_memory_used_bytes",
+                                                     "dask_gpu_memory_total_bytes"]
+    with pytest.raises(ValueError, match=r"unknown metric 'gpu-util'.*known: total-mem"):
+        select(["gpu-util"])
+    by_name = {c.name: c for c in COLUMNS}
+    assert by_name["compute-util"].value(0.29, None) == 29
+    assert by_name["sm-clock"].value(1_410_000_000, None) == 1410
+    assert by_name["mem-util"].value(4.0, 16.0) == 25
+    assert by_name["mem-util"].value(4.0, None) is None
+
+
+def test_value_format() -> None:
+    assert [format_value(v) for v in (None, math.nan, math.inf, -math.inf, 2.0**40, 12.5,
+                                      0.1)] == ["", "NaN", "+Inf", "-Inf", "1099511627776",
+                                                "12.5", "0.1"]
+
+
+def test_file_names_are_safe_and_distinct() -> None:
+    names = safe_file_names(["tcp://10.0.0.1:4000", "workers", "Workers", "a/b", "a_b", ".x"],
+                            "tidy")
+    assert names == {"tcp://10.0.0.1:4000": "tcp___10.0.0.1_4000.csv", "workers": "workers_2.csv",
+                     "Workers": "Workers_3.csv", "a/b": "a_b.csv", "a_b": "a_b_2.csv",
+                     ".x": "x.csv"}
+    assert safe_file_names(["b", "a"], "seed") == {"b": "worker_0.csv", "a": "worker_1.csv"}
+
+
+def test_natural_order() -> None:
+    assert sorted(["w-10", "w-2", "w-1", "v"], key=natural_key) == ["v", "w-1", "w-2", "w-10"]
+
+
+def test_tidy_and_seed_rows() -> None:
+    columns = select(["total-mem", "power"])
+    used = [_series({1000: 5.0, 2000: 6.0}, gpu="0", uuid="U0"),
+            _series({1000: 7.0}, gpu="1", uuid="U1")]
+    power = [_series({1000: 50.0}, gpu="0", uuid="U0")]
+    cluster = cluster_timeline([_series({0: 3})], [_series({0: 1})])
+    worker = worker_timeline([0], [_series({0: 1}, job_id="3", dag_id="0")])
+    rows = gpu_rows({"dask_gpu_memory_used_bytes": used, "dask_gpu_power_watts": power},
+                    columns, cluster, worker, 10_000)
+    assert tidy_header(columns)[:9] == ["timestamp", "time", "worker", "gpu", "uuid", "job",
+                                        "dag", "worker_job", "worker_dag"]
+    assert list(tidy_rows("w", rows, 0)) == [
+        ["1.000", "1970-01-01T00:00:01.000Z", "w", "0", "U0", "3", "1", "3", "0", "5", "50"],
+        ["1.000", "1970-01-01T00:00:01.000Z", "w", "1", "U1", "3", "1", "3", "0", "7", ""],
+        ["2.000", "1970-01-01T00:00:02.000Z", "w", "0", "U0", "3", "1", "3", "0", "6", ""]]
+    assert seed_header(columns) == ["job", "dag", "timestamp", "total-mem", "power"]
+    assert list(seed_rows(rows, 1000)) == [["3", "1", "0.000", "5, 7", "50, NaN"],
+                                           ["3", "1", "1.000", "6, NaN", "NaN, NaN"]]
+
+
+def test_workers_inventory_and_selection() -> None:
+    gpu_info = [{"worker": "w-10", "gpu": "1", "uuid": "B", "hostname": "h2"},
+                {"worker": "w-10", "gpu": "0", "uuid": "A", "hostname": "h1"},
+                {"worker": "w-2", "gpu": "0", "uuid": "C", "hostname": "h1"}]
+    sched = [{"worker": "w-10", "address": "tcp://x:1"}, {"worker": "w-10", "address": "tcp://x:2"},
+             {"worker": "gone", "address": "tcp://y:1"}]
+    found = worker_inventory(gpu_info, sched)
+    assert found == [WorkerInfo("w-2", [], ["h1"], [("0", "C")]),
+                     WorkerInfo("w-10", ["tcp://x:1", "tcp://x:2"], ["h2", "h1"],
+                                [("0", "A"), ("1", "B")])]
+    assert [w.name for w in select_workers(found, ["w-1*"])] == ["w-10"]
+    assert select_workers(found, None) == found
+    with pytest.raises(LookupError, match="w-3"):
+        select_workers(found, ["w-2", "w-3"])
+
+
+# ---- connection settings -------------------------------------------------------------------
+
+
+def test_url_credentials_are_split_off_and_redacted() -> None:
+    assert split_credentials("http://al%40ice:p%3Ass@host:9090/prom/") == (
+        "http://host:9090/prom", "al@ice", "p:ss")
+    assert split_credentials("localhost:9090") == ("http://localhost:9090", None, None)
+    assert redact_url("see https://u:secret@host/x") == "see https://host/x"
+    with pytest.raises(ValueError, match="without"):
+        split_credentials("http://host/?x=1")
+
+
+def test_resolve_precedence_and_secrets(tmp_path: Path) -> None:
+    password = tmp_path / "pw"
+    password.write_text("hunter2\n")
+    token = tmp_path / "token"
+    token.write_text("tok")
+    env = {"DASK_METRICS_PROMETHEUS_URL": "http://env:9090"}
+    settings = resolve({"user": "bob", "password_file": str(password),
+                        "header": ["X-Scope-OrgID: t1"], "timeout": "3,30"}, env)
+    assert (settings.url, settings.user, settings.password) == ("http://env:9090", "bob",
+                                                                "hunter2")
+    assert settings.headers == (("X-Scope-OrgID", "t1"),)
+    assert (settings.connect_timeout, settings.read_timeout) == (3, 30)
+    assert "hunter2" not in repr(settings)
+    from_url = resolve({"prometheus": "http://u:pw@cli:1"}, env)
+    assert (from_url.url, from_url.user, from_url.password) == ("http://cli:1", "u", "pw")
+    assert resolve({"bearer_token_file": str(token)}, env).bearer_token == "tok"
+    for bad, message in (({}, "no Prometheus URL"),
+                         ({"prometheus": "h", "user": "bob"}, "needs --password-file"),
+                         ({"prometheus": "h", "password_file": str(password)}, "needs --user"),
+                         ({"prometheus": "http://u:p@h", "bearer_token_file": str(token)},
+                          "not both"),
+                         ({"prometheus": "h", "retries": "x"}, "--retries"),
+                         ({"prometheus": "h", "ca_file": str(tmp_path / "none")}, "no such"),
+                         ({"prometheus": "ftp://h"}, "http")):
+        with pytest.raises(UsageError, match=message):
+            resolve(bad, {})
+
+
+def test_config_file(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("s3cret")
+    config = tmp_path / "collector.yaml"
+    config.write_text("prometheus: https://mimir.example/prometheus\nuser: bob\n"
+                      "password-file: pw\nheaders:\n  X-Scope-OrgID: team-a\ntimeout: 10\n")
+    settings = resolve({}, {}, load_config(str(config)))
+    assert settings.password == "s3cret"          # relative to the config file's folder
+    assert settings.headers == (("X-Scope-OrgID", "team-a"),)
+    assert settings.read_timeout == 10
+    assert resolve({"prometheus": "http://cli:1"}, {}, load_config(str(config))).url == (
+        "http://cli:1")
+    config.write_text("prometheus: x\npasword-file: pw\n")
+    with pytest.raises(UsageError, match="unknown key 'pasword-file'"):
+        load_config(str(config))
+    with pytest.raises(UsageError, match="No such file"):
+        load_config(str(tmp_path / "missing.yaml"))
+
+
+def test_header_and_timeout_syntax() -> None:
+    assert parse_header("X-Scope-OrgID:t1") == ("X-Scope-OrgID", "t1")
+    assert parse_timeout("20") == (5, 20)
+    for bad in ("no-colon", ": value", "Bad Name: x"):
+        with pytest.raises(UsageError, match="NAME:VALUE"):
+            parse_header(bad)
+    with pytest.raises(UsageError):
+        parse_timeout("0")
+
+
+# ---- progress ------------------------------------------------------------------------------
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_only_on_a_terminal_and_not_quiet() -> None:
+    tty = _Tty()
+    ui = Terminal(quiet=False, stream=tty)
+    ui.progress(0, 2, "w-1")
+    ui.warning("careful")
+    ui.progress(2, 2, "")
+    assert "worker 1/2: w-1" in tty.getvalue()
+    assert "\rcollector: warning: careful\n" in tty.getvalue().replace("\033[K", "")
+    for quiet, stream in ((True, _Tty()), (False, io.StringIO())):
+        ui = Terminal(quiet=quiet, stream=stream)
+        ui.progress(0, 2, "w-1")
+        ui.info("done")
+        assert "worker" not in stream.getvalue()
