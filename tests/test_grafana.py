@@ -1,0 +1,454 @@
+"""The Grafana dashboards (grafana/) and their provisioning.
+
+Structure: the rules of grafana/generate.py hold for every dashboard, panel, target and
+variable. Live: every panel's queries, evaluated by a real Prometheus that scraped real GPU
+exporters (sidecars) and a real scheduler with the scheduler preload while real Dask workers
+ran a workload, return data with the labels their legends use: no dead panel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import operator
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fake_nvml import FakeNVML, GiB
+from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
+from tests.scheduler_helpers import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+GRAFANA = ROOT / "grafana"
+DASHBOARD_DIR = GRAFANA / "dashboards"
+CHART_DASHBOARD_DIR = ROOT / "deploy" / "helm" / "dask-metrics" / "dashboards"
+RULES_FILE = ROOT / "deploy" / "helm" / "dask-metrics" / "files" / "prometheus-rules.yaml"
+UIDS = {"dask-metrics-cluster.json": "dask-metrics-cluster",
+        "dask-metrics-worker.json": "dask-metrics-worker",
+        "dask-metrics-jobs.json": "dask-metrics-jobs"}
+DS = {"type": "prometheus", "uid": "${datasource}"}
+GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+LEGEND_LABELS = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+RANGE_FUNCS = re.compile(r"\b(rate|irate|increase|delta|idelta|deriv)\(")
+SIMULATED_UUID0 = "GPU-5151a7ed-0000-4000-8000-000000000000"  # exporter.gpu_source
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((DASHBOARD_DIR / name).read_text(encoding="utf-8"))
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel that shows data (rows' children included, rows themselves not)."""
+    for p in dashboard["panels"]:
+        if p["type"] == "row":
+            yield from p.get("panels", [])
+        else:
+            yield p
+
+
+def variables(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return dashboard["templating"]["list"]
+
+
+def variable_query(var: dict[str, Any]) -> str:
+    q = var["query"]
+    return q["query"] if isinstance(q, dict) else q
+
+
+def all_targets() -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    return [(name, p["title"], p, t) for name in UIDS for p in panels(load(name))
+            for t in p["targets"]]
+
+
+# ---- structure -------------------------------------------------------------------------------
+
+
+def test_generated_files_match_their_source_and_the_charts_copy():
+    spec = importlib.util.spec_from_file_location("grafana_generate", GRAFANA / "generate.py")
+    assert spec and spec.loader
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    rendered = generate.render()
+    assert sorted(rendered) == sorted(UIDS)
+    assert sorted(p.name for p in DASHBOARD_DIR.glob("*.json")) == sorted(UIDS)
+    assert sorted(p.name for p in CHART_DASHBOARD_DIR.glob("*.json")) == sorted(UIDS)
+    for name, text in rendered.items():
+        assert (DASHBOARD_DIR / name).read_text(encoding="utf-8") == text, (
+            f"grafana/dashboards/{name} is stale: run python grafana/generate.py")
+        # One source of truth: the chart ships byte-identical copies.
+        assert (CHART_DASHBOARD_DIR / name).read_bytes() == (DASHBOARD_DIR / name).read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_dashboard_is_portable_and_stable(name):
+    text = (DASHBOARD_DIR / name).read_text(encoding="utf-8")
+    d = json.loads(text)
+    assert d["id"] is None
+    assert d["uid"] == UIDS[name] and len(d["uid"]) <= 40
+    assert "__inputs" not in d and "__requires" not in d
+    assert "${DS_" not in text and "DS_PROMETHEUS" not in text
+    assert "dask-metrics" in d["tags"]
+    ds = [v for v in variables(d) if v["name"] == "datasource"]
+    assert len(ds) == 1 and ds[0]["type"] == "datasource" and ds[0]["query"] == "prometheus"
+    ids = [p["id"] for p in d["panels"]] + [c["id"] for p in d["panels"]
+                                            for c in p.get("panels", [])]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) for i in ids)
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_variables_come_from_label_values_and_refresh_on_time_change(name):
+    d = load(name)
+    names = {v["name"] for v in variables(d)}
+    used = set()
+    for p in panels(d):
+        for t in p["targets"]:
+            used |= {next(g for g in m.groups() if g) for m in GRAFANA_VARS.finditer(t["expr"])}
+    assert {n for n in used if not n.startswith("__")} <= names, "a query uses an unknown var"
+    for var in variables(d):
+        if var["type"] != "query":
+            continue
+        assert var["datasource"] == DS
+        assert re.fullmatch(r"label_values\([^()]*(\{[^}]*\})?\s*,\s*\w+\)", variable_query(var))
+        assert var["refresh"] == 2, f"{var['name']}: refresh on time range change"
+        if var.get("includeAll"):
+            assert var["allValue"] == ".*"
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_every_panel_and_target_follows_the_rules(name):
+    d = load(name)
+    for p in panels(d):
+        where = f"{name}: {p['title']!r}"
+        assert p["datasource"] == DS, where
+        assert p["fieldConfig"]["defaults"].get("unit"), f"{where} has no unit"
+        assert p.get("description"), f"{where} has no description"
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24 and g["h"] > 0, where
+        assert p["targets"], where
+        refs = [t["refId"] for t in p["targets"]]
+        assert len(refs) == len(set(refs)), where
+        for t in p["targets"]:
+            expr = t["expr"]
+            assert t["datasource"] == DS, where
+            assert expr.strip() and t["legendFormat"], where
+            assert t["instant"] != t["range"], where
+            assert re.search(r"\bdask_(gpu|job)_\w+", expr), f"{where}: not a dask-metrics series"
+            # Rates over Grafana's interval, never a hard-coded window: [$__rate_interval]
+            # adapts to the scrape interval; [$__range] is for totals over the time range.
+            for m in RANGE_FUNCS.finditer(expr):
+                window = re.match(r"[^\[]*\[([^\]]+)\]", expr[m.end():])
+                assert window and window.group(1) in ("$__rate_interval", "$__range"), (
+                    f"{where}: {m.group(1)}() window must be $__rate_interval: {expr}")
+            assert not re.search(r"\[\d+[smhd]", expr), f"{where}: fixed range in {expr}"
+            if p["type"] in ("stat", "table"):
+                assert t["instant"], f"{where}: {p['type']} panels query one instant"
+            else:
+                assert t["range"], f"{where}: {p['type']} panels need a range query"
+
+
+def test_panels_cover_what_the_issue_asks_for():
+    cluster, worker, jobs = (load(n) for n in UIDS)
+    exprs = {n: " ".join(t["expr"] for p in panels(load(n)) for t in p["targets"]) for n in UIDS}
+    types = {p["type"] for p in panels(cluster)}
+    assert "state-timeline" in types or "heatmap" in types
+    for series in ("dask_gpu_memory_used_bytes", "dask_gpu_memory_peak_bytes",
+                   "dask_gpu_memory_total_bytes", "dask_gpu_power_watts",
+                   "dask_job_worker_gpu_info", "dask_job_worker_tasks"):
+        assert series in exprs["dask-metrics-cluster.json"], series
+    for series in ("dask_gpu_process_memory_used_bytes", "dask_gpu_exporter_nvml_up",
+                   "dask_gpu_exporter_nvml_errors_total", "dask_gpu_exporter_samples_total",
+                   "dask_gpu_exporter_last_sample_timestamp_seconds",
+                   "dask_gpu_exporter_sample_duration_seconds"):
+        assert series in exprs["dask-metrics-worker.json"], series
+    job_exprs = exprs["dask-metrics-jobs.json"]
+    assert re.search(r"dask_job_worker_tasks.*on\(worker\).*dask_gpu_busy_seconds_total",
+                     job_exprs)
+    for series in ("dask_job_dag_status", "dask_job_dag_info", "dask_gpu_memory_peak_bytes"):
+        assert series in job_exprs
+    assert any(p["type"] == "state-timeline" for p in panels(jobs))
+    assert [v["name"] for v in variables(worker)][:2] == ["datasource", "worker"]
+
+
+def test_provisioning_points_at_the_dashboards():
+    prov = GRAFANA / "provisioning"
+    (ds_file,) = (prov / "datasources").glob("*.yaml")
+    datasources = yaml.safe_load(ds_file.read_text())["datasources"]
+    assert [d["type"] for d in datasources] == ["prometheus"]
+    assert datasources[0]["uid"] and datasources[0]["isDefault"]
+    assert datasources[0]["jsonData"]["timeInterval"], "$__rate_interval needs the scrape interval"
+    (dash_file,) = (prov / "dashboards").glob("*.yaml")
+    (provider,) = yaml.safe_load(dash_file.read_text())["providers"]
+    assert provider["type"] == "file" and provider["allowUiUpdates"] is False
+    # The compose stack mounts grafana/dashboards at the provider's path.
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+    mounts = compose["services"]["grafana"]["volumes"]
+    assert f"../grafana/dashboards:{provider['options']['path']}:ro" in mounts
+    assert "../grafana/provisioning:/etc/grafana/provisioning:ro" in mounts
+    scrape = yaml.safe_load((ROOT / "docker" / "prometheus" / "prometheus.yml").read_text())
+    assert datasources[0]["jsonData"]["timeInterval"] == scrape["global"]["scrape_interval"]
+
+
+# ---- live: real exporters, real scheduler preload, real Prometheus -----------------------
+
+
+@dataclass
+class Live:
+    prometheus: PrometheusServer
+    start: float
+    end: float = 0.0
+    log_dir: Path = field(default_factory=Path)
+
+    def api(self, path: str, **params: Any) -> Any:
+        status, body = self.prometheus.get(f"{path}?{urllib.parse.urlencode(params, doseq=True)}",
+                                           timeout=30)
+        reply = json.loads(body)
+        assert status == 200 and reply["status"] == "success", f"{path} {params}: {body[:500]}"
+        return reply["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        return self.api("/api/v1/query", query=expr, time=at or time.time())["result"]
+
+    def query_range(self, expr: str) -> list[dict[str, Any]]:
+        return self.api("/api/v1/query_range", query=expr, start=self.start, end=self.end,
+                        step=1)["result"]
+
+    def grafana_vars(self, **values: str) -> dict[str, str]:
+        seconds = max(1, int(self.end - self.start) + 1)
+        return {"__rate_interval": "4s", "__interval": "1s", "__interval_ms": "1000",
+                "__range": f"{seconds}s", "__range_s": str(seconds),
+                "__range_ms": str(seconds * 1000), **values}
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    def repl(m: re.Match[str]) -> str:
+        name = next(g for g in m.groups() if g)
+        assert name in values, f"no value for ${name} in {expr}"
+        return values[name]
+
+    out = GRAFANA_VARS.sub(repl, expr)
+    assert "$" not in out, out
+    return out
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _has(live: Live, expr: str) -> bool:
+    return bool(live.query(expr))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iterator[Live]:
+    """Scheduler (preload) + workers w1, w2 (worker preload publishing identity only) + one GPU
+    sidecar per worker + Prometheus scraping every second, after a workload of three DAGs in
+    two jobs (one DAG errs) and a monitor session.
+
+    w1's GPUs are simulated; w2 runs the real pynvml over the fake libnvidia-ml with GPU 0
+    carrying the same UUID as w1's GPU 0 (a shared GPU) and GPU 1 lost mid-run (dask_gpu_up 0,
+    NVML errors), so the health and sharing panels have something to show too.
+    """
+    from distributed import Client
+
+    work = tmp_path_factory.mktemp("grafana_live")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("DASK_METRICS_PROMETHEUS_URL", None)
+    fake = FakeNVML(work / "nvml_state", fake_nvml_lib, gpus=2)
+    fake.gpus[0].uuid = SIMULATED_UUID0
+    fake.gpus[0].gpu_util, fake.gpus[0].memory_util = 70, 30
+    fake.gpus[0].memory_used = 20 * GiB
+    fake.write()
+    fake_env = {**env, **{k: v for k, v in fake.env.items() if k in ("LD_LIBRARY_PATH",
+                                                                      "FAKE_NVML_STATE")}}
+    sched_port, dash_port = free_port(), free_port()
+    sidecar_ports = {"w1": free_port(), "w2": free_port()}
+    scrape_configs = [
+        {"job_name": "dask-gpu", "static_configs": [
+            {"targets": [f"127.0.0.1:{p}" for p in sidecar_ports.values()]}]},
+        {"job_name": "dask-scheduler", "static_configs": [
+            {"targets": [f"127.0.0.1:{dash_port}"]}]},
+    ]
+    dask = [sys.executable, "-m", "dask"]
+    procs: list[subprocess.Popen[bytes]] = []
+    workers: dict[str, subprocess.Popen[bytes]] = {}
+    with run_prometheus(work / "prometheus", scrape_configs=scrape_configs) as prom:
+        live = Live(prom, start=time.time(), log_dir=work)
+        try:
+            procs.append(_start(
+                [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
+                 "--dashboard-address", f"127.0.0.1:{dash_port}", "--preload",
+                 "exporter.scheduler"], work / "scheduler.log", env))
+            address = f"tcp://127.0.0.1:{sched_port}"
+            for name in ("w1", "w2"):
+                simulate = ["--simulate", "2"] if name == "w1" else []
+                worker_env = env if name == "w1" else fake_env
+                info = str(work / f"{name}.json")
+                workers[name] = _start(
+                    [*dask, "worker", address, "--name", name, "--nthreads", "1",
+                     "--no-nanny", "--no-dashboard", "--preload", "exporter.worker",
+                     "--worker-info-file", info, "--serve-metrics", "false", *simulate],
+                    work / f"{name}.log", worker_env)
+                procs.append(_start(
+                    [sys.executable, "-m", "exporter", "--worker", name,
+                     "--worker-info-file", info, "--listen",
+                     f"127.0.0.1:{sidecar_ports[name]}", "--interval", "0.2", *simulate],
+                    work / f"sidecar-{name}.log", worker_env))
+            # The worker's processes on w2's healthy GPU, as NVML would list them.
+            fake.gpus[0].processes = [(workers["w2"].pid, 3 * GiB)]
+            fake.write()
+            with Client(address, name="etl", timeout=60) as etl, \
+                    Client(address, name="train", timeout=60) as train:
+                etl.wait_for_workers(2, timeout=60)
+                wait_for(lambda: _has(live, 'dask_gpu_up{worker="w2", gpu="1"} == 1')
+                         and _has(live, 'dask_gpu_info{worker="w1"}'), timeout=60,
+                         interval=0.5, what="both sidecars scraped")
+                fake.gpus[1].lost = True  # w2's GPU 1 falls off the bus from now on
+                fake.write()
+                reply = etl.sync(etl.scheduler.dask_metrics_monitor_start, metrics=["mem-util"])
+                assert reply["ok"], reply
+                first = etl.map(time.sleep, [1.5] * 4, pure=False)            # job 0, DAG 0
+                second = train.map(time.sleep, [1.5] * 2, pure=False)         # job 1, DAG 0
+                wait_for(lambda: {r["metric"]["worker"] for r in live.query(
+                    "dask_job_worker_tasks")} == {"w1", "w2"}, timeout=30, interval=0.2,
+                    what="Prometheus sees both workers busy")
+                etl.gather(first), train.gather(second)
+                erred = etl.submit(operator.truediv, 1, 0, pure=False)       # job 0, DAG 1
+                with pytest.raises(ZeroDivisionError):
+                    erred.result()
+                third = etl.map(time.sleep, [1.0] * 2, pure=False)           # job 0, DAG 2
+                etl.gather(third)
+                reply = etl.sync(etl.scheduler.dask_metrics_monitor_stop, timeout=30)
+                assert reply["ok"], reply
+                ready = [
+                    'dask_job_dag_status{job_id="0", dag_id="1"} == 3',
+                    'dask_job_dag_status{job_id="0", dag_id="2"} == 2',
+                    "dask_job_monitor_stop_timestamp_seconds > 0",
+                    'dask_gpu_up{worker="w2", gpu="1"} == 0',
+                    "dask_gpu_exporter_nvml_errors_total > 0",
+                    'dask_gpu_process_memory_used_bytes{worker="w2"}',
+                    'count(count by (worker) (dask_job_worker_gpu_info)) == 2',
+                ]
+                wait_for(lambda: [e for e in ready if not _has(live, e)], lambda x: not x,
+                         timeout=60, interval=0.5, what="every series in Prometheus")
+                live.end = time.time()
+                yield live
+        finally:
+            _stop(list(workers.values()))  # workers first: a clean goodbye to the scheduler
+            _stop(procs)
+
+
+def _check_result(where: str, expr: str, legend: str, result: list[dict[str, Any]]) -> None:
+    assert result, f"{where}: no data for {expr}"
+    labels = set(LEGEND_LABELS.findall(legend))
+    for series in result:
+        missing = labels - set(series["metric"])
+        assert not missing, f"{where}: legend {legend!r} uses {missing}, absent in {series}"
+        if "values" in series:
+            assert series["values"], f"{where}: empty series {series['metric']}"
+
+
+LIVE_CASES = [("dask-metrics-cluster.json", {"worker": ".*", "idle_below": "0.05"}),
+              ("dask-metrics-worker.json", {"worker": ".*", "gpu": ".*"}),
+              ("dask-metrics-worker.json", {"worker": "w2", "gpu": ".*"}),
+              ("dask-metrics-jobs.json", {"worker": ".*", "job_id": ".*"})]
+
+
+@requires_prometheus
+@pytest.mark.integration
+@pytest.mark.parametrize(("name", "values"), LIVE_CASES,
+                         ids=[f"{n.removesuffix('.json')}-{v['worker']}" for n, v in LIVE_CASES])
+def test_every_panel_returns_data_with_its_legend_labels(live, name, values):
+    d = load(name)
+    grafana_vars = live.grafana_vars(**values)
+    for p in panels(d):
+        for t in p["targets"]:
+            where = f"{name} / {p['title']} / {t['refId']}"
+            expr = substitute(t["expr"], grafana_vars)
+            result = live.query(expr, at=live.end) if t["instant"] else live.query_range(expr)
+            _check_result(where, expr, t["legendFormat"], result)
+
+
+@requires_prometheus
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_every_variable_has_values(live, name):
+    for var in variables(load(name)):
+        if var["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", variable_query(var))
+        assert m
+        selector = substitute(m.group(1), {"worker": ".*"})
+        found = live.api(f"/api/v1/label/{m.group(2)}/values", **{"match[]": selector},
+                         start=live.start, end=live.end)
+        assert found, f"{name}: variable {var['name']} has no values"
+        if var["name"] == "worker":
+            assert set(found) == {"w1", "w2"}
+
+
+@requires_prometheus
+@pytest.mark.integration
+def test_live_values_make_sense(live):
+    """Spot checks of what the panels show, beyond 'not empty'."""
+    at = live.end
+    shared = live.query("dask_job_worker_gpu_info and on(uuid) "
+                        "(count by (uuid) (dask_job_worker_gpu_info) > 1)", at)
+    assert {(r["metric"]["worker"], r["metric"]["uuid"]) for r in shared} == {
+        ("w1", SIMULATED_UUID0), ("w2", SIMULATED_UUID0)}
+    statuses = {(r["metric"]["job_id"], r["metric"]["dag_id"]): r["value"][1] for r in
+                live.query(f"last_over_time(dask_job_dag_status[{int(at - live.start) + 1}s])",
+                           at)}
+    assert statuses == {("0", "0"): "2", ("1", "0"): "2", ("0", "1"): "3", ("0", "2"): "2"}
+    jobs = d_load_jobs_table(live)
+    assert set(jobs) == {"0", "1"}
+    assert all(v > 0 for v in jobs.values()), jobs
+
+
+def d_load_jobs_table(live: Live) -> dict[str, float]:
+    """job_id -> GPU-hours held, from the jobs dashboard's own query."""
+    (table,) = [p for p in panels(load("dask-metrics-jobs.json"))
+                if p["title"] == "Jobs: GPU time and peak memory"]
+    held = next(t for t in table["targets"] if t["legendFormat"] == "held")
+    expr = substitute(held["expr"], live.grafana_vars(worker=".*", job_id=".*"))
+    return {r["metric"]["job_id"]: float(r["value"][1]) for r in live.query(expr, live.end)}
+
+
+@requires_prometheus
+@pytest.mark.integration
+def test_alert_expressions_run_on_live_data(live):
+    """Every alert of the chart's rules evaluates on real series; the faults staged in the
+    workload (a lost GPU, NVML errors, a shared GPU) show up in their expressions."""
+    rules = [r for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]]
+    firing = {}
+    for rule in rules:
+        firing[rule["alert"]] = live.query(rule["expr"], live.end)
+    assert {r["metric"]["gpu"] for r in firing["DaskGPULost"]} == {"1"}
+    assert firing["DaskGPUNVMLErrors"]
+    assert firing["DaskGPUSharedByWorkers"]
+    assert not firing["DaskGPUExporterDown"] and not firing["DaskGPUNVMLUnavailable"]
