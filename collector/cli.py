@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
-from collector import __version__
 from collector.columns import NAMES, select
 from collector.connection import ENV_URL, load_config, resolve
 from collector.errors import CollectorError, UsageError
 from collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
 from collector.fetch import last_monitor_session
 from collector.layouts import LAYOUTS
+from collector.monitor import Monitor
 from collector.peaks import BY, format_table, peaks
 from collector.promapi import PrometheusClient
 from collector.timespec import (
@@ -31,6 +35,8 @@ from collector.timespec import (
     parse_when,
     to_ms,
 )
+from collector.watch import WatchOptions, watch
+from exporter import __version__
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -111,6 +117,46 @@ def build_parser() -> argparse.ArgumentParser:
     pk.add_argument("--json", action="store_true", help="a JSON list instead of a table")
     pk.add_argument("--by", choices=BY, default="gpu",
                     help="gpu: one peak per worker and GPU (default); job: one per job too")
+
+    sched = argparse.ArgumentParser(add_help=False)
+    sched.add_argument("--scheduler", metavar="ADDR",
+                       help="the Dask scheduler, e.g. tcp://scheduler:8786 (default: Dask's "
+                       "scheduler-address config, DASK_SCHEDULER_ADDRESS)")
+    sched.add_argument("--connect-timeout", metavar="SECONDS", type=float, default=10.0,
+                       help="how long to try reaching the scheduler (default %(default)s)")
+
+    mon = commands.add_parser(
+        "monitor", help="start, stop or inspect a monitor session on the scheduler",
+        description="Monitor sessions live on the scheduler (exporter.scheduler preload): "
+        "any client may start one and any other stop it.")
+    actions = mon.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser("start", parents=[sched], help="start a session")
+    start.add_argument("--metrics", metavar="NAME", nargs="+",
+                       help=f"metrics the session tracks (default all): {', '.join(NAMES)}")
+    stop = actions.add_parser("stop", parents=[sched],
+                              help="stop the session once running DAGs have finished")
+    stop.add_argument("--force", action="store_true", help="stop now, without waiting")
+    stop.add_argument("--timeout", metavar="SECONDS", type=float,
+                      help="wait at most this long for running DAGs")
+    actions.add_parser("status", parents=[sched], help="the session and the current job/DAG")
+    new_job = actions.add_parser("new-job", parents=[sched],
+                                 help="start the next job (scheduler --job-mode manual)")
+    new_job.add_argument("--name", help="the job's name (job_name label)")
+    for action in actions.choices.values():
+        action.add_argument("--json", action="store_true", help="print the scheduler's reply")
+
+    wat = commands.add_parser(
+        "watch", parents=[sched, conn], help="export every monitor session when it stops",
+        description="A service: each monitor session is exported once, into its own folder "
+        "under --out, when it stops. Survives scheduler and Prometheus restarts.")
+    wat.add_argument("--out", metavar="DIR", required=True, help="folder of session folders")
+    wat.add_argument("--layout", choices=LAYOUTS, default="tidy", help="as for export")
+    wat.add_argument("--step", metavar="DURATION", help="as for export")
+    wat.add_argument("--workers", metavar="NAME", nargs="+", help="as for export")
+    wat.add_argument("--poll", metavar="SECONDS", type=float, default=5.0,
+                     help="how often to ask the scheduler (default %(default)s)")
+    wat.add_argument("--once", action="store_true",
+                     help="export what is pending and exit (exit 1 if that failed)")
     return parser
 
 
@@ -245,14 +291,87 @@ def _fail(code: int, message: object) -> int:
     return code
 
 
+def _scheduler_client(args: argparse.Namespace) -> Any:
+    from distributed import Client  # only the monitor commands pay for importing distributed
+
+    try:
+        return Client(args.scheduler, timeout=args.connect_timeout, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        where = args.scheduler or "the scheduler-address in Dask's config"
+        raise CollectorError(f"cannot reach the Dask scheduler at {where}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else 'timed out'}") from None
+    except ValueError as exc:  # no address given and none configured
+        raise UsageError(f"--scheduler: {exc}") from None
+
+
+def _describe(session: dict[str, Any] | None) -> str:
+    if not session:
+        return "no monitor session yet"
+    start = format_rfc3339(to_ms(session["start"]))
+    stop = format_rfc3339(to_ms(session["stop"])) if session.get("stop") else "running"
+    metrics = ", ".join(session.get("metrics") or ()) or "all metrics"
+    return f"monitor session {session['id']}: {start} to {stop} ({metrics})"
+
+
+def _run_monitor(args: argparse.Namespace) -> int:
+    metrics = _words(getattr(args, "metrics", None))
+    with _scheduler_client(args) as client:
+        monitor = Monitor(client)
+        if args.action == "start":
+            if metrics:
+                monitor.attach(metrics)
+            reply = monitor.start()
+            text = f"started {_describe(reply['session'])}"
+        elif args.action == "stop":
+            reply = monitor.stop(force=args.force, timeout=args.timeout)
+            text = f"stopped {_describe(reply['session'])}"
+        elif args.action == "new-job":
+            job_id = monitor.new_job(args.name)
+            reply, text = {"ok": True, "job_id": job_id}, f"job {job_id} started"
+        else:
+            reply = monitor.status()
+            job = reply.get("current_job", -1)
+            now = (f"job {job}, DAG {reply.get('current_dag')}" if job is not None and job >= 0
+                   else "idle")
+            text = f"{_describe(reply.get('session'))}; cluster {now} ({reply['job_mode']} mode)"
+    print(json.dumps(reply, indent=2, default=str) if args.json else text)
+    return 0
+
+
+def _run_watch(args: argparse.Namespace, settings_cli: dict[str, Any]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s collector watch: %(message)s")
+    options = WatchOptions(out=Path(args.out), layout=args.layout,
+                           step=_duration(args.step, "--step"), workers=_words(args.workers),
+                           poll=args.poll)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    connection = {k: v for k, v in settings_cli.items() if k in CONNECTION_KEYS}
+    return watch(lambda: _scheduler_client(args),
+                 lambda client: Monitor(client, config=args.config, **connection),
+                 options, stop, once=args.once)
+
+
+CONNECTION_KEYS = ("prometheus", "user", "password_file", "bearer_token_file", "header",
+                   "ca_file", "cert", "key", "timeout", "retries")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "monitor":
+            return _run_monitor(args)
+        if args.command == "watch":
+            return _run_watch(args, vars(args))
         opts = _options(args)
         config = load_config(args.config) if args.config else None
         settings = resolve(vars(args), os.environ, config)
     except UsageError as exc:
         return _fail(EXIT_USAGE, exc)
+    except CollectorError as exc:
+        return _fail(EXIT_FAILURE, exc)
+    except KeyboardInterrupt:
+        return _fail(EXIT_INTERRUPTED, "interrupted")
     ui = Terminal(args.quiet)
     try:
         with PrometheusClient(settings, on_warning=ui.warning) as client:

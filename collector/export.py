@@ -21,7 +21,6 @@ from typing import Any
 
 import requests
 
-from collector import __version__
 from collector.columns import NAMES, select, source_metrics
 from collector.errors import CollectorError
 from collector.fetch import (
@@ -43,6 +42,7 @@ from collector.layouts import (
 from collector.promapi import PrometheusClient
 from collector.series import WorkerInfo, gpu_rows, select_workers
 from collector.timespec import format_rfc3339, to_ms
+from exporter import __version__
 
 DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or

@@ -1,0 +1,183 @@
+"""``Monitor``: the original dask-metrics workflow on top of the scheduler preload and
+Prometheus.
+
+Sessions live on the scheduler (``exporter.scheduler``), so one client can ``start`` a
+session, disconnect, and another ``stop`` it and export it later. The data comes from
+Prometheus: the URL is the constructor's argument, else ``DASK_METRICS_PROMETHEUS_URL``,
+else a ``config`` file, else the URL the scheduler preload advertises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from collector.columns import NAMES, select
+from collector.connection import ENV_URL, load_config, resolve
+from collector.errors import CollectorError
+from collector.export import ExportResult, export
+from collector.peaks import peaks
+from collector.promapi import PrometheusClient
+
+DAG_FINISHED, DAG_ERRED = 2, 3
+# Series whose newest sample shows how far Prometheus has scraped the cluster.
+_FRESHNESS = ("dask_gpu_up", "dask_job_current_job")
+
+
+class MonitorError(CollectorError):
+    """A monitor request the scheduler refused, or a scheduler without the preload."""
+
+
+class Monitor:
+    """``Monitor(client).attach([...]); start(); ...; stop(); to_csv(dir); peak_memory()``.
+
+    ``prometheus`` and ``connection`` take the collector's connection options by their
+    Python names (``user``, ``password_file``, ``bearer_token_file``, ``header`` (a list of
+    ``"Name: value"``), ``ca_file``, ``cert``, ``key``, ``timeout``, ``retries``).
+    """
+
+    def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,
+                 scrape_wait: float = 30.0, **connection: Any) -> None:
+        self.client = client
+        self.metrics: list[str] = list(NAMES)
+        self.scrape_wait = scrape_wait
+        self._prometheus = prometheus
+        self._config = config
+        self._connection = connection
+
+    # ---- sessions (on the scheduler) -------------------------------------------------------
+
+    def attach(self, metrics: Sequence[str] | str) -> Monitor:
+        """Choose the metric columns that ``start`` records and ``to_csv`` writes."""
+        names = [metrics] if isinstance(metrics, str) else list(metrics)
+        self.metrics = [c.name for c in select(names)]
+        return self
+
+    def start(self) -> dict[str, Any]:
+        """Start a monitor session; refused while one runs (from any client)."""
+        return self._checked(self._call("dask_metrics_monitor_start", metrics=self.metrics))
+
+    def stop(self, force: bool = False, timeout: float | None = None) -> dict[str, Any]:
+        """Stop the running session once the DAGs unfinished now have finished; ``force``
+        stops at once. Raises MonitorError on a timeout (the session then keeps running)."""
+        reply = self._call("dask_metrics_monitor_stop", wait=not force, timeout=timeout)
+        return self._checked(reply)
+
+    def status(self) -> dict[str, Any]:
+        return self._call("dask_metrics_monitor_status")
+
+    def new_job(self, name: str | None = None) -> int:
+        """Start the next job (the scheduler's ``--job-mode manual``); returns its number."""
+        return int(self._checked(self._call("dask_metrics_new_job", name=name))["job_id"])
+
+    # ---- results (from Prometheus) ---------------------------------------------------------
+
+    def to_csv(self, path: str | os.PathLike[str], *, layout: str = "tidy",
+               step: float | None = None, workers: Sequence[str] | None = None) -> ExportResult:
+        """One CSV per worker of the last session, plus workers.csv and export.json."""
+        return self.export_session(self.session(), path, layout=layout, step=step,
+                                   workers=workers)
+
+    def export_session(self, session: dict[str, Any], path: str | os.PathLike[str], *,
+                       layout: str = "tidy", step: float | None = None,
+                       workers: Sequence[str] | None = None) -> ExportResult:
+        """Export one session (as ``session()`` or ``sessions()`` return them)."""
+        with self._prometheus_client() as prom:
+            since, until = self._range(prom, session)
+            metrics = [m for m in session.get("metrics") or self.metrics if m in NAMES]
+            return export(prom, since, until, path, metrics=metrics or None, step=step,
+                          layout=layout, workers=workers,
+                          asked={"monitor_session": session["id"], "layout": layout})
+
+    def peak_memory(self) -> list[list[int]]:
+        """Peak memory of the last session, % of capacity: per worker (in name order, as in
+        workers.csv), per GPU — the original dask-metrics format."""
+        session = self.session()
+        with self._prometheus_client() as prom:
+            since, until = self._range(prom, session)
+            found = peaks(prom, since, until)
+        by_worker: dict[str, list[int]] = {}
+        for p in found:  # peaks come in worker order, then GPU order
+            by_worker.setdefault(p.worker, []).append(round(p.peak_percent or 0))
+        return list(by_worker.values())
+
+    def successful_jobs(self) -> list[list[bool]]:
+        """Per job, per DAG of the last session: True when the DAG finished, False when it
+        erred; DAGs still waiting or running are left out."""
+        session = self.session()
+        with self._prometheus_client() as prom:
+            since, until = self._range(prom, session)
+            window = max(int(until - since) + 1, 1)
+            outcome: dict[int, dict[int, bool]] = {}
+            for series in prom.query(f"last_over_time(dask_job_dag_status[{window}s])", until):
+                status = series.samples[-1][1]
+                if status in (DAG_FINISHED, DAG_ERRED):
+                    job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
+                    outcome.setdefault(job, {})[dag] = status == DAG_FINISHED
+        return [[ok for _, ok in sorted(dags.items())] for _, dags in sorted(outcome.items())]
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """The stopped sessions the scheduler still remembers, oldest first."""
+        return list(self._call("dask_metrics_monitor_sessions"))
+
+    def session(self) -> dict[str, Any]:
+        """The running or last monitor session: ``{"id", "start", "stop", "metrics"}``."""
+        session = self.status().get("session")
+        if not session:
+            raise MonitorError("no monitor session yet: call Monitor.start() first")
+        return session
+
+    # ---- plumbing --------------------------------------------------------------------------
+
+    def _call(self, handler: str, **kwargs: Any) -> Any:
+        try:
+            return self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
+        except (KeyError, ValueError, AttributeError) as exc:
+            if handler in str(exc) or "No handler" in str(exc):
+                raise MonitorError("the scheduler has no dask-metrics preload: start it with "
+                                   "'dask scheduler --preload exporter.scheduler'") from None
+            raise
+
+    @staticmethod
+    def _checked(reply: dict[str, Any]) -> dict[str, Any]:
+        if not reply.get("ok"):
+            raise MonitorError(str(reply.get("error") or reply))
+        return reply
+
+    def _prometheus_client(self) -> PrometheusClient:
+        config = load_config(self._config) if self._config else None
+        url = self._prometheus
+        if not (url or os.environ.get(ENV_URL) or (config or {}).get("prometheus")):
+            url = self._call("dask_metrics_prometheus_url")
+            if not url:
+                raise MonitorError(
+                    f"no Prometheus URL: pass Monitor(client, prometheus=URL), set {ENV_URL}, "
+                    "or start the scheduler preload with --prometheus-url")
+        settings = resolve({**self._connection, "prometheus": url}, os.environ, config)
+        return PrometheusClient(settings, on_warning=lambda m: warnings.warn(m, stacklevel=3))
+
+    def _range(self, prom: PrometheusClient, session: dict[str, Any]) -> tuple[float, float]:
+        """The session's [start, stop] (now while it runs), once Prometheus has scraped up to
+        its end: results asked for right after ``stop`` are then complete."""
+        start = float(session["start"])
+        until = float(session["stop"]) if session.get("stop") else time.time()
+        deadline = time.monotonic() + self.scrape_wait
+        while not self._scraped_past(prom, until):
+            if time.monotonic() > deadline:
+                warnings.warn(f"Prometheus has not scraped up to the session's end after "
+                              f"{self.scrape_wait:g} s: the last samples may be missing",
+                              stacklevel=3)
+                break
+            time.sleep(0.5)
+        return start, until
+
+    @staticmethod
+    def _scraped_past(prom: PrometheusClient, until: float) -> bool:
+        for metric in _FRESHNESS:
+            newest = prom.query(f"max(timestamp({metric}))", time.time())
+            if newest and newest[0].samples and newest[0].samples[-1][1] < until:
+                return False
+        return True
