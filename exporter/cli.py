@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     if config.simulate:
         logger.warning("serving %d SIMULATED GPU(s): not real measurements", config.simulate)
 
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    registry.register(GpuCollector(lambda: (sampler.snapshot,)))
+    process = CollectorRegistry()
+    ProcessCollector(registry=process)
+    gpu = GpuCollector(lambda: (sampler.snapshot,))
     stale_after = max(5 * config.interval, 5.0)
 
     def healthy() -> tuple[bool, str]:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ssl.SSLError) as exc:
         return fail(EXIT_USAGE, f"cannot load the TLS certificate or key: {exc}")
     try:
-        httpd, _ = serve(host, port, make_app(registry, healthy), tls)
+        httpd, _ = serve(host, port, make_app(gpu, process, healthy), tls)
     except OSError as exc:
         return fail(1, f"cannot listen on {config.listen}: {exc.strerror or exc}")
     sampler.start()

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
+from prometheus_client.registry import Collector
+
+from exporter.exposition import render
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -18,12 +23,35 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 class _QuietHandler(WSGIRequestHandler):
     """Scrapes every few seconds would flood the log; errors still go to stderr."""
 
+    wbufsize = 1 << 16  # status line, headers and body in one send, not five
+    disable_nagle_algorithm = True
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
-def make_app(registry: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]) -> WSGIApp:
-    metrics = make_wsgi_app(registry)
+def make_app(
+    gpu: Collector, rest: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]
+) -> WSGIApp:
+    """/metrics serves ``gpu`` (encoded by exporter.exposition) and ``rest`` (by
+    prometheus_client); /healthz says whether sampling is alive."""
+    everything = CollectorRegistry()
+    everything.register(gpu)
+    everything.register(rest)
+    library_app = make_wsgi_app(everything)  # HEAD, OPTIONS and ?name[]= filters
+
+    def metrics(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        if environ.get("REQUEST_METHOD") != "GET" or "name[]" in query:
+            return library_app(environ, start_response)
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+        body = render(gpu.collect(), rest, encoder, content_type)
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = gzip.compress(body, compresslevel=1)  # the library's level 9 costs ~7x
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
