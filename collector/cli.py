@@ -315,6 +315,10 @@ def _describe(session: dict[str, Any] | None) -> str:
 
 def _run_monitor(args: argparse.Namespace) -> int:
     metrics = _words(getattr(args, "metrics", None))
+    try:
+        select(metrics)
+    except ValueError as exc:
+        raise UsageError(f"--metrics: {exc}") from None
     with _scheduler_client(args) as client:
         monitor = Monitor(client)
         if args.action == "start":

@@ -106,13 +106,18 @@ class Monitor:
 
     def successful_jobs(self) -> list[list[bool]]:
         """Per job, per DAG of the last session: True when the DAG finished, False when it
-        erred; DAGs still waiting or running are left out."""
+        erred; DAGs still waiting or running are left out.
+
+        A DAG that ended just before the stop is first scraped just after it, so outcomes
+        are read at the scheduler's first scrape after the stop.
+        """
         session = self.session()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
-            window = max(int(until - since) + 1, 1)
+            settled = _first_scrape_after(prom, until)
+            window = max(int(settled - since) + 1, 1)
             outcome: dict[int, dict[int, bool]] = {}
-            for series in prom.query(f"last_over_time(dask_job_dag_status[{window}s])", until):
+            for series in prom.query(f"last_over_time(dask_job_dag_status[{window}s])", settled):
                 status = series.samples[-1][1]
                 if status in (DAG_FINISHED, DAG_ERRED):
                     job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
@@ -133,13 +138,13 @@ class Monitor:
     # ---- plumbing --------------------------------------------------------------------------
 
     def _call(self, handler: str, **kwargs: Any) -> Any:
-        try:
-            return self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
-        except (KeyError, ValueError, AttributeError) as exc:
-            if handler in str(exc) or "No handler" in str(exc):
-                raise MonitorError("the scheduler has no dask-metrics preload: start it with "
-                                   "'dask scheduler --preload exporter.scheduler'") from None
-            raise
+        """Call a scheduler preload handler; every one of them answers something, and a
+        scheduler without the preload answers None (and logs the unknown handler)."""
+        reply = self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
+        if reply is None:
+            raise MonitorError("the scheduler has no dask-metrics preload: start it with "
+                               "'dask scheduler --preload exporter.scheduler'")
+        return reply
 
     @staticmethod
     def _checked(reply: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +156,7 @@ class Monitor:
         config = load_config(self._config) if self._config else None
         url = self._prometheus
         if not (url or os.environ.get(ENV_URL) or (config or {}).get("prometheus")):
-            url = self._call("dask_metrics_prometheus_url")
+            url = self.status().get("prometheus_url")
             if not url:
                 raise MonitorError(
                     f"no Prometheus URL: pass Monitor(client, prometheus=URL), set {ENV_URL}, "
@@ -181,3 +186,11 @@ class Monitor:
             if newest and newest[0].samples and newest[0].samples[-1][1] < until:
                 return False
         return True
+
+
+def _first_scrape_after(prom: PrometheusClient, t: float) -> float:
+    """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
+    span = max(int(time.time() - t) + 2, 2)
+    times = [ms / 1000 for series in prom.query(f"dask_job_current_job[{span}s]", time.time())
+             for ms, _ in series.samples if ms / 1000 >= t]
+    return min(times, default=t)
