@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from exporter import gpu_metrics
+from exporter import gpu_metrics, scheduler
 from exporter.atomicfile import atomic_write_text
 from exporter.metricspec import markdown_table
 
@@ -35,7 +35,8 @@ its value series until it answers again.
 
 
 def render() -> str:
-    return HEADER + markdown_table("GPU exporter (`dask_gpu_*`)", gpu_metrics.SPECS)
+    return (HEADER + markdown_table("GPU exporter (`dask_gpu_*`)", gpu_metrics.SPECS) + "\n"
+            + markdown_table("Scheduler preload (`dask_job_*`)", scheduler.SPECS))
 
 
 def main() -> int:

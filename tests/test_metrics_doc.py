@@ -2,7 +2,7 @@
 
 import re
 
-from exporter import gpu_metrics, metricsdoc
+from exporter import gpu_metrics, metricsdoc, scheduler
 
 
 def test_docs_match_the_code():
@@ -12,8 +12,8 @@ def test_docs_match_the_code():
 
 
 def test_names_follow_prometheus_conventions():
-    for spec in gpu_metrics.SPECS:
-        assert re.fullmatch(r"dask_gpu_[a-z0-9_]+", spec.name), spec.name
+    for spec in [*gpu_metrics.SPECS, *scheduler.SPECS]:
+        assert re.fullmatch(r"dask_(gpu|job)_[a-z0-9_]+", spec.name), spec.name
         assert (spec.type == "counter") == spec.name.endswith("_total"), spec.name
         if spec.unit:
             assert spec.unit in spec.name, spec.name
