@@ -26,7 +26,7 @@ from collector.fetch import last_monitor_session
 from collector.layouts import LAYOUTS
 from collector.monitor import Monitor
 from collector.peaks import BY, format_table, peaks
-from collector.promapi import PrometheusClient
+from collector.promapi import COMPRESSIONS, PrometheusClient
 from collector.timespec import (
     MONITOR,
     format_duration,
@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                        f"(or {ENV_URL}, or 'prometheus:' in --config)")
     group.add_argument("--config", metavar="FILE",
                        help="YAML file with keys prometheus, user, password-file, "
-                       "bearer-token-file, headers, ca-file, cert, key, timeout, retries")
+                       "bearer-token-file, headers, ca-file, cert, key, timeout, retries, "
+                       "compression")
     group.add_argument("--user", metavar="NAME", help="basic auth user (with --password-file)")
     group.add_argument("--password-file", metavar="FILE", help="file holding the password")
     group.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token")
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="read timeout, or CONNECT,READ (default 5,60)")
     group.add_argument("--retries", metavar="N",
                        help="retries on connection errors, 429 and 5xx, with backoff (default 3)")
+    group.add_argument("--compression", choices=COMPRESSIONS,
+                       help="response compression: gzip (default) or none, faster where the "
+                       "network is fast (loopback, a LAN)")
     group.add_argument("--quiet", action="store_true",
                        help="no progress and no summary (warnings and errors still show)")
 
@@ -357,7 +361,7 @@ def _run_watch(args: argparse.Namespace, settings_cli: dict[str, Any]) -> int:
 
 
 CONNECTION_KEYS = ("prometheus", "user", "password_file", "bearer_token_file", "header",
-                   "ca_file", "cert", "key", "timeout", "retries")
+                   "ca_file", "cert", "key", "timeout", "retries", "compression")
 
 
 def main(argv: list[str] | None = None) -> int:

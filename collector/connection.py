@@ -16,6 +16,7 @@ import yaml
 
 from collector.errors import UsageError
 from collector.promapi import (
+    COMPRESSIONS,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRIES,
@@ -25,7 +26,7 @@ from collector.promapi import (
 
 ENV_URL = "DASK_METRICS_PROMETHEUS_URL"
 CONFIG_KEYS = ("prometheus", "user", "password-file", "bearer-token-file", "headers",
-               "ca-file", "cert", "key", "timeout", "retries")
+               "ca-file", "cert", "key", "timeout", "retries", "compression")
 _FILE_KEYS = ("password-file", "bearer-token-file", "ca-file", "cert", "key")
 
 
@@ -105,7 +106,8 @@ def _headers(cli: Sequence[str], config: Any) -> tuple[tuple[str, str], ...]:
 def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
             config: Mapping[str, Any] | None = None) -> ConnectionSettings:
     """ConnectionSettings from the options (argparse names: prometheus, user, password_file,
-    bearer_token_file, header, ca_file, cert, key, timeout, retries). Raises UsageError."""
+    bearer_token_file, header, ca_file, cert, key, timeout, retries, compression).
+    Raises UsageError."""
     config = config or {}
 
     def pick(name: str) -> Any:
@@ -143,6 +145,10 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
         retries = -1
     if retries < 0:
         raise UsageError(f"--retries expects 0 or more (got {raw_retries!r})")
+    compression = str(pick("compression") or "gzip").lower()
+    if compression not in COMPRESSIONS:
+        raise UsageError(f"--compression expects {' or '.join(COMPRESSIONS)} "
+                         f"(got {pick('compression')!r})")
     for option in ("ca-file", "cert", "key"):
         path = pick(option)
         if path and not os.path.isfile(path):
@@ -151,4 +157,4 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
         url=clean, user=user, password=password, bearer_token=token,
         headers=_headers(cli.get("header") or [], config.get("headers")),
         ca_file=pick("ca-file"), cert=pick("cert"), key=pick("key"),
-        connect_timeout=connect, read_timeout=read, retries=retries)
+        connect_timeout=connect, read_timeout=read, retries=retries, compression=compression)

@@ -8,6 +8,7 @@ only when the whole export succeeded: a failed export leaves no file behind.
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import os
 import platform
@@ -81,12 +82,28 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
                              ) from None
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off (reference counting still frees everything),
+    back on afterwards only if it was on. Also a decorator: ``@gc_paused()``."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def check_range(since: float, until: float) -> None:
     if not since < until:
         raise ValueError(f"the start ({format_rfc3339(to_ms(since))}) must be before the end "
                          f"({format_rfc3339(to_ms(until))})")
 
 
+# No reference cycles are created; the decoded JSON's many lists would trigger repeated full
+# collections (about an eighth of an export's time).
+@gc_paused()
 def export(client: PrometheusClient, since: float, until: float, out: str | os.PathLike[str],
            *, metrics: Sequence[str] | None = None, step: float | None = None,
            max_age: float = DEFAULT_MAX_AGE, layout: str = "tidy",

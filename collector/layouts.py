@@ -34,6 +34,21 @@ def format_value(value: float | None) -> str:
     return repr(value)
 
 
+class _FormatMemo(dict[float | None, str]):
+    """format_value through a bounded memo: values repeat (totals, temperatures, percents),
+    and a hit is a plain dict lookup. Equal floats format alike (0.0 and -0.0 both as "0"),
+    so the memo is exact."""
+
+    def __missing__(self, value: float | None) -> str:
+        if len(self) >= 100_000:
+            self.clear()
+        text = self[value] = format_value(value)
+        return text
+
+
+_formatted = _FormatMemo()
+
+
 def format_seconds(ms: int, start: int) -> str:
     """Seconds since the start, at Prometheus' millisecond resolution."""
     return f"{(ms - start) / 1000:.3f}"
@@ -51,9 +66,12 @@ def tidy_header(columns: Sequence[Column]) -> list[str]:
 
 def tidy_rows(worker: str, rows: Iterable[GpuRow], start: int) -> Iterator[list[str]]:
     """One row per (sample time, GPU)."""
+    time, stamps = None, ("", "")
     for r in rows:
-        yield [format_seconds(r.time, start), format_rfc3339(r.time), worker, r.gpu, r.uuid,
-               r.job, r.dag, r.worker_job, r.worker_dag, *map(format_value, r.values)]
+        if r.time != time:  # the rows of one scrape's GPUs share their time columns
+            time, stamps = r.time, (format_seconds(r.time, start), format_rfc3339(r.time))
+        yield [*stamps, worker, r.gpu, r.uuid, r.job, r.dag, r.worker_job, r.worker_dag,
+               *map(_formatted.__getitem__, r.values)]
 
 
 def seed_header(columns: Sequence[Column]) -> list[str]:
@@ -69,7 +87,7 @@ def seed_rows(rows: Sequence[GpuRow], start: int) -> Iterator[list[str]]:
         at_time = list(group)
         by_gpu = {(r.gpu, r.uuid): r.values for r in at_time}
         width = len(at_time[0].values)
-        cells = [SEED_SEPARATOR.join(format_value(_slot(by_gpu.get(g), i)) for g in gpus)
+        cells = [SEED_SEPARATOR.join(_formatted[_slot(by_gpu.get(g), i)] for g in gpus)
                  for i in range(width)]
         yield [at_time[0].job, at_time[0].dag, format_seconds(time, start), *cells]
 

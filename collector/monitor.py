@@ -36,7 +36,8 @@ class Monitor:
 
     ``prometheus`` and ``connection`` take the collector's connection options by their
     Python names (``user``, ``password_file``, ``bearer_token_file``, ``header`` (a list of
-    ``"Name: value"``), ``ca_file``, ``cert``, ``key``, ``timeout``, ``retries``).
+    ``"Name: value"``), ``ca_file``, ``cert``, ``key``, ``timeout``, ``retries``,
+    ``compression``).
     """
 
     def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,

@@ -17,7 +17,14 @@ from itertools import groupby
 from typing import Any
 
 from collector.columns import PEAK_METRIC, TOTAL_METRIC, USED_METRIC
-from collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, check_range, find_workers
+from collector.export import (
+    DEFAULT_CHUNK,
+    DEFAULT_MAX_AGE,
+    Progress,
+    check_range,
+    find_workers,
+    gc_paused,
+)
 from collector.fetch import fetch_cluster, fetch_gpu_series, fetch_worker_activity
 from collector.promapi import PrometheusClient
 from collector.series import Series, Timeline, gpu_order, gpu_samples, id_key
@@ -99,6 +106,9 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     return peaks
 
 
+# No reference cycles are created; the decoded JSON's many lists would trigger repeated full
+# collections.
+@gc_paused()
 def peaks(client: PrometheusClient, since: float, until: float, *,
           workers: Sequence[str] | None = None, by: str = "gpu",
           max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK,

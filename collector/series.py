@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from itertools import pairwise
+from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
 from collector.columns import TOTAL_METRIC, Column
 
 Sample = tuple[int, float]
 IDLE = ("", "")
+_time = itemgetter(0)
 
 
 @dataclass
@@ -83,24 +86,34 @@ def clip(series: Iterable[Series], lo: int, hi: int, include_lo: bool) -> list[S
 
     Range selectors are closed at both ends in Prometheus 2 and left-open in Prometheus 3,
     so a sample on a chunk edge may come back twice or once: clipping makes it once.
+    Samples are in time order (as Prometheus returns them), so two bisections find the range.
     """
     out = []
+    first = bisect_left if include_lo else bisect_right
     for s in series:
-        kept = [(t, v) for t, v in s.samples if (lo <= t if include_lo else lo < t) and t <= hi]
+        kept = s.samples[first(s.samples, lo, key=_time):bisect_right(s.samples, hi, key=_time)]
         if kept:
             out.append(Series(s.labels, kept))
     return out
 
 
 def merge(series: Iterable[Series]) -> list[Series]:
-    """Join the pieces of each label set, oldest first, one sample per timestamp."""
-    groups: dict[tuple[tuple[str, str], ...], list[Sample]] = defaultdict(list)
+    """Join the pieces of each label set, oldest first, one sample per timestamp.
+
+    A label set of one piece is taken as it is: one series of one answer is already in time
+    order with one sample per timestamp.
+    """
+    groups: dict[tuple[tuple[str, str], ...], list[list[Sample]]] = defaultdict(list)
     for s in series:
-        groups[tuple(sorted(s.labels.items()))].extend(s.samples)
+        groups[tuple(sorted(s.labels.items()))].append(s.samples)
     merged = []
-    for key, samples in groups.items():
-        samples.sort(key=lambda sample: sample[0])
-        unique = [s for i, s in enumerate(samples) if i == 0 or s[0] != samples[i - 1][0]]
+    for key, pieces in groups.items():
+        if len(pieces) == 1:
+            unique = pieces[0]
+        else:
+            samples = [sample for piece in pieces for sample in piece]
+            samples.sort(key=_time)
+            unique = [s for i, s in enumerate(samples) if i == 0 or s[0] != samples[i - 1][0]]
         merged.append(Series(dict(key), unique))
     return merged
 
@@ -236,9 +249,10 @@ def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series]) -> Timeline
 # ---- per-GPU rows --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuRow:
-    """One sample time of one GPU, with the job/DAG states and one value per column."""
+class GpuRow(NamedTuple):
+    """One sample time of one GPU, with the job/DAG states and one value per column.
+
+    A NamedTuple: several times cheaper to make than a frozen dataclass, and as immutable."""
 
     time: int
     gpu: str
@@ -261,8 +275,11 @@ def gpu_samples(series_by_metric: Mapping[str, Iterable[Series]]
         for s in series:
             key = (s.labels.get("gpu", ""), s.labels.get("uuid", ""))
             values = gpus[key][metric]
-            for t, v in s.samples:
-                values.setdefault(t, v)
+            if not values:  # the usual case: one series (merged: one sample per time)
+                values.update(s.samples)
+            else:
+                for t, v in s.samples:
+                    values.setdefault(t, v)
     return gpus
 
 
@@ -278,15 +295,26 @@ def gpu_rows(series_by_metric: Mapping[str, Iterable[Series]], columns: Sequence
     ``mem-util`` divides by the total of the same scrape.
     """
     rows = []
-    for (gpu, uuid), metrics in gpu_samples(series_by_metric).items():
+    states: dict[int, tuple[str, str, str, str]] = {}  # the GPUs of a worker share scrapes
+    gpus = gpu_samples(series_by_metric)
+    for gpu, uuid in sorted(gpus, key=gpu_order):
+        metrics = gpus[gpu, uuid]
         sources = [metrics.get(c.metric, {}) for c in columns]
         totals = metrics.get(TOTAL_METRIC, {})
         times = sorted(set().union(*sources)) if sources else []
-        for t in times:
-            job, dag = cluster.at(t, max_age)
-            worker_job, worker_dag = worker.at(t, max_age)
-            values = tuple(c.value(src.get(t), totals.get(t))
-                           for c, src in zip(columns, sources, strict=True))
-            rows.append(GpuRow(t, gpu, uuid, job, dag, worker_job, worker_dag, values))
-    rows.sort(key=lambda r: (r.time, gpu_order((r.gpu, r.uuid))))
+        cols = []  # column by column: Column.value only where it changes the raw value
+        for c, src in zip(columns, sources, strict=True):
+            raw = list(map(src.get, times))
+            if c.per_total:
+                cols.append(list(map(c.value, raw, map(totals.get, times))))
+            elif c.scale == 1:
+                cols.append(raw)
+            else:
+                cols.append(list(map(c.value, raw, [None] * len(raw))))
+        for t, values in zip(times, zip(*cols, strict=True), strict=True):
+            state = states.get(t)
+            if state is None:
+                state = states[t] = (*cluster.at(t, max_age), *worker.at(t, max_age))
+            rows.append(GpuRow(t, gpu, uuid, *state, values))
+    rows.sort(key=attrgetter("time"))  # stable: at equal times the GPUs stay in GPU order
     return rows

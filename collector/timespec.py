@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 MONITOR = "monitor"
 """The WHEN that stands for the last monitor session; the caller resolves it in Prometheus."""
@@ -94,10 +95,16 @@ def to_ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+@lru_cache(maxsize=8192)
+def _rfc3339_second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def format_rfc3339(ms: int) -> str:
-    """``2024-05-01T12:00:00.250Z``: UTC, always with milliseconds so columns line up."""
-    moment = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+    """``2024-05-01T12:00:00.250Z``: UTC, always with milliseconds so columns line up.
+
+    The seconds are formatted once each (an export writes several rows per scrape)."""
+    return f"{_rfc3339_second(ms // 1000)}.{ms % 1000:03d}Z"
 
 
 def format_duration(seconds: float) -> str:

@@ -22,7 +22,7 @@ from collector.layouts import (
     tidy_header,
     tidy_rows,
 )
-from collector.promapi import redact_url, split_credentials
+from collector.promapi import PrometheusClient, redact_url, split_credentials
 from collector.series import (
     IDLE,
     Series,
@@ -316,6 +316,21 @@ def test_config_file(tmp_path: Path) -> None:
         load_config(str(config))
     with pytest.raises(UsageError, match="No such file"):
         load_config(str(tmp_path / "missing.yaml"))
+
+
+def test_compression_option(tmp_path: Path) -> None:
+    assert resolve({"prometheus": "h"}, {}).compression == "gzip"
+    assert resolve({"prometheus": "h", "compression": "none"}, {}).compression == "none"
+    config = tmp_path / "collector.yaml"
+    config.write_text("prometheus: h\ncompression: none\n")
+    assert resolve({}, {}, load_config(str(config))).compression == "none"
+    assert resolve({"compression": "gzip"}, {}, load_config(str(config))).compression == "gzip"
+    with pytest.raises(UsageError, match="--compression expects gzip or none"):
+        resolve({"prometheus": "h", "compression": "br"}, {})
+    with PrometheusClient(resolve({"prometheus": "h", "compression": "none"}, {})) as client:
+        assert client._session.headers["Accept-Encoding"] == "identity"
+    with PrometheusClient(resolve({"prometheus": "h"}, {})) as client:
+        assert "gzip" in client._session.headers["Accept-Encoding"]
 
 
 def test_header_and_timeout_syntax() -> None:

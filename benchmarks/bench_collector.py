@@ -1,0 +1,490 @@
+"""Collector export against a backfilled Prometheus: ours, a ``requests`` floor, and a peer.
+
+    python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3 \
+        --out benchmarks/collector_results.md
+
+Writes a deterministic OpenMetrics fixture (``dask_gpu_info``, six ``dask_gpu_*`` source
+series at 1 s, and the scheduler's ``dask_job_current_job/_dag`` and
+``dask_job_worker_tasks`` at 1 s, half a second off the GPU scrapes), backfills it with
+``promtool tsdb create-blocks-from openmetrics`` (cached under the temp dir, keyed by the
+parameters), starts Prometheus on a copy of the blocks and then runs, each in a fresh
+subprocess so that its peak RSS is its own (``os.wait4``), alternating over ``--rounds``:
+
+- ``floor``: plain ``requests`` POSTs of exactly the queries the collector sends (worker
+  discovery, cluster job/DAG, per worker its six series and its tasks), ``resp.json()``,
+  nothing else;
+- ``ours``: ``python -m collector export ... --quiet`` (the real CLI);
+- ``peer``: ``prometheus-api-client``'s ``get_metric_range_data`` per worker and series
+  (``metric{worker='w'}[Δ]`` instant queries), ``MetricRangeDataFrame``, one CSV per worker;
+- ``ours`` on the first 1 and 8 workers only, to show that memory does not grow with the
+  number of workers, and an import-only baseline of the collector.
+
+Prints (and with ``--out`` writes) markdown tables: median wall time, max RSS, ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from itertools import pairwise
+from pathlib import Path
+from typing import TextIO
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_VERSION = 1  # bump when the fixture changes: the cached TSDB is keyed by it
+GiB = 2**30
+MiB = 2**20
+SCRAPE_OFFSET = 0.5  # the scheduler is scraped half a second after the GPU exporters
+SCHED_LEAD = 300  # seconds of scheduler data before the range (the collector looks back 2 m)
+MAX_AGE_MS = 120_000  # the collector's default --max-age
+CHUNK_MS = 3_600_000  # the collector's default --chunk
+READ_TIMEOUT = 60.0  # the collector's default read timeout (it sends 90 % as "timeout")
+
+METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem", "power", "temperature"]
+# The series those columns read, in the collector's order (collector.columns.source_metrics).
+SOURCES = ["dask_gpu_memory_used_bytes", "dask_gpu_utilization_ratio",
+           "dask_gpu_memory_peak_bytes", "dask_gpu_power_watts",
+           "dask_gpu_temperature_celsius", "dask_gpu_memory_total_bytes"]
+PROM_ARGS = ["--query.max-samples=500000000", "--query.timeout=10m",
+             "--storage.tsdb.retention.time=100y", "--query.lookback-delta=5m"]
+
+
+# ---- the fixture ---------------------------------------------------------------------------
+
+
+def worker_name(i: int) -> str:
+    """The ``worker`` label of the i-th worker."""
+    return f"w-{i}"
+
+
+def gpu_value(metric: str, w: int, g: int, t: int) -> str:
+    """The sample of ``metric`` of worker ``w``, GPU ``g`` at ``t`` seconds into the data."""
+    used = (1 + g) * GiB + ((t * 37 + w * 101 + g * 13) % 4096) * MiB
+    if metric == "dask_gpu_memory_used_bytes":
+        return str(used)
+    if metric == "dask_gpu_memory_total_bytes":
+        return str(80 * GiB)
+    if metric == "dask_gpu_memory_peak_bytes":
+        return str(used + 256 * MiB)
+    if metric == "dask_gpu_utilization_ratio":
+        return repr(((t + w + g) % 101) / 100)
+    if metric == "dask_gpu_power_watts":
+        return repr(100 + ((t * 7 + w + g) % 3000) / 10)
+    if metric == "dask_gpu_temperature_celsius":
+        return str(40 + (t // 60 + w + g) % 40)
+    raise KeyError(metric)
+
+
+def cluster_state(s: int) -> tuple[int, int]:
+    """(current_job, current_dag) at scheduler scrape ``s`` (seconds into the data): jobs of
+    15 minutes, three DAGs of 5 minutes each, idle (-1) for the last minute of every job."""
+    if s % 900 >= 840:
+        return -1, -1
+    return s // 900, s % 900 // 300
+
+
+def worker_dag(w: int, s: int) -> tuple[int, int] | None:
+    """The DAG with tasks on worker ``w`` at scrape ``s``: the cluster's, 3 scrapes in 4."""
+    job, dag = cluster_state(s)
+    return (job, dag) if job >= 0 and (s // 10 + w) % 4 else None
+
+
+def _labels(labels: dict[str, str]) -> str:
+    """``{a="1",b="2"}`` (the fixture's label values need no escaping)."""
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int) -> int:
+    """Write the fixture as OpenMetrics text (families together, samples in time order);
+    return the number of samples."""
+    times = range(seconds + 1)
+    sched_times = range(-SCHED_LEAD, seconds + 1)
+    sched = {"instance": "scheduler:8787", "job": "dask-scheduler"}
+    stamp = [str(t0 + t) for t in times]  # OpenMetrics timestamps: seconds
+
+    def sched_stamp(s: int) -> str:
+        return f"{t0 + s + SCRAPE_OFFSET:.3f}"
+
+    count = 0
+    with open(path, "w", encoding="utf-8") as fh:
+
+        def series(name: str, labels: dict[str, str], points: Iterator[tuple[str, str]]
+                   ) -> None:
+            nonlocal count
+            prefix = name + _labels(labels) + " "
+            lines = [f"{prefix}{v} {t}\n" for t, v in points]
+            count += len(lines)
+            fh.write("".join(lines))
+
+        fh.write("# TYPE dask_gpu_info gauge\n")
+        for w in range(workers):
+            for g in range(gpus):
+                info = {"worker": worker_name(w), "gpu": str(g), "uuid": f"GPU-{w}-{g}",
+                        "hostname": f"node-{w}", "name": "Fake GPU",
+                        "instance": f"node-{w}:9446", "job": "dask-gpu"}
+                series("dask_gpu_info", info, ((stamp[t], "1") for t in times))
+        for metric in SOURCES:
+            fh.write(f"# TYPE {metric} gauge\n")
+            for w in range(workers):
+                for g in range(gpus):
+                    labels = {"worker": worker_name(w), "gpu": str(g), "uuid": f"GPU-{w}-{g}",
+                              "instance": f"node-{w}:9446", "job": "dask-gpu"}
+                    series(metric, labels,
+                           ((stamp[t], gpu_value(metric, w, g, t)) for t in times))
+        for name, index in (("dask_job_current_job", 0), ("dask_job_current_dag", 1)):
+            fh.write(f"# TYPE {name} gauge\n")
+            series(name, sched, ((sched_stamp(s), str(cluster_state(s)[index]))
+                                 for s in sched_times))
+        fh.write("# TYPE dask_job_worker_tasks gauge\n")
+        for w in range(workers):
+            dags = sorted({d for s in sched_times if (d := worker_dag(w, s)) is not None})
+            for job, dag in dags:
+                labels = {**sched, "worker": worker_name(w), "job_id": str(job),
+                          "dag_id": str(dag)}
+                series("dask_job_worker_tasks", labels,
+                       ((sched_stamp(s), str(1 + w % 3)) for s in sched_times
+                        if worker_dag(w, s) == (job, dag)))
+        fh.write("# EOF\n")
+    return count
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """Backfilled TSDB blocks and the data's range (unix seconds)."""
+
+    blocks: Path
+    t0: int
+    t1: int
+    samples: int
+    seconds_to_build: float | None  # None when it came from the cache
+
+
+def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str) -> Fixture:
+    """TSDB blocks of the fixture, built once per parameters and kept under ``cache``.
+
+    The data ends at a whole hour at least three hours ago, as promtool's block rules like.
+    """
+    folder = cache / f"v{FIXTURE_VERSION}-w{workers}-g{gpus}-h{hours:g}"
+    meta = folder / "meta.json"
+    if meta.exists() and (folder / "blocks").is_dir():
+        info = json.loads(meta.read_text())
+        return Fixture(folder / "blocks", info["t0"], info["t1"], info["samples"], None)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    began = time.perf_counter()
+    seconds = round(hours * 3600)
+    t1 = int(time.time()) // 3600 * 3600 - 3 * 3600
+    t0 = t1 - seconds
+    source = folder / "input.om"
+    samples = write_openmetrics(source, workers, gpus, t0, seconds)
+    tmp_blocks = folder / "blocks.tmp"
+    result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
+                             str(source), str(tmp_blocks)], capture_output=True, text=True,
+                            check=False)
+    source.unlink()
+    if result.returncode != 0:
+        raise SystemExit(f"promtool failed: {result.stderr[-2000:]}")
+    tmp_blocks.rename(folder / "blocks")
+    meta.write_text(json.dumps({"t0": t0, "t1": t1, "samples": samples}))
+    return Fixture(folder / "blocks", t0, t1, samples, time.perf_counter() - began)
+
+
+# ---- children: the floor and the peer --------------------------------------------------------
+
+
+def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
+    """(lo, hi] windows as the collector plans them (collector.series.plan_chunks)."""
+    edges = [*range(start, end, chunk), end]
+    return [(start, end)] if len(edges) == 1 else list(pairwise(edges))
+
+
+def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[str, float]]:
+    """(PromQL, evaluation time) of every query ``collector export`` sends for this range."""
+    start, end = round(t0 * 1000), round(t1 * 1000)
+
+    def ranged(sel: str, lo_ms: int, wrap: str = "{}") -> list[tuple[str, float]]:
+        out = []
+        for lo, hi in plan_chunks(lo_ms, end, CHUNK_MS):
+            window = hi - lo + (1 if lo == lo_ms else 0)
+            out.append((wrap.format(f"{sel}[{window}ms]"), hi / 1000))
+        return out
+
+    queries = [*ranged("dask_gpu_info", start, "last_over_time({})"),
+               *ranged("dask_job_worker_gpu_info", start, "last_over_time({})"),
+               *ranged('{__name__=~"dask_job_current_job|dask_job_current_dag"}',
+                       start - MAX_AGE_MS)]
+    for w in workers:
+        queries += ranged(f'{{__name__=~"{"|".join(SOURCES)}",worker="{w}"}}', start)
+        queries += ranged(f'{{__name__=~"dask_job_worker_tasks",worker="{w}"}}',
+                          start - MAX_AGE_MS)
+    return queries
+
+
+def run_floor(url: str, t0: float, t1: float, workers: Sequence[str], gzip: bool = True
+              ) -> dict[str, int]:
+    """The collector's queries with plain requests; parse the JSON and drop it. ``gzip``:
+    requests' default Accept-Encoding (Prometheus then compresses); else identity."""
+    import requests
+
+    received = samples = 0
+    queries = floor_queries(t0, t1, workers)
+    timeout = f"{round(READ_TIMEOUT * 900)}ms"
+    with requests.Session() as session:
+        if not gzip:
+            session.headers["Accept-Encoding"] = "identity"
+        for expr, at in queries:
+            resp = session.post(f"{url}/api/v1/query",
+                                data={"query": expr, "time": f"{at:.3f}", "timeout": timeout},
+                                timeout=(5, READ_TIMEOUT))
+            resp.raise_for_status()
+            body = resp.json()
+            received += len(resp.content)
+            samples += sum(len(r.get("values", ())) for r in body["data"]["result"])
+        session.get(f"{url}/api/v1/status/buildinfo", timeout=(5, READ_TIMEOUT)).json()
+    return {"queries": len(queries) + 1, "bytes_in": received, "samples": samples}
+
+
+def run_peer(url: str, t0: float, t1: float, workers: Sequence[str], out: Path
+             ) -> dict[str, int]:
+    """prometheus-api-client: get_metric_range_data per worker and series, then
+    MetricRangeDataFrame(...).to_csv, one file per worker."""
+    from prometheus_api_client import MetricRangeDataFrame, PrometheusConnect
+
+    start = datetime.fromtimestamp(t0, tz=timezone.utc)
+    end = datetime.fromtimestamp(t1, tz=timezone.utc)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = written = queries = 0
+    with PrometheusConnect(url=url, disable_ssl=True) as prom:
+        for w in workers:
+            data = []
+            for metric in SOURCES:
+                data += prom.get_metric_range_data(metric, label_config={"worker": w},
+                                                   start_time=start, end_time=end)
+                queries += 1
+            frame = MetricRangeDataFrame(data)
+            path = out / f"{w}.csv"
+            frame.to_csv(path)
+            rows += len(frame)
+            written += path.stat().st_size
+    return {"queries": queries, "rows": rows, "bytes_out": written}
+
+
+# ---- the parent ----------------------------------------------------------------------------
+
+
+@dataclass
+class Contender:
+    """One way to export; ``walls`` and ``rss`` collect every timed run."""
+
+    name: str
+    what: str
+    walls: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def run_child(cmd: Sequence[str], log: Path) -> tuple[float, int, str]:
+    """Run ``cmd``; return (wall seconds, its own peak RSS in bytes, its stdout)."""
+    with open(log, "w+b") as out, open(log.with_suffix(".err"), "w+b") as err:
+        began = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - began
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} … failed ({proc.returncode}):\n{stderr[-3000:]}")
+    return wall, usage.ru_maxrss * 1024, stdout  # ru_maxrss is in KiB on Linux
+
+
+def csv_stats(folder: Path) -> dict[str, int]:
+    """Rows and bytes of a collector export (export.json's count, every worker CSV)."""
+    record = json.loads((folder / "export.json").read_text())
+    size = sum((folder / name).stat().st_size for name in record["files"])
+    return {"rows": record["rows"], "bytes_out": size}
+
+
+def versions(prometheus: str) -> dict[str, str]:
+    """Versions of what the numbers depend on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "nproc": str(os.cpu_count())}
+    first = subprocess.run([prometheus, "--version"], capture_output=True, text=True,
+                           check=False).stdout.splitlines()
+    out["prometheus"] = first[0].split("version ")[-1].split(" ")[0] if first else "?"
+    for package in ("requests", "prometheus-api-client", "pandas", "dask-metrics"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def mib(n: float) -> str:
+    """Bytes as whole MiB."""
+    return f"{n / MiB:.0f}"
+
+
+def benchmark(args: argparse.Namespace, report: TextIO) -> None:
+    """Build or reuse the fixture, start Prometheus, run every contender, write the report."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.prometheus_helpers import PROMETHEUS, PROMTOOL, run_prometheus
+
+    if not (PROMETHEUS and PROMTOOL):
+        raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
+    cache = Path(args.cache or Path(tempfile.gettempdir()) / "dask-metrics-bench-collector")
+    fix = fixture(args.workers, args.gpus, args.hours, cache, PROMTOOL)
+    built = (f"built in {fix.seconds_to_build:.0f} s" if fix.seconds_to_build is not None
+             else "from the cache")
+    print(f"fixture: {fix.samples:,} samples, {built}: {fix.blocks}", file=sys.stderr)
+    names = [worker_name(i) for i in range(args.workers)]
+    scales = sorted({n for n in args.scales if 0 < n < args.workers})
+    me = [sys.executable, str(Path(__file__).resolve())]
+    work = Path(tempfile.mkdtemp(prefix="bench-collector-"))
+    try:
+        with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
+                            ready_timeout=120) as prom:
+            url = prom.url
+            span = ["--since", str(fix.t0), "--until", str(fix.t1)]
+
+            def ours_cmd(n: int, out: Path) -> list[str]:
+                cmd = [sys.executable, "-m", "collector", "export", "--prometheus", url, *span,
+                       "--out", str(out), "--metrics", *METRICS, "--quiet"]
+                return cmd + (["--workers", *names[:n]] if n < args.workers else [])
+
+            floor = Contender("floor", "requests + resp.json(), the collector's queries")
+            plain = Contender("floor, no gzip", "the same with Accept-Encoding: identity")
+            ours = Contender("ours", "python -m collector export (tidy CSV)")
+            peer = Contender("peer", "prometheus-api-client + MetricRangeDataFrame.to_csv")
+            scaled = {n: Contender(f"ours, {n} worker{'s' if n > 1 else ''}", "") for n in scales}
+            base = Contender("baseline", "python -c 'import collector.cli' (no export)")
+
+            def once(c: Contender, i: int) -> None:
+                out = work / f"{c.name}-{i}".replace(" ", "").replace(",", "")
+                if c is floor or c is plain:
+                    encoding = "gzip" if c is floor else "identity"
+                    cmd = [*me, "_floor", url, str(fix.t0), str(fix.t1), encoding, *names]
+                elif c is peer:
+                    cmd = [*me, "_peer", url, str(fix.t0), str(fix.t1), str(out), *names]
+                elif c is base:
+                    cmd = [sys.executable, "-c", "import collector.cli, collector.export"]
+                else:
+                    n = next((k for k, v in scaled.items() if v is c), args.workers)
+                    cmd = ours_cmd(n, out)
+                wall, rss, stdout = run_child(cmd, work / "child.log")
+                c.walls.append(wall)
+                c.rss.append(rss)
+                if c in (floor, plain, peer):
+                    c.stats = json.loads(stdout.strip().splitlines()[-1])
+                elif c is not base:
+                    c.stats = csv_stats(out)
+                shutil.rmtree(out, ignore_errors=True)
+                print(f"  {c.name}: {wall:.2f} s, {mib(rss)} MiB", file=sys.stderr)
+
+            print("warm-up", file=sys.stderr)
+            once(floor, -1)
+            floor.walls.clear()
+            floor.rss.clear()
+            main = [floor, ours, peer, plain]
+            loads = [os.getloadavg()[0]]
+            for r in range(args.rounds):
+                print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+                for c in main[r % 3:3] + main[: r % 3]:
+                    once(c, r)
+                for c in [plain, base, *scaled.values()]:
+                    once(c, r)
+                loads.append(os.getloadavg()[0])
+            prom_log = prom.log_tail(500)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if "level=error" in prom_log:
+        print(f"prometheus log:\n{prom_log}", file=sys.stderr)
+    write_report(report, args, fix, versions(PROMETHEUS), main, [base, *scaled.values(), ours],
+                 loads)
+
+
+def write_report(fh: TextIO, args: argparse.Namespace, fix: Fixture, ver: dict[str, str],
+                 main: list[Contender], scaling: list[Contender], loads: list[float]) -> None:
+    """Markdown tables: the contenders with ratios to the floor, then ours by workers."""
+    floor = main[0]
+    f_wall, f_rss = statistics.median(floor.walls), max(floor.rss)
+    span = (f"{datetime.fromtimestamp(fix.t0, tz=timezone.utc):%Y-%m-%dT%H:%MZ} + "
+            f"{args.hours:g} h")
+    fh.write(f"Data: {args.workers} workers x {args.gpus} GPUs x {len(SOURCES)} series at "
+             f"1 s ({span}), {fix.samples:,} samples backfilled in all; metrics "
+             f"{' '.join(METRICS)}; median of {args.rounds} rounds, max RSS of the process.\n")
+    fh.write(f"Versions: {', '.join(f'{k} {v}' for k, v in ver.items())}. 1-minute load "
+             f"average before/after each round: {', '.join(f'{x:.1f}' for x in loads)}.\n\n")
+    fh.write("| contender | wall s (median) | min | x floor | max RSS MiB | x floor | queries | "
+             "samples in / rows out | bytes in / out |\n"
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    for c in main:
+        wall, rss = statistics.median(c.walls), max(c.rss)
+        count = c.stats.get("samples", c.stats.get("rows", 0))
+        size = c.stats.get("bytes_in", c.stats.get("bytes_out", 0))
+        queries = c.stats.get("queries", floor.stats["queries"] if c.name == "ours" else 0)
+        fh.write(f"| {c.name}: {c.what} | {wall:.2f} | {min(c.walls):.2f} | "
+                 f"{wall / f_wall:.2f} | {mib(rss)} | {rss / f_rss:.2f} | {queries} | "
+                 f"{count:,} | {mib(size)} MiB |\n")
+    fh.write("\nMemory against the number of workers exported (ours, same data and range):\n\n"
+             "| run | wall s | max RSS MiB | RSS - baseline MiB | rows out |\n"
+             "|---|---:|---:|---:|---:|\n")
+    base = max(scaling[0].rss)
+    for c in scaling:
+        rss = max(c.rss)
+        label = f"ours, {args.workers} workers" if c.name == "ours" else c.name
+        if c.what:
+            label += f": {c.what}"
+        fh.write(f"| {label} | {statistics.median(c.walls):.2f} | {mib(rss)} | "
+                 f"{mib(rss - base)} | {c.stats.get('rows', 0):,} |\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The benchmark, or one of its children (``_floor``, ``_peer``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_floor"]:
+        url, t0, t1, encoding, *workers = argv[1:]
+        print(json.dumps(run_floor(url, float(t0), float(t1), workers, encoding == "gzip")))
+        return 0
+    if argv[:1] == ["_peer"]:
+        url, t0, t1, out, *workers = argv[1:]
+        print(json.dumps(run_peer(url, float(t0), float(t1), workers, Path(out))))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scales", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[1, 8], help="smaller worker counts for ours (default 1,8)")
+    parser.add_argument("--cache", help="where the backfilled TSDB is kept between runs")
+    parser.add_argument("--out", help="also write the markdown tables to this file")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            benchmark(args, fh)
+        print(Path(args.out).read_text())
+    else:
+        benchmark(args, sys.stdout)
+    print(f"total {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
