@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from collector.errors import UsageError
 from collector.promapi import (
     COMPRESSIONS,
@@ -23,6 +21,7 @@ from collector.promapi import (
     ConnectionSettings,
     split_credentials,
 )
+from exporter.config import ConfigError, load_yaml
 
 ENV_URL = "DASK_METRICS_PROMETHEUS_URL"
 CONFIG_KEYS = ("prometheus", "user", "password-file", "bearer-token-file", "headers",
@@ -34,16 +33,9 @@ def load_config(path: str) -> dict[str, Any]:
     """The YAML config file as {key: value}; relative file paths in it are taken from the
     file's folder. Raises UsageError for a missing, unreadable or malformed file."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise UsageError(f"--config {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--config {path}: not YAML ({' '.join(str(exc).split())})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"--config {path}: expected a mapping of {', '.join(CONFIG_KEYS)}")
+        data = load_yaml(path)  # the exporter's reader: same file rules, same messages
+    except ConfigError as exc:
+        raise UsageError(f"--config {path}: {exc}") from None
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise UsageError(f"--config {path}: unknown key {unknown[0]!r} "
