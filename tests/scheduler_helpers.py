@@ -3,13 +3,16 @@ Prometheus does, and wait for a condition with a deadline instead of sleeping.""
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.request
 from collections.abc import Callable
 from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.exporter_helpers import free_port
+
+__all__ = ["Scrape", "free_port", "scrape", "wait_for"]
 
 T = TypeVar("T")
 
@@ -63,8 +66,3 @@ def wait_for(
             raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {value!r}")
         time.sleep(interval)
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
