@@ -408,12 +408,20 @@ class JobTracker:
     def snapshot(self) -> Snapshot:
         """What a scrape exports now; marks finished DAGs as exported (they may age out).
 
-        Safe to call from another thread than the one feeding the tracker: it only copies
-        containers (atomic under the GIL) and reads attributes.
+        Safe to call from another thread than the one feeding the tracker (``--metrics-port``):
+        it copies the containers, again if one changed size under the copy (a copy in C can
+        still be interrupted when it triggers garbage collection), then reads only the copies.
         """
-        workers = dict(self._workers)
-        counts = list(self._counts.items())
-        finished, unfinished = list(self._finished), list(self._unfinished)
+        for _ in range(100):
+            try:
+                workers = dict(self._workers)
+                counts = list(self._counts.items())
+                finished, unfinished = list(self._finished), list(self._unfinished)
+                break
+            except RuntimeError:  # "changed size during iteration": copy again
+                continue
+        else:
+            raise RuntimeError("the tracker kept changing during 100 snapshot attempts")
         for dag in finished:
             dag.exported = True
         session = self._session

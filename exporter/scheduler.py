@@ -511,11 +511,7 @@ class JobPlugin(SchedulerPlugin):
         """This scrape's families; a failure exports only the error counter, so a bug here
         never costs the scheduler its own /metrics."""
         try:
-            try:
-                snap = self.tracker.snapshot()
-            except RuntimeError:  # a container changed size under another thread's copy
-                snap = self.tracker.snapshot()
-            return families(snap, dict(self.errors))
+            return families(self.tracker.snapshot(), dict(self.errors))
         except Exception:
             self._failed("collect")
             return [_errors_family(dict(self.errors))]
