@@ -145,7 +145,7 @@ def test_monitor_outlives_its_client_and_exports_per_worker_csv(cluster, session
     assert list(rows[0])[9:] == ["total-mem", "mem-util", "compute-util", "peak-mem"]
     assert {r["uuid"] for r in rows} == {fake.uuid(0)}
     times = [float(r["timestamp"]) for r in rows]
-    assert times == sorted(times) and 0 <= times[0] < 2.5
+    assert times == sorted(times) and times[0] >= 0  # seconds since the session started
     assert times[-1] <= session["stop"] - session["start"] + 0.001
     assert {r["compute-util"] for r in rows} == {"50"}
     assert max(float(r["peak-mem"]) for r in rows) == 60 * GiB
