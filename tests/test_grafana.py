@@ -334,6 +334,10 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
                 reply = etl.sync(etl.scheduler.dask_metrics_monitor_start, metrics=["mem-util"])
                 assert reply["ok"], reply
                 first = etl.map(time.sleep, [1.5] * 4, pure=False)            # job 0, DAG 0
+                # Two clients' graphs reach the scheduler in either order: let etl's arrive
+                # first, so that etl is job 0 and train job 1.
+                wait_for(lambda: etl.sync(etl.scheduler.dask_metrics_dags), timeout=30,
+                         interval=0.05, what="etl's graph at the scheduler")
                 second = train.map(time.sleep, [1.5] * 2, pure=False)         # job 1, DAG 0
                 wait_for(lambda: {r["metric"]["worker"] for r in live.query(
                     "dask_job_worker_tasks")} == {"w1", "w2"}, timeout=30, interval=0.2,
