@@ -408,9 +408,10 @@ class JobTracker:
     def snapshot(self) -> Snapshot:
         """What a scrape exports now; marks finished DAGs as exported (they may age out).
 
-        Safe to call from another thread than the one feeding the tracker (``--metrics-port``):
-        it copies the containers, again if one changed size under the copy (a copy in C can
-        still be interrupted when it triggers garbage collection), then reads only the copies.
+        Safe to call from another thread than the one feeding the tracker (an HTTP server
+        of its own serving the default registry): it copies the containers, again if one
+        changed size under the copy (a copy in C can still be interrupted when it triggers
+        garbage collection), then reads only the copies.
         """
         for _ in range(100):
             try:
