@@ -7,7 +7,6 @@ only when the whole export succeeded: a failed export leaves no file behind.
 
 from __future__ import annotations
 
-import csv
 import gc
 import json
 import os
@@ -17,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,16 @@ from collector.fetch import (
 from collector.layouts import (
     LAYOUTS,
     WORKERS_HEADER,
+    csv_line,
     safe_file_names,
     seed_header,
-    seed_rows,
+    seed_lines,
     tidy_header,
-    tidy_rows,
+    tidy_lines,
     workers_rows,
 )
 from collector.promapi import PrometheusClient
-from collector.series import WorkerInfo, gpu_rows, select_workers
+from collector.series import WorkerInfo, select_workers, worker_table
 from collector.timespec import format_rfc3339, to_ms
 from exporter import __version__
 
@@ -141,17 +142,16 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                                       chunk_ms, step_ms, age)
             activity = fetch_worker_activity(client, info.name, cluster, start - age, end,
                                              chunk_ms)
-            rows = gpu_rows(series, columns, cluster, activity, age)
+            table = worker_table(series, columns, cluster, activity, age)
             if layout == "seed":
-                lines = seed_rows(rows, start)
-                _write_csv(stage / names[info.name], seed_header(columns), lines)
+                header, lines = seed_header(columns), seed_lines(table, start)
             else:
-                lines = tidy_rows(info.name, rows, start)
-                _write_csv(stage / names[info.name], tidy_header(columns), lines)
-            rows_written += len(rows)
+                header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
+            _write_lines(stage / names[info.name], header, lines)
+            rows_written += table.rows
         if progress:
             progress(len(chosen), len(chosen), "")
-        _write_csv(stage / "workers.csv", WORKERS_HEADER, workers_rows(chosen))
+        _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
         record = {
@@ -183,11 +183,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings)
 
 
-def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
+    """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
     with open(path, "w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
+        fh.write("\n".join(chain([csv_line(header)], lines)) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 

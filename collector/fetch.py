@@ -156,17 +156,17 @@ def last_monitor_session(client: PrometheusClient, now: float) -> tuple[float, f
     for window in MONITOR_LOOKBACK:
         starts = [s for s in client.query(
             f"last_over_time(dask_job_monitor_start_timestamp_seconds[{window}])", now)
-            if s.samples and s.samples[-1][1] > 0]
+            if s.values and s.values[-1] > 0]
         if starts:
             break
     else:
         raise CollectorError("no monitor session in the last 31 days "
                              "(dask_job_monitor_start_timestamp_seconds): give --since a time")
-    latest = max(starts, key=lambda s: s.samples[-1][1])
-    start = latest.samples[-1][1]
+    latest = max(starts, key=lambda s: s.values[-1])
+    start = latest.values[-1]
     stops = client.query(f"last_over_time(dask_job_monitor_stop_timestamp_seconds[{window}])",
                          now)
     # The same scheduler's series; whether last_over_time keeps __name__ differs by version.
-    stop = next((s.samples[-1][1] for s in stops
+    stop = next((s.values[-1] for s in stops
                  if _without_name(s.labels) == _without_name(latest.labels)), None)
     return start, (stop if stop is not None and stop >= start else None)

@@ -1,15 +1,24 @@
-"""CSV rows of the two layouts and of workers.csv: pure functions from GpuRows to lists of
-strings, so the formats are tested without a server or a file."""
+"""CSV lines of the two layouts and rows of workers.csv: pure functions from a WorkerTable to
+strings, so the formats are tested without a server or a file.
+
+Lines are built column by column and joined with ",": numbers never need CSV quoting, and
+the fields that might (worker, uuid, label values) are written by ``csv`` itself, once per
+GPU or state, so the text is exactly what ``csv.writer`` would write row by row.
+"""
 
 from __future__ import annotations
 
+import csv
+import heapq
+import io
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import groupby
+from itertools import chain, repeat
+from operator import itemgetter
 
 from collector.columns import Column
-from collector.series import GpuKey, GpuRow, WorkerInfo, gpu_order
+from collector.series import GpuTable, WorkerInfo, WorkerTable
 from collector.timespec import format_rfc3339
 
 TIDY_KEYS = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job",
@@ -35,18 +44,23 @@ def format_value(value: float | None) -> str:
 
 
 class _FormatMemo(dict[float | None, str]):
-    """format_value through a bounded memo: values repeat (totals, temperatures, percents),
-    and a hit is a plain dict lookup. Equal floats format alike (0.0 and -0.0 both as "0"),
-    so the memo is exact."""
+    """format_value through a bounded memo, with ``empty`` for no sample: values repeat
+    (totals, temperatures, percents), and a hit is a plain dict lookup. Equal floats format
+    alike (0.0 and -0.0 both as "0"), so the memo is exact."""
+
+    def __init__(self, empty: str) -> None:
+        super().__init__()
+        self.empty = empty
 
     def __missing__(self, value: float | None) -> str:
         if len(self) >= 100_000:
             self.clear()
-        text = self[value] = format_value(value)
+        text = self[value] = self.empty if value is None else format_value(value)
         return text
 
 
-_formatted = _FormatMemo()
+_tidy_value = _FormatMemo("").__getitem__
+_seed_value = _FormatMemo("NaN").__getitem__  # seed lists keep one slot per GPU
 
 
 def format_seconds(ms: int, start: int) -> str:
@@ -54,42 +68,73 @@ def format_seconds(ms: int, start: int) -> str:
     return f"{(ms - start) / 1000:.3f}"
 
 
-def _slot(values: Sequence[float | None] | None, i: int) -> float:
-    """A GPU's i-th value in a seed list: NaN when it has no row or no sample then."""
-    value = values[i] if values is not None else None
-    return math.nan if value is None else value
+def csv_line(fields: Iterable[str]) -> str:
+    """``fields`` as csv.writer writes them (quoted where needed), without the line end."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(fields)
+    return buffer.getvalue()
+
+
+def _state_texts(*states: Sequence[tuple[str, str]]) -> list[str]:
+    """The CSV text of the job/DAG columns at each time; the few distinct states are
+    quoted once each."""
+    texts = {s: csv_line(chain.from_iterable(s)) for s in set(zip(*states, strict=True))}
+    return list(map(texts.__getitem__, zip(*states, strict=True)))
+
+
+def _at_gpu(table: WorkerTable, gpu: GpuTable, per_time: list[str]) -> Iterable[str]:
+    """``per_time`` (one item per time of the table) at the times of one GPU."""
+    if gpu.times == table.times:
+        return per_time
+    return map(dict(zip(table.times, per_time, strict=True)).__getitem__, gpu.times)
 
 
 def tidy_header(columns: Sequence[Column]) -> list[str]:
     return [*TIDY_KEYS, *(c.name for c in columns)]
 
 
-def tidy_rows(worker: str, rows: Iterable[GpuRow], start: int) -> Iterator[list[str]]:
-    """One row per (sample time, GPU)."""
-    time, stamps = None, ("", "")
-    for r in rows:
-        if r.time != time:  # the rows of one scrape's GPUs share their time columns
-            time, stamps = r.time, (format_seconds(r.time, start), format_rfc3339(r.time))
-        yield [*stamps, worker, r.gpu, r.uuid, r.job, r.dag, r.worker_job, r.worker_dag,
-               *map(_formatted.__getitem__, r.values)]
+def tidy_lines(worker: str, table: WorkerTable, start: int) -> Iterator[str]:
+    """One line per (sample time, GPU), oldest first, GPUs in GPU order at equal times."""
+    stamps = [f"{format_seconds(t, start)},{format_rfc3339(t)}" for t in table.times]
+    states = _state_texts(table.cluster, table.worker)
+    per_gpu = []
+    for g in table.gpus:
+        fields = zip(_at_gpu(table, g, stamps), repeat(csv_line([worker, g.gpu, g.uuid])),
+                     _at_gpu(table, g, states), *(map(_tidy_value, c) for c in g.columns),
+                     strict=False)  # repeat() is endless; the rest have one item per time
+        per_gpu.append(map(",".join, fields))
+    if all(g.times == table.times for g in table.gpus):  # the usual case: interleave them
+        return chain.from_iterable(zip(*per_gpu, strict=True))
+    merged = heapq.merge(*(zip(g.times, lines, strict=True)
+                           for g, lines in zip(table.gpus, per_gpu, strict=True)),
+                         key=itemgetter(0))  # stable: at equal times, GPU order
+    return map(itemgetter(1), merged)
 
 
 def seed_header(columns: Sequence[Column]) -> list[str]:
     return [*SEED_KEYS, *(c.name for c in columns)]
 
 
-def seed_rows(rows: Sequence[GpuRow], start: int) -> Iterator[list[str]]:
+def _seed_slots(table: WorkerTable, gpu: GpuTable, column: int) -> Iterator[str]:
+    """One GPU's values of one column at every time of the table, NaN where it has none."""
+    values = gpu.columns[column]
+    if gpu.times != table.times:
+        values = list(map(dict(zip(gpu.times, values, strict=True)).get, table.times))
+    return map(_seed_value, values)
+
+
+def seed_lines(table: WorkerTable, start: int) -> Iterator[str]:
     """The original dask-metrics rows: one per sample time, the cluster-wide job/DAG, and per
     metric the values of all the worker's GPUs (in GPU order) joined by ", ", NaN where a GPU
     has no value at that time, so every list has one slot per GPU."""
-    gpus: list[GpuKey] = sorted({(r.gpu, r.uuid) for r in rows}, key=gpu_order)
-    for time, group in groupby(rows, key=lambda r: r.time):
-        at_time = list(group)
-        by_gpu = {(r.gpu, r.uuid): r.values for r in at_time}
-        width = len(at_time[0].values)
-        cells = [SEED_SEPARATOR.join(_formatted[_slot(by_gpu.get(g), i)] for g in gpus)
-                 for i in range(width)]
-        yield [at_time[0].job, at_time[0].dag, format_seconds(time, start), *cells]
+    cells = []
+    for i in range(len(table.gpus[0].columns) if table.gpus else 0):
+        joined = map(SEED_SEPARATOR.join,
+                     zip(*(_seed_slots(table, g, i) for g in table.gpus), strict=True))
+        # Several GPUs: the separator's comma makes csv quote the cell (numbers hold no '"').
+        cells.append(map('"{}"'.format, joined) if len(table.gpus) > 1 else joined)
+    stamps = [format_seconds(t, start) for t in table.times]
+    return map(",".join, zip(_state_texts(table.cluster), stamps, *cells, strict=True))
 
 
 def workers_rows(workers: Iterable[WorkerInfo]) -> Iterator[list[str]]:

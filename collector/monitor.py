@@ -119,7 +119,7 @@ class Monitor:
             window = max(int(settled - since) + 1, 1)
             outcome: dict[int, dict[int, bool]] = {}
             for series in prom.query(f"last_over_time(dask_job_dag_status[{window}s])", settled):
-                status = series.samples[-1][1]
+                status = series.values[-1]
                 if status in (DAG_FINISHED, DAG_ERRED):
                     job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
                     outcome.setdefault(job, {})[dag] = status == DAG_FINISHED
@@ -184,7 +184,7 @@ class Monitor:
     def _scraped_past(prom: PrometheusClient, until: float) -> bool:
         for metric in _FRESHNESS:
             newest = prom.query(f"max(timestamp({metric}))", time.time())
-            if newest and newest[0].samples and newest[0].samples[-1][1] < until:
+            if newest and newest[0].values and newest[0].values[-1] < until:
                 return False
         return True
 
@@ -193,5 +193,5 @@ def _first_scrape_after(prom: PrometheusClient, t: float) -> float:
     """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
     span = max(int(time.time() - t) + 2, 2)
     times = [ms / 1000 for series in prom.query(f"dask_job_current_job[{span}s]", time.time())
-             for ms, _ in series.samples if ms / 1000 >= t]
+             for ms in series.times if ms / 1000 >= t]
     return min(times, default=t)

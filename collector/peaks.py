@@ -27,7 +27,7 @@ from collector.export import (
 )
 from collector.fetch import fetch_cluster, fetch_gpu_series, fetch_worker_activity
 from collector.promapi import PrometheusClient
-from collector.series import Series, Timeline, gpu_order, gpu_samples, id_key
+from collector.series import Series, Timeline, gpu_series, id_key
 from collector.timespec import format_rfc3339, to_ms
 
 BY = ("gpu", "job")
@@ -91,12 +91,11 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     was idle are left out); the DAG is the one running at the peak.
     """
     peaks = []
-    for (gpu, uuid), metrics in sorted(gpu_samples(series_by_metric).items(),
-                                       key=lambda item: gpu_order(item[0])):
-        source = metrics.get(PEAK_METRIC) or metrics.get(USED_METRIC) or {}
-        totals = sorted(metrics.get(TOTAL_METRIC, {}).items())
-        samples = sorted((t, v) for t, v in source.items() if not math.isnan(v))
-        states = [activity.at(t, max_age) for t, _ in samples]
+    for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
+        source = metrics.get(PEAK_METRIC) or metrics.get(USED_METRIC) or ([], [])
+        totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
+        samples = [(t, v) for t, v in zip(*source, strict=True) if not math.isnan(v)]
+        states = activity.at_each([t for t, _ in samples], max_age)
         tagged = [(state[0] if by_job else "", t, v, state)
                   for (t, v), state in zip(samples, states, strict=True) if state[0] or not by_job]
         tagged.sort(key=lambda item: (id_key(item[0]), item[1]))

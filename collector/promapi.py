@@ -130,6 +130,15 @@ def _reason(exc: BaseException) -> str:
     return re.sub(r"<[^>]*>:? ?", "", _one_line(str(seen[-1]))) or type(exc).__name__
 
 
+class _Milliseconds(dict[Any, int]):
+    """Prometheus' timestamps (JSON numbers, seconds) as integer milliseconds, each converted
+    once: the series of one answer share their scrape times."""
+
+    def __missing__(self, seconds: Any) -> int:
+        ms = self[seconds] = round(float(seconds) * 1000)
+        return ms
+
+
 class PrometheusClient:
     """Instant and range queries over POST (long PromQL fits, nothing lands in access logs).
 
@@ -277,17 +286,12 @@ class PrometheusClient:
             if kind == "scalar":
                 result = [{"metric": {}, "value": result}]
             out = []
-            ms: dict[Any, int] = {}  # the series of one answer share their scrape times
+            ms = _Milliseconds()
             for item in result:
                 points = item["values"] if "values" in item else [item["value"]]
-                try:
-                    samples = [(ms[t], float(v)) for t, v in points]
-                except KeyError:
-                    for t, _ in points:
-                        if t not in ms:
-                            ms[t] = round(float(t) * 1000)
-                    samples = [(ms[t], float(v)) for t, v in points]
-                out.append(Series(dict(item.get("metric", {})), samples))
+                stamps, values = zip(*points, strict=True) if points else ((), ())
+                out.append(Series(dict(item.get("metric", {})), list(map(ms.__getitem__, stamps)),
+                                  list(map(float, values))))
             return out
         except (KeyError, TypeError, ValueError) as exc:
             raise self._error(f"Prometheus at {self.url} answered an unexpected result for "

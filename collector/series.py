@@ -1,5 +1,5 @@
 """Pure time-series logic: chunk plans, edge deduplication, the as-of join of job/DAG states,
-and per-GPU rows. No I/O here, so every rule is tested without a server.
+and per-GPU tables. No I/O here, so every rule is tested without a server.
 
 Times are integer milliseconds (Prometheus' resolution): equal timestamps compare exactly,
 which the joins below rely on (every series of one scrape carries the scrape's timestamp).
@@ -14,23 +14,25 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from itertools import pairwise
-from operator import attrgetter, itemgetter
+from itertools import chain, pairwise, repeat
 from typing import NamedTuple
 
 from collector.columns import TOTAL_METRIC, Column
 
-Sample = tuple[int, float]
 IDLE = ("", "")
-_time = itemgetter(0)
+Samples = tuple[list[int], list[float]]
+"""(times, values) of one series, or of several joined."""
 
 
 @dataclass
 class Series:
-    """One labelled series: samples are (milliseconds, value), oldest first."""
+    """One labelled series, column-wise: ``times`` (milliseconds, oldest first) and the
+    ``values`` sampled then. Two lists rather than a (time, value) pair per sample: an export
+    handles millions of samples, and whole columns are joined and formatted at C speed."""
 
     labels: dict[str, str]
-    samples: list[Sample] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
 
 
 # ---- chunk plans -------------------------------------------------------------------------
@@ -91,31 +93,45 @@ def clip(series: Iterable[Series], lo: int, hi: int, include_lo: bool) -> list[S
     out = []
     first = bisect_left if include_lo else bisect_right
     for s in series:
-        kept = s.samples[first(s.samples, lo, key=_time):bisect_right(s.samples, hi, key=_time)]
-        if kept:
-            out.append(Series(s.labels, kept))
+        i, j = first(s.times, lo), bisect_right(s.times, hi)
+        if i < j:
+            out.append(Series(s.labels, s.times[i:j], s.values[i:j]))
     return out
 
 
 def merge(series: Iterable[Series]) -> list[Series]:
-    """Join the pieces of each label set, oldest first, one sample per timestamp.
+    """Join the pieces of each label set, oldest first, one sample per timestamp (the first
+    piece's where pieces overlap).
 
-    A label set of one piece is taken as it is: one series of one answer is already in time
-    order with one sample per timestamp.
+    Pieces in time order that do not overlap (clipped chunks, the usual case) are simply
+    concatenated; a label set of one piece is taken as it is: one series of one answer is
+    already in time order with one sample per timestamp.
     """
-    groups: dict[tuple[tuple[str, str], ...], list[list[Sample]]] = defaultdict(list)
+    groups: dict[tuple[tuple[str, str], ...], list[Series]] = defaultdict(list)
     for s in series:
-        groups[tuple(sorted(s.labels.items()))].append(s.samples)
+        groups[tuple(sorted(s.labels.items()))].append(s)
     merged = []
     for key, pieces in groups.items():
         if len(pieces) == 1:
-            unique = pieces[0]
+            times, values = pieces[0].times, pieces[0].values
+        elif all(a.times and b.times and a.times[-1] < b.times[0] for a, b in pairwise(pieces)):
+            times = list(chain.from_iterable(p.times for p in pieces))
+            values = list(chain.from_iterable(p.values for p in pieces))
         else:
-            samples = [sample for piece in pieces for sample in piece]
-            samples.sort(key=_time)
-            unique = [s for i, s in enumerate(samples) if i == 0 or s[0] != samples[i - 1][0]]
-        merged.append(Series(dict(key), unique))
+            times, values = join(pieces)
+        merged.append(Series(dict(key), times, values))
     return merged
+
+
+def join(pieces: Iterable[Series]) -> Samples:
+    """(times, values) of several series in time order; at a time that more than one has,
+    the first one's sample wins."""
+    unique: dict[int, float] = {}
+    for p in pieces:
+        for t, v in zip(p.times, p.values, strict=True):
+            unique.setdefault(t, v)
+    times = sorted(unique)
+    return times, list(map(unique.__getitem__, times))
 
 
 def by_metric(series: Iterable[Series]) -> dict[str, list[Series]]:
@@ -210,17 +226,21 @@ class Timeline:
         Idle when there is none, or when it is older than ``max_age``: the scheduler was not
         scraped then, and an old state must not be carried across the gap.
         """
-        i = bisect_right(self.times, t) - 1
-        if i < 0 or t - self.times[i] > max_age:
-            return IDLE
-        return self.states[i]
+        return self.at_each([t], max_age)[0]
+
+    def at_each(self, times: Sequence[int], max_age: int) -> list[tuple[str, str]]:
+        """``at`` for every one of ``times``: one lookup per GPU sample time of an export,
+        made without a Python call each."""
+        scrapes, states = self.times, self.states
+        return [states[i - 1] if i and t - scrapes[i - 1] <= max_age else IDLE
+                for t, i in zip(times, map(bisect_right, repeat(scrapes), times), strict=True)]
 
 
 def cluster_timeline(job: Iterable[Series], dag: Iterable[Series]) -> Timeline:
     """The cluster-wide job/DAG (dask_job_current_job/_dag) at each scheduler scrape."""
 
     def values(series: Iterable[Series]) -> dict[int, float]:
-        return {t: v for s in series for t, v in s.samples}
+        return {t: v for s in series for t, v in zip(s.times, s.values, strict=True)}
 
     jobs, dags = values(job), values(dag)
     times = sorted(jobs.keys() | dags.keys())
@@ -234,87 +254,103 @@ def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series]) -> Timeline
     idle. When the worker runs several DAGs at once the oldest one (lowest job id, then dag id)
     is taken: a deterministic choice that follows the scheduler's own "oldest unfinished DAG".
     """
-    active: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for s in tasks:
-        dag = (s.labels.get("job_id", ""), s.labels.get("dag_id", ""))
-        for t, v in s.samples:
+    dags = [((s.labels.get("job_id", ""), s.labels.get("dag_id", "")), s) for s in tasks]
+    dags.sort(key=lambda item: (id_key(item[0][0]), id_key(item[0][1])))  # oldest first
+    active: dict[int, tuple[str, str]] = {}
+    for dag, s in dags:
+        for t, v in zip(s.times, s.values, strict=True):
             if v > 0:
-                active[t].append(dag)
+                active.setdefault(t, dag)  # the oldest DAG with tasks then
     times = sorted(set(scrapes) | active.keys())
-    states = [min(active[t], key=lambda d: (id_key(d[0]), id_key(d[1])), default=IDLE)
-              for t in times]
-    return Timeline(times, states)
+    return Timeline(times, list(map(active.get, times, repeat(IDLE))))
 
 
-# ---- per-GPU rows --------------------------------------------------------------------------
-
-
-class GpuRow(NamedTuple):
-    """One sample time of one GPU, with the job/DAG states and one value per column.
-
-    A NamedTuple: several times cheaper to make than a frozen dataclass, and as immutable."""
-
-    time: int
-    gpu: str
-    uuid: str
-    job: str
-    dag: str
-    worker_job: str
-    worker_dag: str
-    values: tuple[float | None, ...]
+# ---- per-GPU tables ------------------------------------------------------------------------
 
 
 GpuKey = tuple[str, str]
-
-
-def gpu_samples(series_by_metric: Mapping[str, Iterable[Series]]
-                ) -> dict[GpuKey, dict[str, dict[int, float]]]:
-    """{(gpu, uuid): {metric: {time: value}}}; a restarted worker's series join again here."""
-    gpus: dict[GpuKey, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for metric, series in series_by_metric.items():
-        for s in series:
-            key = (s.labels.get("gpu", ""), s.labels.get("uuid", ""))
-            values = gpus[key][metric]
-            if not values:  # the usual case: one series (merged: one sample per time)
-                values.update(s.samples)
-            else:
-                for t, v in s.samples:
-                    values.setdefault(t, v)
-    return gpus
 
 
 def gpu_order(key: GpuKey) -> tuple:
     return id_key(key[0]), key[1]
 
 
-def gpu_rows(series_by_metric: Mapping[str, Iterable[Series]], columns: Sequence[Column],
-             cluster: Timeline, worker: Timeline, max_age: int) -> list[GpuRow]:
-    """Rows at every time one of the columns' series has a sample; nothing is interpolated.
+def gpu_series(series_by_metric: Mapping[str, Iterable[Series]]
+               ) -> dict[GpuKey, dict[str, Samples]]:
+    """{(gpu, uuid): {metric: (times, values)}}, GPUs in GPU order, only metrics with samples.
+    A restarted worker's series (other labels, same GPU) join again here; a single series is
+    taken as it is."""
+    found: dict[GpuKey, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
+    for metric, series in series_by_metric.items():
+        for s in series:
+            if s.times:
+                found[s.labels.get("gpu", ""), s.labels.get("uuid", "")][metric].append(s)
+    return {key: {metric: (pieces[0].times, pieces[0].values) if len(pieces) == 1
+                  else join(pieces) for metric, pieces in found[key].items()}
+            for key in sorted(found, key=gpu_order)}
 
-    A column whose series has no sample at that time stays empty (None): gaps stay gaps.
-    ``mem-util`` divides by the total of the same scrape.
+
+class GpuTable(NamedTuple):
+    """One GPU's rows column-wise: its sample times and, per CSV column, the values then."""
+
+    gpu: str
+    uuid: str
+    times: list[int]
+    columns: list[list[float | None]]
+
+
+@dataclass(frozen=True)
+class WorkerTable:
+    """One worker's GPUs (in GPU order) and the job/DAG states at their sample times.
+
+    ``times`` are the sample times of all its GPUs, oldest first: usually every GPU has them
+    all, since one scrape samples every GPU.
     """
-    rows = []
-    states: dict[int, tuple[str, str, str, str]] = {}  # the GPUs of a worker share scrapes
-    gpus = gpu_samples(series_by_metric)
-    for gpu, uuid in sorted(gpus, key=gpu_order):
-        metrics = gpus[gpu, uuid]
-        sources = [metrics.get(c.metric, {}) for c in columns]
-        totals = metrics.get(TOTAL_METRIC, {})
-        times = sorted(set().union(*sources)) if sources else []
-        cols = []  # column by column: Column.value only where it changes the raw value
-        for c, src in zip(columns, sources, strict=True):
-            raw = list(map(src.get, times))
-            if c.per_total:
-                cols.append(list(map(c.value, raw, map(totals.get, times))))
-            elif c.scale == 1:
-                cols.append(raw)
-            else:
-                cols.append(list(map(c.value, raw, [None] * len(raw))))
-        for t, values in zip(times, zip(*cols, strict=True), strict=True):
-            state = states.get(t)
-            if state is None:
-                state = states[t] = (*cluster.at(t, max_age), *worker.at(t, max_age))
-            rows.append(GpuRow(t, gpu, uuid, *state, values))
-    rows.sort(key=attrgetter("time"))  # stable: at equal times the GPUs stay in GPU order
-    return rows
+
+    gpus: list[GpuTable]
+    times: list[int]
+    cluster: list[tuple[str, str]]
+    worker: list[tuple[str, str]]
+
+    @property
+    def rows(self) -> int:
+        return sum(len(g.times) for g in self.gpus)
+
+
+def _union(lists: Sequence[list[int]]) -> list[int]:
+    """The sorted union of sorted lists; the first list itself when they are all equal."""
+    if not lists:
+        return []
+    if all(other == lists[0] for other in lists[1:]):
+        return lists[0]
+    return sorted(set().union(*lists))
+
+
+def _at(samples: Samples | None, times: list[int]) -> list[float | None]:
+    """The values of ``samples`` at ``times``, None where it has none: nothing is
+    interpolated, gaps stay gaps."""
+    if samples is None:
+        return [None] * len(times)
+    if samples[0] == times:
+        return samples[1]
+    return list(map(dict(zip(*samples, strict=True)).get, times))
+
+
+def worker_table(series_by_metric: Mapping[str, Iterable[Series]], columns: Sequence[Column],
+                 cluster: Timeline, worker: Timeline, max_age: int) -> WorkerTable:
+    """Rows at every time one of the columns' series has a sample, column by column.
+
+    A column whose series has no sample at that time stays empty (None). ``mem-util``
+    divides by the total of the same scrape. A GPU with no sample in these columns has no
+    rows. The job/DAG lookups are made once per sample time, not once per GPU.
+    """
+    gpus = []
+    for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
+        times = _union([metrics[m][0] for m in dict.fromkeys(c.metric for c in columns)
+                        if m in metrics])
+        if times:
+            totals = _at(metrics.get(TOTAL_METRIC), times)
+            gpus.append(GpuTable(gpu, uuid, times, [
+                c.values(_at(metrics.get(c.metric), times), totals) for c in columns]))
+    every = _union([g.times for g in gpus])
+    return WorkerTable(gpus, every, cluster.at_each(every, max_age), worker.at_each(every, max_age))

@@ -344,7 +344,8 @@ def test_a_step_chunk_over_the_sample_limit_is_split(prom: PrometheusServer,
         metric = s.labels["__name__"]
         expected = [1.0 if metric == "dask_gpu_info" else long_value(metric, t)
                     for t in range(LONG_END + 1)]
-        assert s.samples == list(zip(range(start, end + 1, 1000), expected, strict=True))
+        assert s.times == list(range(start, end + 1, 1000))
+        assert s.values == expected
 
 
 def test_fifty_workers_one_file_each_in_name_order(prom: PrometheusServer, dataset: Dataset,

@@ -3,6 +3,7 @@ rows and CSV layouts, connection settings. No server: these rules are checked ex
 
 from __future__ import annotations
 
+import csv
 import io
 import math
 from datetime import datetime, timezone
@@ -18,9 +19,9 @@ from collector.layouts import (
     format_value,
     safe_file_names,
     seed_header,
-    seed_rows,
+    seed_lines,
     tidy_header,
-    tidy_rows,
+    tidy_lines,
 )
 from collector.promapi import PrometheusClient, redact_url, split_credentials
 from collector.series import (
@@ -29,7 +30,6 @@ from collector.series import (
     WorkerInfo,
     clip,
     cluster_timeline,
-    gpu_rows,
     grid_halver,
     halve_range,
     merge,
@@ -38,6 +38,7 @@ from collector.series import (
     plan_step_chunks,
     select_workers,
     worker_inventory,
+    worker_table,
     worker_timeline,
 )
 from collector.timespec import (
@@ -127,22 +128,28 @@ def test_step_chunks_stay_under_the_point_limit_and_share_no_point() -> None:
 
 def test_samples_on_chunk_edges_are_kept_once() -> None:
     # A closed range selector returns the edge sample in both chunks (Prometheus 2).
-    first = [Series({"a": "1"}, [(0, 1.0), (1000, 2.0), (2000, 3.0)])]
-    second = [Series({"a": "1"}, [(2000, 3.0), (3000, 4.0)])]
+    first = [Series({"a": "1"}, [0, 1000, 2000], [1.0, 2.0, 3.0])]
+    second = [Series({"a": "1"}, [2000, 3000], [3.0, 4.0])]
     pieces = clip(first, 0, 2000, include_lo=True) + clip(second, 2000, 4000, include_lo=False)
-    assert merge(pieces) == [Series({"a": "1"}, [(0, 1.0), (1000, 2.0), (2000, 3.0),
-                                                 (3000, 4.0)])]
+    assert merge(pieces) == [Series({"a": "1"}, [0, 1000, 2000, 3000], [1.0, 2.0, 3.0, 4.0])]
     # The 1 ms added to the first window (for left-open ranges) never leaks a sample.
-    assert clip([Series({}, [(-1, 0.0), (0, 1.0)])], 0, 10, include_lo=True)[0].samples == [
-        (0, 1.0)]
-    assert clip([Series({}, [(-1, 0.0)])], 0, 10, include_lo=True) == []
+    assert clip([Series({}, [-1, 0], [0.0, 1.0])], 0, 10, include_lo=True) == [
+        Series({}, [0], [1.0])]
+    assert clip([Series({}, [-1], [0.0])], 0, 10, include_lo=True) == []
+
+
+def test_overlapping_pieces_merge_in_time_order_and_the_first_piece_wins() -> None:
+    pieces = [Series({"a": "1"}, [1000, 3000], [1.0, 3.0]),
+              Series({"a": "1"}, [0, 1000, 2000], [0.0, 9.0, 2.0])]
+    assert merge(pieces) == [Series({"a": "1"}, [0, 1000, 2000, 3000], [0.0, 1.0, 2.0, 3.0])]
 
 
 # ---- the as-of join ------------------------------------------------------------------------
 
 
 def _series(points: dict[int, float], **labels: str) -> Series:
-    return Series(labels, sorted(points.items()))
+    times = sorted(points)
+    return Series(labels, times, [points[t] for t in times])
 
 
 def test_cluster_state_is_the_last_scrape_at_or_before() -> None:
@@ -172,19 +179,21 @@ def test_worker_state_is_absent_when_idle_and_the_oldest_dag_when_several() -> N
     assert timeline.at(4000, 10_000) == IDLE         # series absent from that scrape
 
 
-def test_gpu_rows_keep_gaps_and_join_restarted_series() -> None:
+def test_gpu_tables_keep_gaps_and_join_restarted_series() -> None:
     used = [_series({0: 10.0, 5000: 20.0}, gpu="0", uuid="U0", instance="a:1"),
             _series({60_000: 30.0}, gpu="0", uuid="U0", instance="a:2")]  # after a restart
     total = [_series({0: 100.0, 5000: 100.0, 60_000: 100.0}, gpu="0", uuid="U0")]
     power = [_series({0: math.nan, 5000: 7.0}, gpu="0", uuid="U0")]
     columns = select(["total-mem", "mem-util", "power"])
     empty = cluster_timeline([], [])
-    rows = gpu_rows({"dask_gpu_memory_used_bytes": used, "dask_gpu_memory_total_bytes": total,
-                     "dask_gpu_power_watts": power}, columns, empty, empty, 1000)
-    assert [(r.time, r.values[:2]) for r in rows] == [(0, (10.0, 10.0)), (5000, (20.0, 20.0)),
-                                                      (60_000, (30.0, 30.0))]
-    assert math.isnan(rows[0].values[2])
-    assert rows[2].values[2] is None                 # no power sample after the restart
+    table = worker_table({"dask_gpu_memory_used_bytes": used, "dask_gpu_memory_total_bytes": total,
+                          "dask_gpu_power_watts": power}, columns, empty, empty, 1000)
+    [gpu] = table.gpus
+    assert table.times == gpu.times == [0, 5000, 60_000]
+    assert gpu.columns[:2] == [[10.0, 20.0, 30.0], [10.0, 20.0, 30.0]]
+    assert math.isnan(gpu.columns[2][0])
+    assert gpu.columns[2][2] is None                 # no power sample after the restart
+    assert table.rows == 3
 
 
 # ---- columns, layouts ----------------------------------------------------------------------
@@ -199,10 +208,10 @@ def test_columns() -> None:
     with pytest.raises(ValueError, match=r"unknown metric 'gpu-util'.*known: total-mem"):
         select(["gpu-util"])
     by_name = {c.name: c for c in COLUMNS}
-    assert by_name["compute-util"].value(0.29, None) == 29
-    assert by_name["sm-clock"].value(1_410_000_000, None) == 1410
-    assert by_name["mem-util"].value(4.0, 16.0) == 25
-    assert by_name["mem-util"].value(4.0, None) is None
+    assert by_name["compute-util"].values([0.29, None], [None, None]) == [29, None]
+    assert by_name["sm-clock"].values([1_410_000_000], [None]) == [1410]
+    assert by_name["mem-util"].values([4.0, 4.0, 4.0, None], [16.0, None, 0.0, 16.0]) == [
+        25, None, None, None]
 
 
 def test_value_format() -> None:
@@ -224,24 +233,39 @@ def test_natural_order() -> None:
     assert sorted(["w-10", "w-2", "w-1", "v"], key=natural_key) == ["v", "w-1", "w-2", "w-10"]
 
 
-def test_tidy_and_seed_rows() -> None:
+def test_tidy_and_seed_lines() -> None:
     columns = select(["total-mem", "power"])
     used = [_series({1000: 5.0, 2000: 6.0}, gpu="0", uuid="U0"),
             _series({1000: 7.0}, gpu="1", uuid="U1")]
     power = [_series({1000: 50.0}, gpu="0", uuid="U0")]
     cluster = cluster_timeline([_series({0: 3})], [_series({0: 1})])
     worker = worker_timeline([0], [_series({0: 1}, job_id="3", dag_id="0")])
-    rows = gpu_rows({"dask_gpu_memory_used_bytes": used, "dask_gpu_power_watts": power},
-                    columns, cluster, worker, 10_000)
+    table = worker_table({"dask_gpu_memory_used_bytes": used, "dask_gpu_power_watts": power},
+                         columns, cluster, worker, 10_000)
     assert tidy_header(columns)[:9] == ["timestamp", "time", "worker", "gpu", "uuid", "job",
                                         "dag", "worker_job", "worker_dag"]
-    assert list(tidy_rows("w", rows, 0)) == [
-        ["1.000", "1970-01-01T00:00:01.000Z", "w", "0", "U0", "3", "1", "3", "0", "5", "50"],
-        ["1.000", "1970-01-01T00:00:01.000Z", "w", "1", "U1", "3", "1", "3", "0", "7", ""],
-        ["2.000", "1970-01-01T00:00:02.000Z", "w", "0", "U0", "3", "1", "3", "0", "6", ""]]
+    assert list(tidy_lines("w", table, 0)) == [
+        "1.000,1970-01-01T00:00:01.000Z,w,0,U0,3,1,3,0,5,50",
+        "1.000,1970-01-01T00:00:01.000Z,w,1,U1,3,1,3,0,7,",
+        "2.000,1970-01-01T00:00:02.000Z,w,0,U0,3,1,3,0,6,"]
     assert seed_header(columns) == ["job", "dag", "timestamp", "total-mem", "power"]
-    assert list(seed_rows(rows, 1000)) == [["3", "1", "0.000", "5, 7", "50, NaN"],
-                                           ["3", "1", "1.000", "6, NaN", "NaN, NaN"]]
+    assert list(seed_lines(table, 1000)) == ['3,1,0.000,"5, 7","50, NaN"',
+                                             '3,1,1.000,"6, NaN","NaN, NaN"']
+
+
+def test_lines_are_what_csv_writes_row_by_row() -> None:
+    """Lines are joined from columns; the fields that may need quoting go through csv."""
+    columns = select(["total-mem"])
+    used = [_series({1000: 5.0}, gpu="0", uuid='U,"0"'), _series({2000: 6.0}, gpu="1", uuid="U1")]
+    worker = worker_timeline([1000], [_series({1000: 1}, job_id="3,4", dag_id="0")])
+    table = worker_table({"dask_gpu_memory_used_bytes": used}, columns,
+                         cluster_timeline([], []), worker, 10_000)
+    rows = [["1.000", "1970-01-01T00:00:01.000Z", "a,b", "0", 'U,"0"', "", "", "3,4", "0", "5"],
+            ["2.000", "1970-01-01T00:00:02.000Z", "a,b", "1", "U1", "", "", "3,4", "0", "6"]]
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    assert "".join(f"{line}\n" for line in tidy_lines("a,b", table, 0)) == text.getvalue()
+    assert list(seed_lines(table, 0)) == [',,1.000,"5, NaN"', ',,2.000,"NaN, 6"']
 
 
 def test_workers_inventory_and_selection() -> None:
