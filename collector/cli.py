@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from collector.fetch import last_monitor_session
 from collector.layouts import LAYOUTS
 from collector.monitor import Monitor
 from collector.peaks import BY, format_table, peaks
+from collector.plot import FORMATS, PLOT_METRICS, plot_export
 from collector.promapi import COMPRESSIONS, PrometheusClient
 from collector.timespec import (
     MONITOR,
@@ -51,6 +53,25 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _span_parent(required: bool) -> argparse.ArgumentParser:
+    """Time range and worker options; ``--since`` is optional where ``--csv`` can replace it."""
+    span = argparse.ArgumentParser(add_help=False)
+    group = span.add_argument_group("time range and workers")
+    group.add_argument("--since", metavar="WHEN", required=required, help=f"start: {WHEN_HELP}")
+    group.add_argument("--until", metavar="WHEN",
+                       help="end (default now, or the monitor session's stop with --since "
+                       "monitor)")
+    group.add_argument("--workers", metavar="NAME", nargs="+",
+                       help="only these workers (names or globs such as 'gpu-*'; commas work)")
+    group.add_argument("--max-age", metavar="DURATION", default=format_duration(DEFAULT_MAX_AGE),
+                       help="how old a sample may be and still describe a later time: a "
+                       "--step grid point, or the scheduler's job/DAG (default %(default)s)")
+    group.add_argument("--chunk", metavar="DURATION", default=format_duration(DEFAULT_CHUNK),
+                       help="time range of one query, halved when Prometheus finds it too "
+                       "big (default %(default)s)")
+    return span
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,20 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--quiet", action="store_true",
                        help="no progress and no summary (warnings and errors still show)")
 
-    span = argparse.ArgumentParser(add_help=False)
-    group = span.add_argument_group("time range and workers")
-    group.add_argument("--since", metavar="WHEN", required=True, help=f"start: {WHEN_HELP}")
-    group.add_argument("--until", metavar="WHEN",
-                       help="end (default now, or the monitor session's stop with --since "
-                       "monitor)")
-    group.add_argument("--workers", metavar="NAME", nargs="+",
-                       help="only these workers (names or globs such as 'gpu-*'; commas work)")
-    group.add_argument("--max-age", metavar="DURATION", default=format_duration(DEFAULT_MAX_AGE),
-                       help="how old a sample may be and still describe a later time: a "
-                       "--step grid point, or the scheduler's job/DAG (default %(default)s)")
-    group.add_argument("--chunk", metavar="DURATION", default=format_duration(DEFAULT_CHUNK),
-                       help="time range of one query, halved when Prometheus finds it too "
-                       "big (default %(default)s)")
+    span, span_or_csv = _span_parent(required=True), _span_parent(required=False)
 
     parser = _Parser(prog="collector", description="Per-worker GPU series from Prometheus as "
                      "CSV files, and peak GPU memory.")
@@ -121,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
     pk.add_argument("--json", action="store_true", help="a JSON list instead of a table")
     pk.add_argument("--by", choices=BY, default="gpu",
                     help="gpu: one peak per worker and GPU (default); job: one per job too")
+
+    plt = commands.add_parser(
+        "plot", parents=[span_or_csv, conn], help="PNG/SVG pictures per worker and of the cluster",
+        description="Per worker: GPU utilisation and memory over time, the job/DAG phases "
+        "shaded; and a cluster overview (cluster.png). From Prometheus (--since), or from a "
+        "folder written by 'collector export' (--csv). Needs 'dask-metrics[plot]'.")
+    plt.add_argument("--out", metavar="DIR", required=True, help="folder for the pictures")
+    plt.add_argument("--csv", metavar="DIR",
+                     help="plot this export folder (tidy layout) instead of asking Prometheus")
+    plt.add_argument("--format", metavar="FORMAT", nargs="+", default=["png"],
+                     help=f"picture formats: {', '.join(FORMATS)} (default png)")
 
     sched = argparse.ArgumentParser(add_help=False)
     sched.add_argument("--scheduler", metavar="ADDR",
@@ -270,8 +289,25 @@ def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[st
     return 0
 
 
+def _plot_files(folder: str | Path, args: argparse.Namespace, workers: list[str] | None,
+                ui: Terminal) -> int:
+    written = plot_export(folder, args.out, _words(args.format) or [], workers)
+    ui.info(f"wrote {len(written)} picture(s) into {args.out}")
+    return 0
+
+
+def _run_plot(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
+              ui: Terminal) -> int:
+    since, until = _span(client, opts["since"], opts["until"], opts["now"])
+    with tempfile.TemporaryDirectory(prefix="collector-plot-") as tmp:
+        export(client, since, until, Path(tmp) / "export", metrics=list(PLOT_METRICS),
+               max_age=opts["max_age"], workers=opts["workers"], chunk=opts["chunk"],
+               progress=ui.progress)
+        return _plot_files(Path(tmp) / "export", args, None, ui)
+
+
 COMMANDS: dict[str, Callable[[PrometheusClient, argparse.Namespace, dict[str, Any], Terminal],
-                             int]] = {"export": _run_export, "peaks": _run_peaks}
+                             int]] = {"export": _run_export, "peaks": _run_peaks, "plot": _run_plot}
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -372,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "watch":
             return _run_watch(args, vars(args))
         opts = _options(args)
-        config = load_config(args.config) if args.config else None
-        settings = resolve(vars(args), os.environ, config)
+        if args.command == "plot" and not (args.csv or args.since):
+            raise UsageError("--since WHEN or --csv DIR is required")
     except UsageError as exc:
         return _fail(EXIT_USAGE, exc)
     except CollectorError as exc:
@@ -382,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_INTERRUPTED, "interrupted")
     ui = Terminal(args.quiet)
     try:
+        if args.command == "plot" and args.csv:
+            return _plot_files(args.csv, args, opts["workers"], ui)
+        config = load_config(args.config) if args.config else None
+        settings = resolve(vars(args), os.environ, config)
         with PrometheusClient(settings, on_warning=ui.warning) as client:
             return COMMANDS[args.command](client, args, opts, ui)
     except UsageError as exc:

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+@contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: int = 0o644,
+                binary: bool = False) -> Iterator[IO[Any]]:
+    """A file to write that replaces ``path`` only when the block ends without an error.
 
-    A crash or a full disk leaves the previous file (or none) and no temporary behind.
+    It is a temporary file in the same folder, renamed over ``path``: a crash, an exception
+    or a full disk leaves the previous file (or none) and no temporary behind.
     """
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with (os.fdopen(fd, "wb") if binary
+              else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
@@ -24,3 +31,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically (see ``atomic_open``)."""
+    with atomic_open(path, mode) as fh:
+        fh.write(text)

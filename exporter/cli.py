@@ -25,9 +25,10 @@ from exporter.config import (
     resolve,
 )
 from exporter.gpu_collector import GpuCollector
-from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource, SourceUnavailable
+from exporter.gpu_source import GpuSource, NvmlSource, SourceUnavailable
 from exporter.http import make_app, serve, tls_context
 from exporter.sampler import Sampler
+from exporter.simulated import SimulatedSource
 from exporter.target import TargetSource
 
 EXIT_USAGE = 2
@@ -63,7 +64,9 @@ def load_config(argv: list[str] | None) -> ExporterConfig:
 
 
 def make_sampler(config: ExporterConfig, target: TargetSource) -> Sampler:
-    source: GpuSource = SimulatedSource(config.simulate) if config.simulate else NvmlSource()
+    """The sampler of the sidecar and of the worker preload: NVML, or simulated GPUs."""
+    source: GpuSource = (SimulatedSource(config.simulate, config.simulate_memory)
+                         if config.simulate else NvmlSource())
     return Sampler(source, target, interval=config.interval, peak_window=config.peak_window)
 
 

@@ -36,6 +36,23 @@ def _count(value: Any) -> int:
     return number
 
 
+_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_bytes(value: Any) -> float:
+    """``17179869184``, ``16GiB``, ``512MiB``, ``2G``: a positive number of bytes."""
+    text = str(value).strip().lower().removesuffix("b")
+    digits = text.rstrip("kmgti")
+    unit = text[len(digits):]
+    if unit not in _UNITS or not digits:
+        raise ValueError("must be bytes, optionally with a unit such as 512MiB or 16GiB")
+    number = float(digits) * _UNITS[unit]
+    if not number > 0:
+        raise ValueError("must be more than 0 bytes")
+    return number
+
+
 def _text(value: Any) -> str:
     return str(value)
 
@@ -103,7 +120,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("pids", _pids, "pids whose GPU memory is exported per process, comma-separated",
            "PIDS"),
     Option("simulate", _count, "serve N simulated GPUs instead of NVML (labelled "
-           "simulated=\"true\")", "N"),
+           "simulated=\"true\"); attached to a worker, they mirror its CPU and memory use",
+           "N"),
+    Option("simulate_memory", parse_bytes, "memory of each simulated GPU (default 16GiB)",
+           "BYTES"),
     Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
            "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
     Option("tls_cert_file", _text, "sidecar: serve HTTPS with this PEM certificate (chain)",
@@ -125,6 +145,7 @@ class ExporterConfig:
     worker_info_file: str | None = None
     pids: tuple[int, ...] = ()
     simulate: int = 0
+    simulate_memory: float = 16 * 2**30
     serve_metrics: bool = True
     tls_cert_file: str | None = None
     tls_key_file: str | None = None

@@ -1,4 +1,4 @@
-"""Where GPU readings come from: NVML through nvidia-ml-py, or simulated GPUs.
+"""Where GPU readings come from: NVML through nvidia-ml-py (simulated GPUs: simulated.py).
 
 All NVML quirks live here: version fallbacks, unsupported calls, lost devices, handles
 that go stale. The sampler above sees plain ``Reading`` values and two exceptions.
@@ -7,9 +7,7 @@ that go stale. The sampler above sees plain ``Reading`` values and two exception
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -283,56 +281,3 @@ def _init_hint(nv: Any, exc: Any) -> str:
     }
     hint = hints.get(exc.value, "")
     return f"NVML initialisation failed: {exc}" + (f" ({hint})" if hint else "")
-
-
-class SimulatedSource:
-    """Synthetic GPUs for machines without any, with values that move like real work.
-
-    Every series they produce is labelled ``simulated="true"``.
-    """
-
-    simulated = True
-
-    def __init__(self, count: int, memory_total: float = 16 * 2**30) -> None:
-        self.errors: Counter[tuple[str, str]] = Counter()
-        self.count = count
-        self.memory_total = memory_total
-        self._t0 = time.time()
-
-    def start(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def driver_version(self) -> str:
-        return "simulated"
-
-    def candidates(self) -> list[Candidate]:
-        return [Candidate(i, simulated_uuid(i)) for i in range(self.count)]
-
-    def describe(self, uuid: str) -> DeviceInfo:
-        index = int(uuid.rsplit("-", 1)[1])
-        return DeviceInfo(uuid, "Simulated GPU", f"00000000:{index + 1:02X}:00.0")
-
-    def read(self, uuid: str, pids: Collection[int]) -> Reading:
-        index = int(uuid.rsplit("-", 1)[1])
-        t = time.time() - self._t0
-        phase = 0.5 + 0.5 * math.sin(t / 20.0 + index)
-        used = self.memory_total * (0.1 + 0.6 * phase)
-        return Reading(
-            memory_used=used,
-            memory_total=self.memory_total,
-            memory_reserved=self.memory_total * 0.01,
-            utilization=phase,
-            memory_bandwidth=phase * 0.6,
-            power_watts=60 + 240 * phase,
-            energy_joules=150.0 * t,
-            temperature_celsius=35 + 40 * phase,
-            sm_clock_hertz=1.41e9,
-            processes={pid: used for pid in pids},
-        )
-
-
-def simulated_uuid(index: int) -> str:
-    return f"GPU-5151a7ed-0000-4000-8000-{index:012d}"

@@ -19,9 +19,9 @@ import click
 import dask.config
 from prometheus_client import REGISTRY
 
+from exporter.cli import make_sampler
 from exporter.config import OPTIONS, ConfigError, ExporterConfig, resolve
 from exporter.gpu_collector import GpuCollector
-from exporter.gpu_source import GpuSource, NvmlSource, SimulatedSource
 from exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label, write_info_file
 from exporter.sampler import Sampler
 from exporter.target import TargetSource
@@ -62,8 +62,7 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
     label = config.worker or worker_label(worker.name, worker.address)
     target = TargetSource(worker=label, gpus=config.gpus,
                           pids=frozenset({os.getpid(), *config.pids}))
-    source: GpuSource = SimulatedSource(config.simulate) if config.simulate else NvmlSource()
-    sampler = Sampler(source, target, interval=config.interval, peak_window=config.peak_window)
+    sampler = make_sampler(config, target)
     first = sampler.sample_once()
     if not first.nvml_up:
         logger.warning("dask-metrics: %s; the worker runs on, NVML is retried in the "

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Install what dask-metrics needs on a fresh Debian/Ubuntu machine, into ./.venv.
-# System packages (gcc for the test suite's fake NVML driver, openssl for TLS tests, prometheus for the
-# integration tests, python3-venv) are installed with apt-get when this user may do so.
+# Usage: setup.sh [EXTRA] -- the package extra to install: test (default: the test suite) or
+# plot (the demo). System packages (prometheus, python3-venv; for the tests also gcc for the
+# fake NVML driver and openssl for TLS tests) are installed with apt-get when this user may.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+extra="${1:-test}"
 
 need=()
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-command -v openssl >/dev/null || need+=(openssl)
+if [ "$extra" = test ]; then
+  command -v gcc >/dev/null || need+=(gcc libc6-dev)
+  command -v openssl >/dev/null || need+=(openssl)
+fi
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
-    echo "setup: please install: ${need[*]} (apt-get install -y --no-install-recommends ...)" >&2
+    echo "setup: please install: ${need[*]} (apt-get install -y --no-install-recommends" \
+      "${need[*]}), or run this as root or with sudo" >&2
     exit 1
   fi
   echo "setup: installing ${need[*]} with apt-get" >&2
@@ -26,4 +31,4 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e ".[$extra]"

@@ -1,0 +1,170 @@
+"""The main job end to end on this machine: a local Dask cluster with GPU metrics, a
+workload, then per-worker CSV files, the peak-memory table and plots.
+
+Real GPUs through NVML when this machine has them, otherwise simulated GPUs (said loudly).
+Everything it starts is stopped at the end, also on Ctrl-C or a failure; a second run
+reuses the same folders (Prometheus keeps the earlier runs' data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from distributed import Client
+
+from collector import cli
+from collector.demo_workload import Plan, run
+from collector.errors import CollectorError
+from collector.localstack import LocalStack, StackOptions
+from collector.monitor import Monitor
+from exporter.config import parse_bytes
+from exporter.gpu_source import NvmlSource, SourceUnavailable
+
+EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def say(message: str) -> None:
+    print(f"demo: {message}", flush=True)
+
+
+def real_gpus() -> list[str]:
+    """NVML indices of this machine's GPUs; [] (and why, loudly) when there are none."""
+    source = NvmlSource()
+    try:
+        source.start()
+        found = [str(c.index) for c in source.candidates()]
+    except SourceUnavailable as exc:
+        found, why = [], str(exc)
+    else:
+        why = "NVML sees no GPU"
+    finally:
+        source.close()
+    if not found:
+        bar = "=" * 78
+        print(f"{bar}\nNO NVIDIA GPU HERE ({why}).\nThe demo runs on SIMULATED GPUs: every "
+              f"series is labelled simulated=\"true\"; each\nsimulated GPU mirrors its worker "
+              f"process (utilisation = its CPU use, memory used =\nits resident memory), so "
+              f"the workload's phases and its spike show up.\n{bar}", flush=True)
+    return found
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bash scripts/demo.sh", description=__doc__)
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="Dask workers, each with a sidecar exporter (default: one per "
+                        "GPU, or 3 with simulated GPUs)")
+    parser.add_argument("--out", type=Path, default=Path("dask-metrics-demo"), metavar="DIR",
+                        help="folder for results, plots, Prometheus' data and the logs "
+                        "(default %(default)s)")
+    parser.add_argument("--keep-running", action="store_true",
+                        help="after the results, keep everything running until Ctrl-C")
+    parser.add_argument("--simulate", action="store_true",
+                        help="simulated GPUs even where real ones are present")
+    parser.add_argument("--simulate-memory", default="4GiB", metavar="BYTES",
+                        help="memory of each simulated GPU (default %(default)s)")
+    parser.add_argument("--spike", default="1GiB", metavar="BYTES",
+                        help="memory the spike task holds (default %(default)s)")
+    parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
+                        help="Prometheus' port (default: a free one)")
+    args = parser.parse_args(argv)
+    for option in ("simulate_memory", "spike"):  # the exporter's rule for sizes
+        try:
+            setattr(args, option, int(parse_bytes(getattr(args, option))))
+        except ValueError as exc:
+            parser.error(f"--{option.replace('_', '-')}: {exc}")
+    if args.workers is not None and args.workers < 1:
+        parser.error("--workers must be 1 or more")
+    return args
+
+
+def _wait_for_idle_scrape(stack: LocalStack, after: float, timeout: float = 30.0) -> None:
+    """Until Prometheus holds a scheduler scrape showing the cluster idle and GPU samples of
+    every worker taken after ``after``: the CSV files then end with the idle phase."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        idle = stack.query(f"dask_job_current_job == -1 and timestamp(dask_job_current_job) > "
+                           f"{after}")
+        gpus = stack.query(f"timestamp(dask_gpu_up) > {after}")
+        if idle and {r["metric"]["worker"] for r in gpus} >= set(stack.worker_names):
+            return
+        time.sleep(0.2)
+    raise CollectorError(f"Prometheus has no scrape after the workload within {timeout:g} s")
+
+
+def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:
+    results, plots = out / "results", out / "plots"
+    exported = monitor.to_csv(results)
+    say(f"monitor.to_csv({str(results)!r}): {len(exported.files)} CSV file(s), "
+        f"{exported.rows} rows:")
+    for name in sorted(exported.files):
+        print(f"  {results / name}")
+    print(f"  {results / 'workers.csv'}\n  {results / 'export.json'}")
+    say(f"monitor.peak_memory() -> {monitor.peak_memory()} (% of each GPU's memory, per "
+        "worker, per GPU)")
+    say(f"monitor.successful_jobs() -> {monitor.successful_jobs()} (per job, per DAG)")
+    _command(["peaks", "--since", "monitor", "--prometheus", stack.prometheus_url])
+    _command(["plot", "--csv", str(results), "--out", str(plots), "--format", "png", "svg"])
+    for path in sorted(plots.glob("*.png")):
+        print(f"  {path}  (+ .svg)")
+
+
+def _command(args: list[str]) -> None:
+    """Run a ``collector`` command in this process, shown as the user would type it."""
+    say("$ collector " + " ".join(args))
+    if cli.main(args) != 0:
+        raise CollectorError(f"'collector {args[0]}' failed (see above)")
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    gpus = [] if args.simulate else real_gpus()
+    if args.simulate:
+        say("SIMULATED GPUs, as asked (--simulate): every series is labelled simulated=\"true\"")
+    workers = args.workers or (len(gpus) if gpus else 3)
+    out = args.out.absolute()
+    options = StackOptions(out, workers, gpus, str(args.simulate_memory), args.prometheus_port)
+    say(f"starting Prometheus, a Dask scheduler and {workers} worker(s) with "
+        f"{'sidecar exporters on ' + str(len(gpus)) + ' GPU(s)' if gpus else 'simulated GPUs'}"
+        f"; logs in {out / 'logs'}")
+    try:
+        with LocalStack(options) as stack:
+            say(f"Prometheus: {stack.prometheus_url} (data in {stack.prometheus_data}); "
+                f"Dask dashboard: {stack.dashboard_url}; scheduler: {stack.scheduler_address}")
+            with Client(stack.scheduler_address, name="demo-monitor",
+                        set_as_default=False) as client:
+                monitor = Monitor(client)  # Prometheus' URL comes from the scheduler preload
+                session = monitor.start()["session"]
+                say(f"monitor.start(): session {session['id']}")
+                where = run(stack.scheduler_address, Plan(spike_bytes=args.spike), say)
+                say(f"the spike held {where}")
+                _wait_for_idle_scrape(stack, time.time())
+                monitor.stop()
+                say("monitor.stop()")
+                _results(stack, monitor, out)
+            if args.keep_running:
+                say(f"everything keeps running: Prometheus {stack.prometheus_url}, Dask "
+                    f"dashboard {stack.dashboard_url}. Press Ctrl-C to stop.")
+                threading.Event().wait()
+    except KeyboardInterrupt:
+        say("interrupted: everything started was stopped")
+        return EXIT_INTERRUPTED
+    except (CollectorError, OSError) as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    say(f"done; everything started was stopped. Results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The demo's example workload: two jobs of several DAGs, a memory spike, idle phases.
+
+The task functions live in this importable module so that the workers unpickle them by
+reference. Each job is a client of its own: the scheduler preload (client job mode) numbers
+jobs by client and DAGs by graph submission.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dask
+from distributed import Client
+
+
+def busy(seconds: float, i: int = 0) -> int:
+    """Keeps one core busy, as a kernel keeps a GPU busy."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(2000))
+    return i
+
+
+def _allocate(nbytes: int) -> tuple[object, str]:
+    """``nbytes`` of GPU memory through CuPy or PyTorch when one is importable, else host
+    memory, which simulated GPUs mirror."""
+    try:
+        import cupy
+
+        return cupy.ones(nbytes, dtype=cupy.uint8), "GPU memory (CuPy)"
+    except Exception:  # not installed, or no usable GPU
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.ones(nbytes, dtype=torch.uint8, device="cuda"), "GPU memory (PyTorch)"
+    except Exception:
+        pass
+    return bytearray(b"\x01") * nbytes, "host memory"
+
+
+def spike(nbytes: int, seconds: float) -> str:
+    """Holds ``nbytes`` for ``seconds`` while computing, then frees them; says where."""
+    block, where = _allocate(nbytes)
+    busy(seconds)
+    del block
+    return where
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Durations in seconds; ``spike_bytes`` held by one task on the first worker."""
+
+    spike_bytes: int = 2**30
+    idle: float = 3.0
+    task: float = 1.5
+    spike_seconds: float = 2.0
+
+
+def run(address: str, plan: Plan, say: Callable[[str], None]) -> str:
+    """Run the workload on the cluster at ``address``; returns where the spike allocated."""
+    with Client(address, name="demo-control", set_as_default=False) as control:
+        workers = sorted((w["name"], a) for a, w in control.scheduler_info()["workers"].items())
+    tasks = 2 * len(workers)
+    first = workers[0]
+
+    say(f"idle for {plan.idle:g} s")
+    time.sleep(plan.idle)
+    with Client(address, name="etl", set_as_default=False) as etl:
+        say(f"job 0 'etl', DAG 0: {tasks} tasks of {plan.task:g} s over {len(workers)} workers")
+        etl.gather(etl.map(busy, [plan.task] * tasks, range(tasks), pure=False))
+        say(f"job 0 'etl', DAG 1: a reduction of {tasks} short tasks, one graph")
+        parts = [dask.delayed(busy)(plan.task / 3, i) for i in range(tasks)]
+        etl.compute(dask.delayed(sum)(parts), sync=True)
+    say(f"idle for {plan.idle:g} s")
+    time.sleep(plan.idle)
+    with Client(address, name="train", set_as_default=False) as train:
+        say(f"job 1 'train', DAGs 0 and 1: a {plan.spike_bytes / 2**30:g} GiB memory spike on "
+            f"{first[0]} for {plan.spike_seconds:g} s, while the other workers compute")
+        held = train.submit(spike, plan.spike_bytes, plan.spike_seconds, workers=[first[1]],
+                            pure=False)
+        others = [a for _, a in workers[1:]] or [first[1]]
+        side = train.map(busy, [plan.spike_seconds] * len(others), range(len(others)),
+                         workers=others, pure=False)
+        where = train.gather([held, *side])[0]
+        say(f"job 1 'train', DAG 2: {tasks} tasks of {plan.task / 2:g} s")
+        train.gather(train.map(busy, [plan.task / 2] * tasks, range(tasks), pure=False))
+    say(f"idle for {plan.idle:g} s")
+    time.sleep(plan.idle)
+    return where

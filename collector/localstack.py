@@ -1,0 +1,215 @@
+"""A whole GPU-metrics stack on one machine: a Dask scheduler with the scheduler preload,
+workers with the worker preload and one sidecar exporter each, and a real Prometheus
+scraping them every second with its data in a folder of the user's.
+
+It is what the demo runs, and a way to try dask-metrics on a workstation or one HPC node.
+Every process is stopped when the ``with`` block ends, however it ends; each one's output
+is in ``<folder>/logs/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import requests
+import yaml
+
+from collector.errors import CollectorError
+from exporter.atomicfile import atomic_write_text
+
+HOST = "127.0.0.1"
+
+
+class StackError(CollectorError):
+    """A part of the stack could not be started; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    folder: Path
+    workers: int = 3
+    gpus: Sequence[str] = ()  # real GPUs (NVML indices), dealt round-robin to the workers
+    simulate_memory: str = "4GiB"  # per simulated GPU, when ``gpus`` is empty
+    prometheus_port: int = 0  # 0: any free port
+    ready_timeout: float = 90.0
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def find_prometheus() -> str:
+    """The prometheus binary, or a StackError that says how to install it."""
+    found = shutil.which("prometheus")
+    if not found:
+        raise StackError("Prometheus is not installed: 'sudo apt-get install prometheus' "
+                         "(Debian/Ubuntu), or put a prometheus binary on PATH")
+    return found
+
+
+def scrape_config(sidecars: Mapping[str, int], dashboard_port: int) -> dict[str, Any]:
+    """Prometheus' configuration: the sidecars and the scheduler's /metrics, every second."""
+    return {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "dask-gpu", "static_configs": [
+                {"targets": [f"{HOST}:{port}" for port in sidecars.values()]}]},
+            {"job_name": "dask-scheduler",
+             "static_configs": [{"targets": [f"{HOST}:{dashboard_port}"]}]},
+        ],
+    }
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+
+@dataclass
+class LocalStack:
+    """``with LocalStack(options) as stack:`` everything is up and scraped inside the block."""
+
+    options: StackOptions
+    scheduler_address: str = ""
+    dashboard_url: str = ""
+    prometheus_url: str = ""
+    worker_names: list[str] = field(default_factory=list)
+    _processes: list[_Process] = field(default_factory=list)
+
+    @property
+    def logs(self) -> Path:
+        return self.options.folder / "logs"
+
+    @property
+    def prometheus_data(self) -> Path:
+        return self.options.folder / "prometheus"
+
+    def __enter__(self) -> LocalStack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        opts = self.options
+        prometheus = find_prometheus()
+        for folder in (self.logs, self.prometheus_data):
+            folder.mkdir(parents=True, exist_ok=True)
+        sched_port, dash_port = free_port(), free_port()
+        prom_port = opts.prometheus_port or free_port()
+        self.scheduler_address = f"tcp://{HOST}:{sched_port}"
+        self.dashboard_url = f"http://{HOST}:{dash_port}"
+        self.prometheus_url = f"http://{HOST}:{prom_port}"
+        self.worker_names = [f"worker-{i}" for i in range(opts.workers)]
+        sidecars = {name: free_port() for name in self.worker_names}
+
+        config = opts.folder / "prometheus.yml"
+        atomic_write_text(config, yaml.safe_dump(scrape_config(sidecars, dash_port)))
+        self._spawn("prometheus", [
+            prometheus, f"--config.file={config}", f"--storage.tsdb.path={self.prometheus_data}",
+            f"--web.listen-address={HOST}:{prom_port}", "--storage.tsdb.retention.time=7d",
+            "--log.level=warn"])
+        dask = [sys.executable, "-m", "dask"]
+        self._spawn("scheduler", [
+            *dask, "scheduler", "--host", HOST, "--port", str(sched_port),
+            "--dashboard-address", f"{HOST}:{dash_port}",
+            "--preload", "exporter.scheduler", "--prometheus-url", self.prometheus_url])
+        for i, name in enumerate(self.worker_names):
+            info = self.logs / f"{name}.identity.json"
+            info.unlink(missing_ok=True)  # an earlier run's: its pid is gone
+            env = {"CUDA_VISIBLE_DEVICES": opts.gpus[i % len(opts.gpus)]} if opts.gpus else {}
+            simulate = [] if opts.gpus else ["--simulate", "1", "--simulate-memory",
+                                             opts.simulate_memory]
+            self._spawn(name, [
+                *dask, "worker", self.scheduler_address, "--name", name, "--nthreads", "1",
+                "--nworkers", "1", "--no-nanny", "--host", HOST, "--dashboard-address",
+                f"{HOST}:{free_port()}", "--preload", "exporter.worker",
+                "--worker-info-file", str(info), "--serve-metrics", "false", *simulate], env)
+            self._spawn(f"{name}-exporter", [
+                sys.executable, "-m", "exporter", "--listen", f"{HOST}:{sidecars[name]}",
+                "--worker-info-file", str(info), "--interval", "0.2", *simulate], env)
+        self._wait(f"Prometheus at {self.prometheus_url}", self._prometheus_ready)
+        self._wait(f"{opts.workers} worker(s) with their GPU series in Prometheus",
+                   self._all_scraped)
+
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+        log = self.logs / f"{name}.log"
+        with open(log, "wb") as out:
+            popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        self._processes.append(_Process(name, popen, log))
+
+    def _wait(self, what: str, ready: Callable[[], bool]) -> None:
+        """Poll ``ready`` until it holds; fail early, naming the process, if one exits."""
+        deadline = time.monotonic() + self.options.ready_timeout
+        while True:
+            for proc in self._processes:
+                if proc.popen.poll() is not None:
+                    raise StackError(f"{proc.name} exited with {proc.popen.returncode} while "
+                                     f"waiting for {what}: {proc.tail()} (log: {proc.log})")
+            try:
+                if ready():
+                    return
+            except (requests.RequestException, ValueError, KeyError):
+                pass
+            if time.monotonic() > deadline:
+                raise StackError(f"timed out after {self.options.ready_timeout:g} s waiting "
+                                 f"for {what}; logs in {self.logs}")
+            time.sleep(0.2)
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant PromQL query (the readiness checks and the demo's waits)."""
+        resp = requests.get(f"{self.prometheus_url}/api/v1/query", params={"query": expr},
+                            timeout=5)
+        resp.raise_for_status()
+        return list(resp.json()["data"]["result"])
+
+    def _prometheus_ready(self) -> bool:
+        return requests.get(f"{self.prometheus_url}/-/ready", timeout=2).status_code == 200
+
+    def _all_scraped(self) -> bool:
+        workers = {r["metric"].get("worker") for r in self.query("dask_gpu_up == 1")}
+        scheduler = self.query('up{job="dask-scheduler"} == 1')
+        return workers >= set(self.worker_names) and bool(scheduler)
+
+    def stop(self) -> None:
+        """SIGTERM to all, the last started first (Prometheus keeps its data), then SIGKILL
+        for what is still there after 15 s."""
+        for proc in reversed(self._processes):
+            if proc.popen.poll() is None:
+                proc.popen.terminate()
+        deadline = time.monotonic() + 15
+        for proc in reversed(self._processes):
+            try:
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+        self._processes.clear()

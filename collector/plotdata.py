@@ -1,0 +1,173 @@
+"""What the plots show, read from the tidy CSV files of an export: pure logic, no drawing.
+
+Plots are drawn from the files ``collector export`` writes rather than from Prometheus
+directly, so that one export can be plotted again, and a plot shows exactly the numbers a
+user finds in the CSV files.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collector.errors import CollectorError
+
+FIXED = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag")
+NOT_WORKER_FILES = ("workers.csv",)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of time during which one job/DAG ran: shaded on the plots."""
+
+    start: float
+    end: float
+    job: str
+    dag: str
+
+
+@dataclass
+class GpuTrace:
+    """One GPU's samples: seconds since the start, and one list per metric column."""
+
+    gpu: str
+    uuid: str
+    times: list[float] = field(default_factory=list)
+    values: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def capacity(self) -> float | None:
+        """Memory capacity in bytes, from a sample with both bytes used and % of capacity."""
+        used, percent = self.values.get("total-mem"), self.values.get("mem-util")
+        if used is None or percent is None:
+            return None
+        for u, p in zip(used, percent, strict=True):
+            if u is not None and p:
+                return u / p * 100
+        return None
+
+
+@dataclass
+class WorkerTrace:
+    """A worker's file: its GPUs, what ran on it, and what ran on the cluster meanwhile."""
+
+    worker: str
+    stem: str  # the CSV file's name without .csv, already safe as a file name
+    start: str  # RFC 3339 time of the first row ("" when the file has no rows)
+    metrics: list[str]
+    gpus: list[GpuTrace]
+    phases: list[Phase]  # worker_job / worker_dag
+    cluster_phases: list[Phase]  # job / dag, cluster-wide
+
+    def mean(self, metric: str) -> tuple[list[float], list[float | None]]:
+        """The metric averaged over the worker's GPUs at each sample time (GPUs without a
+        value at that time are left out)."""
+        return _combine(self.gpus, metric, lambda vs: sum(vs) / len(vs))
+
+    def total(self, metric: str) -> tuple[list[float], list[float | None]]:
+        """The metric summed over the worker's GPUs at each sample time."""
+        return _combine(self.gpus, metric, sum)
+
+
+def _combine(gpus: Sequence[GpuTrace], metric: str,
+             fn: Callable[[list[float]], float]) -> tuple[list[float], list[float | None]]:
+    by_time: dict[float, list[float]] = {}
+    for trace in gpus:
+        for t, v in zip(trace.times, trace.values.get(metric, ()), strict=False):
+            slot = by_time.setdefault(t, [])
+            if v is not None:
+                slot.append(v)
+    times = sorted(by_time)
+    return times, [fn(by_time[t]) if by_time[t] else None for t in times]
+
+
+def phases(samples: Iterable[tuple[float, str, str]]) -> list[Phase]:
+    """Stretches of consecutive samples (time, job, dag) with the same non-empty job/DAG.
+
+    A stretch ends at the first sample that shows something else (that is when the change
+    became visible), or at its own last sample when nothing follows.
+    """
+    found: list[Phase] = []
+    current: tuple[float, str, str] | None = None
+    last = 0.0
+    for t, job, dag in sorted(samples, key=lambda s: s[0]):
+        if current is not None and (job, dag) != current[1:]:
+            found.append(Phase(current[0], t, current[1], current[2]))
+            current = None
+        if current is None and job:
+            current = (t, job, dag)
+        last = t
+    if current is not None:
+        found.append(Phase(current[0], last, current[1], current[2]))
+    return found
+
+
+def break_gaps(times: Sequence[float], values: Sequence[float],
+               factor: float = 3.0) -> tuple[list[float], list[float]]:
+    """Insert a NaN point where samples stop for more than ``factor`` times their usual
+    interval (a worker restarting, scrapes failing), so that no line is drawn across a gap."""
+    steps = sorted(b - a for a, b in itertools.pairwise(times) if b > a)
+    if not steps:
+        return list(times), list(values)
+    limit = factor * steps[len(steps) // 2]
+    out_t, out_v = list(times[:1]), list(values[:1])
+    for i in range(1, len(times)):
+        if times[i] - times[i - 1] > limit:
+            out_t.append((times[i - 1] + times[i]) / 2)
+            out_v.append(math.nan)
+        out_t.append(times[i])
+        out_v.append(values[i])
+    return out_t, out_v
+
+
+def _number(text: str) -> float | None:
+    return float(text) if text else None
+
+
+def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
+    """One tidy CSV file; CollectorError when it is not one."""
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or tuple(header[: len(FIXED)]) != FIXED:
+            raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' "
+                                 f"(expected the columns {', '.join(FIXED)} first)")
+        metrics = header[len(FIXED):]
+        gpus: dict[str, GpuTrace] = {}
+        mine: list[tuple[float, str, str]] = []
+        cluster: list[tuple[float, str, str]] = []
+        worker = start = ""
+        for row in reader:
+            t = float(row[0])
+            worker, start = worker or row[2], start or row[1]
+            trace = gpus.get(row[3])
+            if trace is None:
+                trace = gpus[row[3]] = GpuTrace(row[3], row[4], [], {m: [] for m in metrics})
+            trace.times.append(t)
+            for name, text in zip(metrics, row[len(FIXED):], strict=True):
+                trace.values[name].append(_number(text))
+            cluster.append((t, row[5], row[6]))
+            mine.append((t, row[7], row[8]))
+    return WorkerTrace(worker or path.stem, path.stem, start, metrics,
+                       sorted(gpus.values(), key=lambda g: _gpu_key(g.gpu)),
+                       phases(mine), phases(cluster))
+
+
+def _gpu_key(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
+    """Every worker file of an export folder (tidy layout), in name order."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CollectorError(f"{folder} is not a folder written by 'collector export'")
+    files = sorted(p for p in folder.glob("*.csv") if p.name not in NOT_WORKER_FILES)
+    if not files:
+        raise CollectorError(f"{folder} holds no worker CSV files")
+    return [read_worker_file(p) for p in files]

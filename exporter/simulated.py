@@ -1,0 +1,132 @@
+"""Simulated GPUs for machines without any: values that move with the worker's real work.
+
+Attached to a worker (its pid from the worker-info file, the worker preload or ``--pids``),
+each simulated GPU mirrors that worker process: utilisation is the process's CPU use and
+memory used is its resident memory, so a task that computes or allocates shows up the way
+it would on a GPU (an idle GPU once the process is gone). With no process to mirror they
+follow a slow synthetic wave. Every
+series they produce is labelled ``simulated="true"``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from exporter.gpu_source import DeviceInfo, Reading
+from exporter.selection import Candidate
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass(frozen=True)
+class Usage:
+    """CPU seconds and resident bytes of a set of processes, at one time."""
+
+    cpu_seconds: float
+    rss_bytes: float
+
+
+def process_usage(pids: Collection[int], proc: str = "/proc") -> Usage | None:
+    """Summed over the live ``pids`` (Linux /proc); None when none of them can be read."""
+    cpu = rss = 0.0
+    found = False
+    for pid in pids:
+        try:
+            with open(f"{proc}/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            with open(f"{proc}/{pid}/statm", "rb") as fh:
+                statm = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()  # the name may hold spaces
+        cpu += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+        rss += int(statm.split()[1]) * _PAGE
+        found = True
+    return Usage(cpu, rss) if found else None
+
+
+class SimulatedSource:
+    """``count`` synthetic GPUs of ``memory_total`` bytes each."""
+
+    simulated = True
+
+    def __init__(self, count: int, memory_total: float = 16 * 2**30) -> None:
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self.count = count
+        self.memory_total = memory_total
+        self._t0 = time.time()
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, Usage]] = {}  # per GPU: the previous mirror reading
+        self._energy: dict[str, tuple[float, float]] = {}  # per GPU: (time, joules so far)
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def driver_version(self) -> str:
+        return "simulated"
+
+    def candidates(self) -> list[Candidate]:
+        return [Candidate(i, simulated_uuid(i)) for i in range(self.count)]
+
+    def describe(self, uuid: str) -> DeviceInfo:
+        index = _index(uuid)
+        return DeviceInfo(uuid, "Simulated GPU", f"00000000:{index + 1:02X}:00.0")
+
+    def read(self, uuid: str, pids: Collection[int]) -> Reading:
+        now = time.time()
+        usage = (process_usage(pids) or Usage(0.0, 0.0)) if pids else None  # gone: an idle GPU
+        with self._lock:
+            if usage is None:
+                phase = 0.5 + 0.5 * math.sin((now - self._t0) / 20.0 + _index(uuid))
+                load, used = phase, self.memory_total * (0.1 + 0.6 * phase)
+            else:
+                load = self._cpu_share(uuid, now, usage)
+                used = min(usage.rss_bytes, self.memory_total)
+            power = 60 + 240 * load
+            energy = self._integrate(uuid, now, power)
+        return Reading(
+            memory_used=used,
+            memory_total=self.memory_total,
+            memory_reserved=self.memory_total * 0.01,
+            utilization=load,
+            memory_bandwidth=load * 0.6,
+            power_watts=power,
+            energy_joules=energy,
+            temperature_celsius=35 + 40 * load,
+            sm_clock_hertz=1.41e9,
+            processes={pid: used / len(pids) for pid in pids},
+        )
+
+    def _cpu_share(self, uuid: str, now: float, usage: Usage) -> float:
+        """The mirrored processes' CPU use since the previous reading, as a 0-1 fraction."""
+        previous = self._last.get(uuid)
+        self._last[uuid] = (now, usage)
+        if previous is None or now <= previous[0]:
+            return 0.0
+        return max(0.0, min(1.0, (usage.cpu_seconds - previous[1].cpu_seconds)
+                            / (now - previous[0])))
+
+    def _integrate(self, uuid: str, now: float, power: float) -> float:
+        """Energy as the counter a real GPU keeps: the integral of power since start."""
+        then, joules = self._energy.get(uuid, (now, 0.0))
+        joules += power * max(0.0, now - then)
+        self._energy[uuid] = (now, joules)
+        return joules
+
+
+def _index(uuid: str) -> int:
+    return int(uuid.rsplit("-", 1)[1])
+
+
+def simulated_uuid(index: int) -> str:
+    return f"GPU-5151a7ed-0000-4000-8000-{index:012d}"
