@@ -155,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep_running:
                 say(f"everything keeps running: Prometheus {stack.prometheus_url}, Dask "
                     f"dashboard {stack.dashboard_url}. Press Ctrl-C to stop.")
-                threading.Event().wait()
+                try:
+                    threading.Event().wait()
+                except KeyboardInterrupt:
+                    say("stopping")
     except KeyboardInterrupt:
         say("interrupted: everything started was stopped")
         return EXIT_INTERRUPTED

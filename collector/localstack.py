@@ -139,8 +139,9 @@ class LocalStack:
         dask = [sys.executable, "-m", "dask"]
         self._spawn("scheduler", [
             *dask, "scheduler", "--host", HOST, "--port", str(sched_port),
-            "--dashboard-address", f"{HOST}:{dash_port}",
-            "--preload", "exporter.scheduler", "--prometheus-url", self.prometheus_url])
+            "--dashboard-address", f"{HOST}:{dash_port}", "--pid-file",
+            str(self.logs / "scheduler.pid"), "--preload", "exporter.scheduler",
+            "--prometheus-url", self.prometheus_url])
         for i, name in enumerate(self.worker_names):
             info = self.logs / f"{name}.identity.json"
             info.unlink(missing_ok=True)  # an earlier run's: its pid is gone

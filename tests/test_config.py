@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.config import ConfigError, load_yaml, parse_listen, resolve
+from exporter.config import ConfigError, load_yaml, parse_bytes, parse_listen, resolve
 
 
 def test_defaults():
@@ -30,6 +30,8 @@ def test_precedence_cli_over_env_over_file():
         ({"listen": ":99999"}, "0-65535"),
         ({"interval": "10", "peak_window": "5"}, "peak-window"),
         ({"serve_metrics": "maybe"}, "true or false"),
+        ({"simulate_memory": "4 pebibytes"}, "--simulate-memory"),
+        ({"simulate_memory": "0GiB"}, "more than 0 bytes"),
     ],
 )
 def test_bad_values_give_one_line_naming_the_option(cli, needle):
@@ -69,3 +71,12 @@ def test_file_errors(tmp_path):
 )
 def test_parse_listen(text, expected):
     assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("17179869184", 16 * 2**30), ("16GiB", 16 * 2**30), ("512MiB", 512 * 2**20),
+    ("2G", 2e9), ("1.5gib", 1.5 * 2**30), ("64k", 64e3), (4096, 4096),
+])
+def test_sizes_in_bytes(text, expected):
+    assert parse_bytes(text) == expected
+    assert resolve({"simulate_memory": text}, {}).simulate_memory == expected

@@ -1,0 +1,124 @@
+"""The README's first command, end to end as a new user runs it (simulated GPUs here): its
+CSV files, peaks, plots; a second run with --keep-running, stopped like Ctrl-C; nothing left
+running after either."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import os
+import re
+import signal
+import struct
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.exporter_helpers import http_get, wait_for
+from tests.prometheus_helpers import requires_prometheus
+
+pytestmark = [pytest.mark.integration, requires_prometheus]
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ["bash", str(ROOT / "scripts" / "demo.sh")]
+WORKERS = ("worker-0", "worker-1", "worker-2")
+SPIKE_PERCENT = 25  # the default 1 GiB spike on a simulated GPU of 4 GiB
+FIXED = ["timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag"]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking the signature."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return struct.unpack(">II", head[16:24])
+
+
+def left_running(folder: Path) -> list[str]:
+    """Processes whose command line names ``folder``: what the demo started and left."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if str(folder) in cmdline and proc.pid != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+def printed(stdout: str, call: str) -> object:
+    """The value the demo printed after ``call ->``."""
+    match = re.search(re.escape(call) + r" -> (\[.*?\]) ", stdout)
+    assert match, f"{call} not printed:\n{stdout}"
+    return ast.literal_eval(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    proc = subprocess.run([*DEMO, "--out", str(out)], capture_output=True, text=True,
+                          timeout=280, cwd=tmp_path_factory.getbasetemp())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+def test_demo_end_to_end(first_run):
+    out, stdout = first_run
+    assert "SIMULATED GPUs" in stdout and "NO NVIDIA GPU HERE" in stdout
+    assert re.search(r"Prometheus: http://127\.0\.0\.1:\d+ \(data in " + re.escape(str(out)),
+                     stdout)
+    assert (out / "prometheus").is_dir() and (out / "prometheus.yml").is_file()
+    # One CSV per worker, job/DAG columns filled during the work and empty when idle.
+    jobs_seen: set[tuple[str, str]] = set()
+    for name in WORKERS:
+        path = out / "results" / f"{name}.csv"
+        assert str(path) in stdout
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert rows and list(rows[0])[:9] == FIXED
+        assert {r["worker"] for r in rows} == {name}
+        times = [float(r["timestamp"]) for r in rows]
+        assert times == sorted(times) and times[0] >= 0
+        jobs_seen |= {(r["job"], r["dag"]) for r in rows}
+        assert "" in {r["worker_job"] for r in rows} and {"0", "1"} & {r["worker_job"]
+                                                                       for r in rows}
+    assert {("0", "0"), ("0", "1"), ("1", "0"), ("", "")} <= jobs_seen
+    # The spike: on worker-0 only, and counted though it fell between scrapes or not.
+    peaks = printed(stdout, "monitor.peak_memory()")
+    assert len(peaks) == 3 and all(len(p) == 1 for p in peaks), peaks
+    assert peaks[0][0] >= SPIKE_PERCENT and max(peaks[1][0], peaks[2][0]) < 10, peaks
+    with open(out / "results" / "worker-0.csv", newline="") as fh:
+        assert max(float(r["peak-mem"]) for r in csv.DictReader(fh)) >= 2**30
+    assert printed(stdout, "monitor.successful_jobs()") == [[True, True], [True, True, True]]
+    assert "$ collector peaks --since monitor" in stdout and "worker-0  0" in stdout
+    # The pictures: real PNG images of the documented size, and SVG files.
+    for stem in ("cluster", *WORKERS):
+        assert png_size(out / "plots" / f"{stem}.png") == (1200, 650)
+        svg = (out / "plots" / f"{stem}.svg").read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg
+        assert str(out / "plots" / f"{stem}.png") in stdout
+    assert not left_running(out)
+
+
+def test_second_run_keeps_running_until_interrupted(first_run):
+    out, _ = first_run
+    proc = subprocess.Popen([*DEMO, "--out", str(out), "--keep-running"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Press Ctrl-C to stop" in line:
+                break
+        url = re.search(r"Prometheus (http://127\.0\.0\.1:\d+)", lines[-1] if lines else "")
+        assert url, "".join(lines)
+        assert http_get(url.group(1) + "/-/ready")[0] == 200
+        assert left_running(out)  # still up while it waits
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert "stopping" in rest and "everything started was stopped" in rest
+    wait_for(lambda: not left_running(out), timeout=20, what="every process to stop")
+    assert png_size(out / "plots" / "cluster.png") == (1200, 650)
