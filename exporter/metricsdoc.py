@@ -5,6 +5,7 @@ A test compares the file with this output, so the reference cannot drift from th
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -39,7 +40,16 @@ def render() -> str:
             + markdown_table("Scheduler preload (`dask_job_*`)", scheduler.SPECS))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m exporter.metricsdoc",
+                                     description=f"Write {DOC.name} from the metric specs.")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when the file is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = not DOC.exists() or DOC.read_text() != render()
+        print(f"{DOC} is {'stale' if stale else 'up to date'}")
+        return 1 if stale else 0
     atomic_write_text(DOC, render())
     print(f"wrote {DOC}")
     return 0
