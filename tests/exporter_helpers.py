@@ -34,19 +34,23 @@ def http_get(url: str, timeout: float = 5.0, ca_file: str | None = None) -> tupl
         return err.code, err.read().decode()
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
+def wait_for(probe: Callable[[], T], check: Callable[[T], object] = bool,
+             timeout: float = 30.0, what: str = "condition", interval: float = 0.05) -> T:
+    """Call ``probe`` until ``check`` accepts its result (by default: until it is truthy) and
+    return that result; a probe that cannot connect yet is retried. Fails with ``what`` and
+    the last result or error at the deadline."""
     deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
+    last: object = None
     while time.monotonic() < deadline:
         try:
-            result = check()
-            if result:
+            result = probe()
+            if check(result):
                 return result
+            last = result
         except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
-            last_error = exc
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} ({last_error!r})")
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}")
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

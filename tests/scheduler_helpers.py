@@ -1,20 +1,13 @@
-"""Scrape and poll helpers for the scheduler-preload tests: read /metrics over HTTP the way
-Prometheus does, and wait for a condition with a deadline instead of sleeping."""
+"""Scrape helpers for the scheduler-preload tests: read /metrics over HTTP the way
+Prometheus does, keyed by metric name (polling: tests.exporter_helpers.wait_for)."""
 
 from __future__ import annotations
 
-import time
 import urllib.request
-from collections.abc import Callable
-from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.exporter_helpers import free_port
-
-__all__ = ["Scrape", "free_port", "scrape", "wait_for"]
-
-T = TypeVar("T")
+__all__ = ["Scrape", "scrape"]
 
 Series = dict[tuple[tuple[str, str], ...], float]
 
@@ -47,22 +40,3 @@ class Scrape:
 def scrape(port: int, host: str = "127.0.0.1", path: str = "/metrics") -> Scrape:
     with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as response:
         return Scrape(response.read().decode())
-
-
-def wait_for(
-    probe: Callable[[], T],
-    check: Callable[[T], bool] = bool,
-    timeout: float = 20.0,
-    interval: float = 0.05,
-    what: str = "condition",
-) -> T:
-    """Call ``probe`` until ``check`` accepts its result; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {value!r}")
-        time.sleep(interval)
-

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.exporter_helpers import free_port, wait_for
 from tests.fake_nvml import FakeNVML, GiB
 from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
-from tests.scheduler_helpers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"

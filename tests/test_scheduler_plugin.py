@@ -19,7 +19,8 @@ from prometheus_client import REGISTRY, generate_latest
 from exporter import scheduler as preload
 from exporter.identity import STARTUP_KEY, GpuRef, WorkerIdentity, worker_label
 from exporter.job_tracker import JobMode
-from tests.scheduler_helpers import Scrape, scrape, wait_for
+from tests.exporter_helpers import wait_for
+from tests.scheduler_helpers import Scrape, scrape
 
 RUNNING, FINISHED, ERRED = 1.0, 2.0, 3.0
 

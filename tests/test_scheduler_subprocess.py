@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from distributed import Client, worker_client
 
-from tests.scheduler_helpers import Scrape, free_port, scrape, wait_for
+from tests.exporter_helpers import free_port, wait_for
+from tests.scheduler_helpers import Scrape, scrape
 
 pytestmark = pytest.mark.integration
 
