@@ -34,11 +34,12 @@ def say(message: str) -> None:
 
 
 def real_gpus() -> list[str]:
-    """NVML indices of this machine's GPUs; [] (and why, loudly) when there are none."""
+    """UUIDs of this machine's GPUs (what CUDA_VISIBLE_DEVICES accepts, MIG devices
+    included); [] (and why, loudly) when there are none."""
     source = NvmlSource()
     try:
         source.start()
-        found = [str(c.index) for c in source.candidates()]
+        found = [c.uuid for c in source.candidates()]
     except SourceUnavailable as exc:
         found, why = [], str(exc)
     else:

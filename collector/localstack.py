@@ -38,7 +38,7 @@ class StackError(CollectorError):
 class StackOptions:
     folder: Path
     workers: int = 3
-    gpus: Sequence[str] = ()  # real GPUs (NVML indices), dealt round-robin to the workers
+    gpus: Sequence[str] = ()  # real GPUs (UUIDs or NVML indices), dealt round-robin to workers
     simulate_memory: str = "4GiB"  # per simulated GPU, when ``gpus`` is empty
     prometheus_port: int = 0  # 0: any free port
     ready_timeout: float = 90.0

@@ -1,6 +1,7 @@
 """The README's first command, end to end as a new user runs it (simulated GPUs here): its
 CSV files, peaks, plots; a second run with --keep-running, stopped like Ctrl-C; nothing left
-running after either."""
+running after any run. And the demo's other branch, on GPUs read through NVML (the real
+binding over the fake driver)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import re
 import signal
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.exporter_helpers import http_get, wait_for
+from tests.fake_nvml import GiB
 from tests.prometheus_helpers import requires_prometheus
 
 pytestmark = [pytest.mark.integration, requires_prometheus]
@@ -122,3 +125,23 @@ def test_second_run_keeps_running_until_interrupted(first_run):
     assert "stopping" in rest and "everything started was stopped" in rest
     wait_for(lambda: not left_running(out), timeout=20, what="every process to stop")
     assert png_size(out / "plots" / "cluster.png") == (1200, 650)
+
+
+def test_demo_on_gpus_found_through_nvml(fake_nvml, tmp_path):
+    fake_nvml.gpus[0].memory_used, fake_nvml.gpus[0].gpu_util = 20 * GiB, 70
+    fake_nvml.gpus[1].memory_used, fake_nvml.gpus[1].gpu_util = 8 * GiB, 30
+    fake_nvml.write()
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "collector.demo", "--out", str(out)],
+                          env=fake_nvml.env, capture_output=True, text=True, timeout=280,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "SIMULATED" not in proc.stdout
+    assert "2 worker(s) with sidecar exporters on 2 GPU(s)" in proc.stdout  # one per GPU
+    assert printed(proc.stdout, "monitor.peak_memory()") == [[25], [10]]  # of 80 GiB each
+    for i, util in ((0, "70"), (1, "30")):  # worker i was given GPU i, and only that one
+        with open(out / "results" / f"worker-{i}.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert {(r["uuid"], r["compute-util"]) for r in rows} == {(fake_nvml.uuid(i), util)}
+    assert png_size(out / "plots" / "cluster.png") == (1200, 650)
+    assert not left_running(out)
