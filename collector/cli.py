@@ -48,8 +48,8 @@ WHEN_HELP = ("RFC 3339 (2024-05-01T12:00:00Z), unix seconds, a duration back fro
              "(90s, 15m, 2h), 'now', or 'monitor' (the last monitor session)")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors become one ``collector: error:`` line, not a usage dump."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors raise UsageError: one ``error:`` line, not a usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see '{self.prog} --help')")
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     span, span_or_csv = _span_parent(required=True), _span_parent(required=False)
 
-    parser = _Parser(prog="collector", description="Per-worker GPU series from Prometheus as "
+    parser = OneLineParser(prog="collector", description="Per-worker GPU series from Prometheus as "
                      "CSV files, and peak GPU memory.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -19,8 +19,9 @@ from types import FrameType
 from distributed import Client
 
 from collector import cli
+from collector.cli import OneLineParser
 from collector.demo_workload import Plan, run
-from collector.errors import CollectorError
+from collector.errors import CollectorError, UsageError
 from collector.localstack import LocalStack, StackOptions
 from collector.monitor import Monitor
 from exporter.config import parse_bytes
@@ -56,7 +57,7 @@ def real_gpus() -> list[str]:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bash scripts/demo.sh", description=__doc__)
+    parser = OneLineParser(prog="bash scripts/demo.sh", description=__doc__)
     parser.add_argument("--workers", type=int, metavar="N",
                         help="Dask workers, each with a sidecar exporter (default: one per "
                         "GPU, or 3 with simulated GPUs)")
@@ -127,7 +128,11 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+    try:
+        args = _parse(argv)
+    except UsageError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     gpus = [] if args.simulate else real_gpus()
     if args.simulate:

@@ -45,9 +45,10 @@ def parse_bytes(value: Any) -> float:
     text = str(value).strip().lower().removesuffix("b")
     digits = text.rstrip("kmgti")
     unit = text[len(digits):]
-    if unit not in _UNITS or not digits:
-        raise ValueError("must be bytes, optionally with a unit such as 512MiB or 16GiB")
-    number = float(digits) * _UNITS[unit]
+    try:
+        number = float(digits) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError("must be bytes, optionally with a unit such as 512MiB or 16GiB") from None
     if not number > 0:
         raise ValueError("must be more than 0 bytes")
     return number

@@ -10,6 +10,7 @@ import csv
 import os
 import re
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -145,3 +146,27 @@ def test_demo_on_gpus_found_through_nvml(fake_nvml, tmp_path):
         assert {(r["uuid"], r["compute-util"]) for r in rows} == {(fake_nvml.uuid(i), util)}
     assert png_size(out / "plots" / "cluster.png") == (1200, 650)
     assert not left_running(out)
+
+
+def test_demo_failures_are_one_line_and_leave_nothing_running(tmp_path):
+    out = tmp_path / "out"
+    demo = [sys.executable, "-m", "collector.demo", "--simulate", "--out", str(out)]
+    missing = subprocess.run(demo, env={**os.environ, "PATH": str(tmp_path)}, cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1
+    assert "demo: error: Prometheus is not installed: 'sudo apt-get install prometheus'" in \
+        missing.stderr and "Traceback" not in missing.stderr
+    with socket.socket() as taken:  # Prometheus cannot listen: it exits, the demo says so
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = subprocess.run([*demo, "--prometheus-port", port], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    assert busy.returncode == 1 and "Traceback" not in busy.stderr, busy.stderr
+    assert re.search(r"demo: error: prometheus exited with \d+ while waiting for Prometheus "
+                     r".*address already in use", busy.stderr), busy.stderr
+    assert not left_running(out)
+    bad = subprocess.run([*demo, "--spike", "lots"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("demo: error: --spike: must be bytes")
+    assert bad.stderr.count("\n") == 1
