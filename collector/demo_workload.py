@@ -73,7 +73,7 @@ def run(address: str, plan: Plan, say: Callable[[str], None]) -> str:
         say(f"job 0 'etl', DAG 0: {tasks} tasks of {plan.task:g} s over {len(workers)} workers")
         etl.gather(etl.map(busy, [plan.task] * tasks, range(tasks), pure=False))
         say(f"job 0 'etl', DAG 1: a reduction of {tasks} short tasks, one graph")
-        parts = [dask.delayed(busy)(plan.task / 3, i) for i in range(tasks)]
+        parts = [dask.delayed(busy)(plan.task / 2, i) for i in range(tasks)]
         etl.compute(dask.delayed(sum)(parts), sync=True)
     say(f"idle for {plan.idle:g} s")
     time.sleep(plan.idle)

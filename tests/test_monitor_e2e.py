@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.parse
 
+import dask
 import pytest
 from distributed import Client, wait
 
@@ -29,6 +30,16 @@ SPIKE_START, SPIKE_END = 2.0, 2.3  # seconds after the session starts: between t
 def slow(i: int) -> int:
     time.sleep(1.5)
     return i
+
+
+def pinned_tasks() -> list:
+    """Four slow tasks, two on each worker, as one graph (one DAG): the CSV checks below
+    need work on both workers, whatever the scheduler would have decided."""
+    tasks = []
+    for i in range(4):
+        with dask.annotate(workers=[WORKERS[i % 2]], allow_other_workers=False):
+            tasks.append(dask.delayed(slow, pure=False)(i))
+    return tasks
 
 
 def fail() -> None:
@@ -95,7 +106,7 @@ def session(cluster):
         fake.epoch = started["start"]
         fake.at(SPIKE_START, 0, memory_used=60 * GiB).at(SPIKE_END, 0, memory_used=1 * GiB)
         fake.write()
-        assert a.gather(a.map(slow, range(4), pure=False)) == [0, 1, 2, 3]
+        assert a.compute(pinned_tasks(), sync=True) == [0, 1, 2, 3]
     with Client(addr, name="job-b") as b:
         future = b.submit(fail)
         wait(future)
@@ -149,7 +160,9 @@ def test_monitor_outlives_its_client_and_exports_per_worker_csv(cluster, session
     assert times[-1] <= session["stop"] - session["start"] + 0.001
     assert {r["compute-util"] for r in rows} == {"50"}
     assert max(float(r["peak-mem"]) for r in rows) == 60 * GiB
-    assert {("0", "0")} <= {(r["worker_job"], r["worker_dag"]) for r in rows}
+    assert {("0", "0")} <= {(r["worker_job"], r["worker_dag"]) for r in rows}, (
+        [(r["time"], r["job"], r["dag"], r["worker_job"]) for r in rows],
+        query(prom, "dask_job_worker_tasks[3m]"))  # what the scheduler reported, if it fails
     assert "" in {r["worker_job"] for r in rows[-3:]}  # idle again at the end
     workers = (out / "workers.csv").read_text()
     assert "gpu-a" in workers and "gpu-b" in workers
