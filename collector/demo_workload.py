@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import dask
 from distributed import Client
 
+from collector.errors import CollectorError
+
 
 def busy(seconds: float, i: int = 0) -> int:
     """Keeps one core busy, as a kernel keeps a GPU busy."""
@@ -64,6 +66,8 @@ def run(address: str, plan: Plan, say: Callable[[str], None]) -> str:
     """Run the workload on the cluster at ``address``; returns where the spike allocated."""
     with Client(address, name="demo-control", set_as_default=False) as control:
         workers = sorted((w["name"], a) for a, w in control.scheduler_info()["workers"].items())
+    if not workers:
+        raise CollectorError(f"no worker is connected to the scheduler at {address}")
     tasks = 2 * len(workers)
     first = workers[0]
 

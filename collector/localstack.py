@@ -96,6 +96,7 @@ class LocalStack:
     prometheus_url: str = ""
     worker_names: list[str] = field(default_factory=list)
     _processes: list[_Process] = field(default_factory=list)
+    _started: float = 0.0
 
     @property
     def logs(self) -> Path:
@@ -120,6 +121,7 @@ class LocalStack:
     def start(self) -> None:
         opts = self.options
         prometheus = find_prometheus()
+        self._started = time.time()
         for folder in (self.logs, self.prometheus_data):
             folder.mkdir(parents=True, exist_ok=True)
         sched_port, dash_port = free_port(), free_port()
@@ -196,9 +198,15 @@ class LocalStack:
         return requests.get(f"{self.prometheus_url}/-/ready", timeout=2).status_code == 200
 
     def _all_scraped(self) -> bool:
-        workers = {r["metric"].get("worker") for r in self.query("dask_gpu_up == 1")}
-        scheduler = self.query('up{job="dask-scheduler"} == 1')
-        return workers >= set(self.worker_names) and bool(scheduler)
+        """Every worker's GPUs up at its sidecar and known to the scheduler, in scrapes of
+        this run: the data folder also holds an earlier run's series, still within
+        Prometheus' 5-minute lookback."""
+        since = self._started
+        gpus = self.query(f"timestamp(dask_gpu_up == 1) > {since}")
+        known = self.query(f"timestamp(dask_job_worker_gpu_info) > {since}")
+        wanted = set(self.worker_names)
+        return all(wanted <= {r["metric"].get("worker") for r in found}
+                   for found in (gpus, known))
 
     def stop(self) -> None:
         """SIGTERM to all, the last started first (Prometheus keeps its data), then SIGKILL
