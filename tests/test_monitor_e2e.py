@@ -92,6 +92,10 @@ def cluster(tmp_path_factory, fake_nvml_lib):
                 wait_for(lambda p=port, n=name: values(
                     scrape(f"http://127.0.0.1:{p}/metrics"), "dask_gpu_up", worker=n),
                     timeout=60, what=f"sidecar of {name} reading its worker-info file")
+            # Prometheus hands new targets to its scrapers only every 5 s: without this wait
+            # a session on a fast start could begin before the first scrape (seen in CI).
+            wait_for(lambda: len(query(prom, "up == 1")) == len(WORKERS) + 1, timeout=60,
+                     what="Prometheus scraping both sidecars and the scheduler")
             yield addr, prom, fake, tmp
 
 
