@@ -85,18 +85,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _wait_for_idle_scrape(stack: LocalStack, after: float, timeout: float = 30.0) -> None:
+def _wait_for_idle_scrape(stack: LocalStack, after: float) -> None:
     """Until Prometheus holds a scheduler scrape showing the cluster idle and GPU samples of
     every worker taken after ``after``: the CSV files then end with the idle phase."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        idle = stack.query(f"dask_job_current_job == -1 and timestamp(dask_job_current_job) > "
-                           f"{after}")
-        gpus = stack.query(f"timestamp(dask_gpu_up) > {after}")
-        if idle and {r["metric"]["worker"] for r in gpus} >= set(stack.worker_names):
-            return
-        time.sleep(0.2)
-    raise CollectorError(f"Prometheus has no scrape after the workload within {timeout:g} s")
+    idle = f"dask_job_current_job == -1 and timestamp(dask_job_current_job) > {after}"
+    stack.wait("a scrape of the idle cluster after the workload",
+               lambda: bool(stack.query(idle)) and stack.scraped_since("dask_gpu_up", after))
 
 
 def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:

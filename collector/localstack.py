@@ -158,8 +158,8 @@ class LocalStack:
             self._spawn(f"{name}-exporter", [
                 sys.executable, "-m", "exporter", "--listen", f"{HOST}:{sidecars[name]}",
                 "--worker-info-file", str(info), "--interval", "0.2", *simulate], env)
-        self._wait(f"Prometheus at {self.prometheus_url}", self._prometheus_ready)
-        self._wait(f"{opts.workers} worker(s) with their GPU series in Prometheus",
+        self.wait(f"Prometheus at {self.prometheus_url}", self._prometheus_ready)
+        self.wait(f"{opts.workers} worker(s) with their GPU series in Prometheus",
                    self._all_scraped)
 
     def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> None:
@@ -169,7 +169,7 @@ class LocalStack:
                                      stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         self._processes.append(_Process(name, popen, log))
 
-    def _wait(self, what: str, ready: Callable[[], bool]) -> None:
+    def wait(self, what: str, ready: Callable[[], bool]) -> None:
         """Poll ``ready`` until it holds; fail early, naming the process, if one exits."""
         deadline = time.monotonic() + self.options.ready_timeout
         while True:
@@ -188,7 +188,7 @@ class LocalStack:
             time.sleep(0.2)
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        """An instant PromQL query (the readiness checks and the demo's waits)."""
+        """An instant PromQL query."""
         resp = requests.get(f"{self.prometheus_url}/api/v1/query", params={"query": expr},
                             timeout=5)
         resp.raise_for_status()
@@ -197,16 +197,17 @@ class LocalStack:
     def _prometheus_ready(self) -> bool:
         return requests.get(f"{self.prometheus_url}/-/ready", timeout=2).status_code == 200
 
+    def scraped_since(self, expr: str, since: float) -> bool:
+        """Whether Prometheus holds a sample of ``expr`` for every worker taken after
+        ``since``: the data folder also holds earlier runs' series, still within Prometheus'
+        5-minute lookback, so only fresh samples count."""
+        found = self.query(f"timestamp({expr}) > {since}")
+        return set(self.worker_names) <= {r["metric"].get("worker") for r in found}
+
     def _all_scraped(self) -> bool:
-        """Every worker's GPUs up at its sidecar and known to the scheduler, in scrapes of
-        this run: the data folder also holds an earlier run's series, still within
-        Prometheus' 5-minute lookback."""
-        since = self._started
-        gpus = self.query(f"timestamp(dask_gpu_up == 1) > {since}")
-        known = self.query(f"timestamp(dask_job_worker_gpu_info) > {since}")
-        wanted = set(self.worker_names)
-        return all(wanted <= {r["metric"].get("worker") for r in found}
-                   for found in (gpus, known))
+        """Every worker's GPUs up at its sidecar and known to the scheduler, this run."""
+        return (self.scraped_since("dask_gpu_up == 1", self._started)
+                and self.scraped_since("dask_job_worker_gpu_info", self._started))
 
     def stop(self) -> None:
         """SIGTERM to all, the last started first (Prometheus keeps its data), then SIGKILL
