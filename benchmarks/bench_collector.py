@@ -13,7 +13,7 @@ subprocess so that its peak RSS is its own (``os.wait4``), alternating over ``--
 - ``floor``: plain ``requests`` POSTs of exactly the queries the collector sends (worker
   discovery, cluster job/DAG, per worker its six series and its tasks), ``resp.json()``,
   nothing else;
-- ``ours``: ``python -m collector export ... --quiet`` (the real CLI);
+- ``ours``: ``python -m dask_metrics.collector export ... --quiet`` (the real CLI);
 - ``peer``: ``prometheus-api-client``'s ``get_metric_range_data`` per worker and series
   (``metric{worker='w'}[Δ]`` instant queries), ``MetricRangeDataFrame``, one CSV per worker;
 - ``ours`` on the first 1 and 8 workers only, to show that memory does not grow with the
@@ -52,7 +52,8 @@ CHUNK_MS = 3_600_000  # the collector's default --chunk
 READ_TIMEOUT = 60.0  # the collector's default read timeout (it sends 90 % as "timeout")
 
 METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem", "power", "temperature"]
-# The series those columns read, in the collector's order (collector.columns.source_metrics).
+# The series those columns read, in the collector's order
+# (dask_metrics.collector.columns.source_metrics).
 SOURCES = ["dask_gpu_memory_used_bytes", "dask_gpu_utilization_ratio",
            "dask_gpu_memory_peak_bytes", "dask_gpu_power_watts",
            "dask_gpu_temperature_celsius", "dask_gpu_memory_total_bytes"]
@@ -204,7 +205,7 @@ def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str) -
 
 
 def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
-    """(lo, hi] windows as the collector plans them (collector.series.plan_chunks)."""
+    """(lo, hi] windows as the collector plans them (dask_metrics.collector.series.plan_chunks)."""
     edges = [*range(start, end, chunk), end]
     return [(start, end)] if len(edges) == 1 else list(pairwise(edges))
 
@@ -363,16 +364,18 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
             span = ["--since", str(fix.t0), "--until", str(fix.t1)]
 
             def ours_cmd(n: int, out: Path) -> list[str]:
-                cmd = [sys.executable, "-m", "collector", "export", "--prometheus", url, *span,
+                cmd = [sys.executable, "-m", "dask_metrics.collector", "export",
+                       "--prometheus", url, *span,
                        "--out", str(out), "--metrics", *METRICS, "--quiet"]
                 return cmd + (["--workers", *names[:n]] if n < args.workers else [])
 
             floor = Contender("floor", "requests + resp.json(), the collector's queries")
             plain = Contender("floor, no gzip", "the same with Accept-Encoding: identity")
-            ours = Contender("ours", "python -m collector export (tidy CSV)")
+            ours = Contender("ours", "python -m dask_metrics.collector export (tidy CSV)")
             peer = Contender("peer", "prometheus-api-client + MetricRangeDataFrame.to_csv")
             scaled = {n: Contender(f"ours, {n} worker{'s' if n > 1 else ''}", "") for n in scales}
-            base = Contender("baseline", "python -c 'import collector.cli' (no export)")
+            base = Contender("baseline",
+                             "python -c 'import dask_metrics.collector.cli' (no export)")
 
             def once(c: Contender, i: int) -> None:
                 out = work / f"{c.name}-{i}".replace(" ", "").replace(",", "")
@@ -382,7 +385,8 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
                 elif c is peer:
                     cmd = [*me, "_peer", url, str(fix.t0), str(fix.t1), str(out), *names]
                 elif c is base:
-                    cmd = [sys.executable, "-c", "import collector.cli, collector.export"]
+                    cmd = [sys.executable, "-c",
+                           "import dask_metrics.collector.cli, dask_metrics.collector.export"]
                 else:
                     n = next((k for k, v in scaled.items() if v is c), args.workers)
                     cmd = ours_cmd(n, out)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark the GPU sidecar (``python -m exporter``) against ``nvitop-exporter``.
+"""Benchmark the GPU sidecar (``python -m dask_metrics.exporter``) against ``nvitop-exporter``.
 
 Both exporters run side by side as subprocesses on the same fake NVML driver
 (``tests/fake_nvml.py``) with the same sampling interval. For each GPU count it measures:
@@ -161,7 +161,7 @@ class Exporter:
         return self.proc.pid
 
 
-OURS_COMMAND = [sys.executable, "-m", "exporter"]
+OURS_COMMAND = [sys.executable, "-m", "dask_metrics.exporter"]
 
 
 def _ours(port: int, interval: float) -> list[str]:
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20, help="warm-up scrapes (20)")
     parser.add_argument("--ours-command", metavar="CMD",
                         help="command line of our exporter, to A/B a patch "
-                        "(default: python -m exporter)")
+                        "(default: python -m dask_metrics.exporter)")
     parser.add_argument("--accept", choices=sorted(HEADERS), default="text",
                         help="text: plain GET, Prometheus text format (default); prometheus: "
                         "Prometheus' default Accept headers (OpenMetrics, gzip)")

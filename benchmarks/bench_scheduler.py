@@ -37,10 +37,10 @@ from distributed import Client, Scheduler
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import exporter
-from exporter.scheduler import PLUGIN_NAME, JobPlugin, Settings
+import dask_metrics.exporter
+from dask_metrics.exporter.scheduler import PLUGIN_NAME, JobPlugin, Settings
 
-EXPORTER_FILES = str(Path(exporter.__file__).resolve().parent / "*")
+EXPORTER_FILES = str(Path(dask_metrics.exporter.__file__).resolve().parent / "*")
 
 
 def inc(x: int) -> int:

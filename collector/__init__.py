@@ -4,7 +4,6 @@ The Python API (``export``, ``peaks``) is what the command line calls; ``Monitor
 original dask-metrics workflow on top of the same functions.
 """
 
-from collector.monitor import Monitor
-from exporter import __version__
+from dask_metrics.collector.monitor import Monitor
 
-__all__ = ["Monitor", "__version__"]
+__all__ = ["Monitor"]

@@ -1,7 +1,7 @@
-"""``python -m collector``: the same as the ``collector`` command."""
+"""``python -m dask_metrics.collector``: the same as the ``collector`` command."""
 
 import sys
 
-from collector.cli import main
+from dask_metrics.collector.cli import main
 
 sys.exit(main())

@@ -19,17 +19,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from collector.columns import NAMES, select
-from collector.connection import ENV_URL, load_config, resolve
-from collector.errors import CollectorError, UsageError
-from collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
-from collector.fetch import last_monitor_session
-from collector.layouts import LAYOUTS
-from collector.monitor import Monitor
-from collector.peaks import BY, format_table, peaks
-from collector.plot import FORMATS, PLOT_METRICS, plot_export
-from collector.promapi import COMPRESSIONS, PrometheusClient
-from collector.timespec import (
+from dask_metrics import __version__
+from dask_metrics.collector.columns import NAMES, select
+from dask_metrics.collector.connection import ENV_URL, load_config, resolve
+from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
+from dask_metrics.collector.fetch import last_monitor_session
+from dask_metrics.collector.layouts import LAYOUTS
+from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.peaks import BY, format_table, peaks
+from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export
+from dask_metrics.collector.promapi import COMPRESSIONS, PrometheusClient
+from dask_metrics.collector.timespec import (
     MONITOR,
     format_duration,
     format_rfc3339,
@@ -37,8 +38,7 @@ from collector.timespec import (
     parse_when,
     to_ms,
 )
-from collector.watch import WatchOptions, watch
-from exporter import __version__
+from dask_metrics.collector.watch import WatchOptions, watch
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mon = commands.add_parser(
         "monitor", help="start, stop or inspect a monitor session on the scheduler",
-        description="Monitor sessions live on the scheduler (exporter.scheduler preload): "
+        description="Monitor sessions live on the scheduler (dask_metrics.scheduler preload): "
         "any client may start one and any other stop it.")
     actions = mon.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = actions.add_parser("start", parents=[sched], help="start a session")

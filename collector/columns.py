@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-TOTAL_METRIC = "dask_gpu_memory_total_bytes"
-USED_METRIC = "dask_gpu_memory_used_bytes"
-PEAK_METRIC = "dask_gpu_memory_peak_bytes"
+from dask_metrics import contract
+
+TOTAL_METRIC = contract.MEMORY_TOTAL.name
+USED_METRIC = contract.MEMORY_USED.name
+PEAK_METRIC = contract.MEMORY_PEAK.name
 # Derived values are rounded so that 0.29 * 100 reads 29, not 28.999999999999996.
 _DIGITS = 6
 
@@ -36,16 +38,20 @@ class Column:
         return [None if r is None else round(r * scale, _DIGITS) for r in raw]
 
 
-COLUMNS: tuple[Column, ...] = (
-    Column("total-mem", USED_METRIC, "bytes used"),
-    Column("mem-util", USED_METRIC, "% of capacity", per_total=True),
-    Column("compute-util", "dask_gpu_utilization_ratio", "%", scale=100),
-    Column("peak-mem", PEAK_METRIC, "bytes"),
-    Column("mem-bw-util", "dask_gpu_memory_bandwidth_utilization_ratio", "%", scale=100),
-    Column("power", "dask_gpu_power_watts", "W"),
-    Column("temperature", "dask_gpu_temperature_celsius", "°C"),
-    Column("sm-clock", "dask_gpu_sm_clock_hertz", "MHz", scale=1e-6),
-    Column("energy", "dask_gpu_energy_joules_total", "J"),
+# Names and series from the contract; here only the unit each column shows.
+_UNITS: dict[str, tuple[str, float, bool]] = {  # name: (unit, scale, per_total)
+    "total-mem": ("bytes used", 1.0, False),
+    "mem-util": ("% of capacity", 1.0, True),
+    "compute-util": ("%", 100.0, False),
+    "peak-mem": ("bytes", 1.0, False),
+    "mem-bw-util": ("%", 100.0, False),
+    "power": ("W", 1.0, False),
+    "temperature": ("°C", 1.0, False),
+    "sm-clock": ("MHz", 1e-6, False),
+    "energy": ("J", 1.0, False),
+}
+COLUMNS: tuple[Column, ...] = tuple(
+    Column(name, metric, *_UNITS[name]) for name, metric in contract.CSV_METRICS.items()
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.errors import UsageError
-from collector.promapi import (
+from dask_metrics.collector.errors import UsageError
+from dask_metrics.collector.promapi import (
     COMPRESSIONS,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -21,7 +21,7 @@ from collector.promapi import (
     ConnectionSettings,
     split_credentials,
 )
-from exporter.config import ConfigError, load_yaml
+from dask_metrics.configfile import ConfigError, load_yaml
 
 ENV_URL = "DASK_METRICS_PROMETHEUS_URL"
 CONFIG_KEYS = ("prometheus", "user", "password-file", "bearer-token-file", "headers",

@@ -22,15 +22,16 @@ from typing import Any
 
 import requests
 
-from collector.columns import NAMES, select, source_metrics
-from collector.errors import CollectorError
-from collector.fetch import (
+from dask_metrics import __version__
+from dask_metrics.collector.columns import NAMES, select, source_metrics
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.fetch import (
     discover_workers,
     fetch_cluster,
     fetch_gpu_series,
     fetch_worker_activity,
 )
-from collector.layouts import (
+from dask_metrics.collector.layouts import (
     LAYOUTS,
     WORKERS_HEADER,
     csv_line,
@@ -41,10 +42,9 @@ from collector.layouts import (
     tidy_lines,
     workers_rows,
 )
-from collector.promapi import PrometheusClient
-from collector.series import WorkerInfo, select_workers, worker_table
-from collector.timespec import format_rfc3339, to_ms
-from exporter import __version__
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.series import WorkerInfo, select_workers, worker_table
+from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
 DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or

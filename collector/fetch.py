@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from collector.errors import CollectorError
-from collector.promapi import PrometheusClient, PrometheusError
-from collector.series import (
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
+from dask_metrics.collector.series import (
     Series,
     Timeline,
     WorkerInfo,
@@ -26,6 +26,7 @@ from collector.series import (
     worker_inventory,
     worker_timeline,
 )
+from dask_metrics.contract import CURRENT_DAG, CURRENT_JOB, INFO, WORKER_GPU_INFO, WORKER_TASKS
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
 MAX_SPLITS = 8  # a chunk is halved at most this often (1/256 of it) before giving up
@@ -105,23 +106,23 @@ def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step:
 def discover_workers(client: PrometheusClient, start: int, end: int, chunk: int
                      ) -> list[WorkerInfo]:
     """Workers with GPU series in [start, end], with addresses from the scheduler preload."""
-    gpus = fetch_label_sets(client, "dask_gpu_info", start, end, chunk)
-    addresses = fetch_label_sets(client, "dask_job_worker_gpu_info", start, end, chunk)
+    gpus = fetch_label_sets(client, INFO.name, start, end, chunk)
+    addresses = fetch_label_sets(client, WORKER_GPU_INFO.name, start, end, chunk)
     return worker_inventory(gpus, addresses)
 
 
 def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int) -> Timeline:
     """The cluster-wide job/DAG at each scheduler scrape in [start, end]."""
-    series = by_metric(fetch_raw(client, selector(["dask_job_current_job",
-                                                   "dask_job_current_dag"]), start, end, chunk))
-    return cluster_timeline(series.get("dask_job_current_job", []),
-                            series.get("dask_job_current_dag", []))
+    series = by_metric(fetch_raw(client, selector([CURRENT_JOB.name,
+                                                   CURRENT_DAG.name]), start, end, chunk))
+    return cluster_timeline(series.get(CURRENT_JOB.name, []),
+                            series.get(CURRENT_DAG.name, []))
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
                           start: int, end: int, chunk: int) -> Timeline:
     """What ``worker`` ran at each scheduler scrape in [start, end]."""
-    tasks = fetch_raw(client, selector(["dask_job_worker_tasks"], worker), start, end, chunk)
+    tasks = fetch_raw(client, selector([WORKER_TASKS.name], worker), start, end, chunk)
     return worker_timeline(cluster.times, tasks)
 
 

@@ -17,13 +17,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from operator import itemgetter
 
-from collector.columns import Column
-from collector.series import GpuTable, WorkerInfo, WorkerTable
-from collector.timespec import format_rfc3339
+from dask_metrics.collector.columns import Column
+from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
+from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.contract import SEED_KEYS, TIDY_KEYS
 
-TIDY_KEYS = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job",
-             "worker_dag")
-SEED_KEYS = ("job", "dag", "timestamp")
 WORKERS_HEADER = ("worker", "address", "host", "gpus", "uuids")
 LAYOUTS = ("tidy", "seed")
 RESERVED = frozenset({"workers", "export"})

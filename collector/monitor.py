@@ -1,7 +1,7 @@
 """``Monitor``: the original dask-metrics workflow on top of the scheduler preload and
 Prometheus.
 
-Sessions live on the scheduler (``exporter.scheduler``), so one client can ``start`` a
+Sessions live on the scheduler (``dask_metrics.scheduler``), so one client can ``start`` a
 session, disconnect, and another ``stop`` it and export it later. The data comes from
 Prometheus: the URL is the constructor's argument, else ``DASK_METRICS_PROMETHEUS_URL``,
 else a ``config`` file, else the URL the scheduler preload advertises.
@@ -15,16 +15,17 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from collector.columns import NAMES, select
-from collector.connection import ENV_URL, load_config, resolve
-from collector.errors import CollectorError
-from collector.export import ExportResult, export
-from collector.peaks import peaks
-from collector.promapi import PrometheusClient
+from dask_metrics.collector.columns import NAMES, select
+from dask_metrics.collector.connection import ENV_URL, load_config, resolve
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.export import ExportResult, export
+from dask_metrics.collector.peaks import peaks
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.contract import CURRENT_JOB, UP, Handler
 
 DAG_FINISHED, DAG_ERRED = 2, 3
 # Series whose newest sample shows how far Prometheus has scraped the cluster.
-_FRESHNESS = ("dask_gpu_up", "dask_job_current_job")
+_FRESHNESS = (UP.name, CURRENT_JOB.name)
 
 
 class MonitorError(CollectorError):
@@ -59,20 +60,20 @@ class Monitor:
 
     def start(self) -> dict[str, Any]:
         """Start a monitor session; refused while one runs (from any client)."""
-        return self._checked(self._call("dask_metrics_monitor_start", metrics=self.metrics))
+        return self._checked(self._call(Handler.MONITOR_START, metrics=self.metrics))
 
     def stop(self, force: bool = False, timeout: float | None = None) -> dict[str, Any]:
         """Stop the running session once the DAGs unfinished now have finished; ``force``
         stops at once. Raises MonitorError on a timeout (the session then keeps running)."""
-        reply = self._call("dask_metrics_monitor_stop", wait=not force, timeout=timeout)
+        reply = self._call(Handler.MONITOR_STOP, wait=not force, timeout=timeout)
         return self._checked(reply)
 
     def status(self) -> dict[str, Any]:
-        return self._call("dask_metrics_monitor_status")
+        return self._call(Handler.MONITOR_STATUS)
 
     def new_job(self, name: str | None = None) -> int:
         """Start the next job (the scheduler's ``--job-mode manual``); returns its number."""
-        return int(self._checked(self._call("dask_metrics_new_job", name=name))["job_id"])
+        return int(self._checked(self._call(Handler.NEW_JOB, name=name))["job_id"])
 
     # ---- results (from Prometheus) ---------------------------------------------------------
 
@@ -127,7 +128,7 @@ class Monitor:
 
     def sessions(self) -> list[dict[str, Any]]:
         """The stopped sessions the scheduler still remembers, oldest first."""
-        return list(self._call("dask_metrics_monitor_sessions"))
+        return list(self._call(Handler.MONITOR_SESSIONS))
 
     def session(self) -> dict[str, Any]:
         """The running or last monitor session: ``{"id", "start", "stop", "metrics"}``."""
@@ -144,7 +145,7 @@ class Monitor:
         reply = self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
         if reply is None:
             raise MonitorError("the scheduler has no dask-metrics preload: start it with "
-                               "'dask scheduler --preload exporter.scheduler'")
+                               "'dask scheduler --preload dask_metrics.scheduler'")
         return reply
 
     @staticmethod

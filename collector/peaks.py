@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from collector.columns import PEAK_METRIC, TOTAL_METRIC, USED_METRIC
-from collector.export import (
+from dask_metrics.collector.columns import PEAK_METRIC, TOTAL_METRIC, USED_METRIC
+from dask_metrics.collector.export import (
     DEFAULT_CHUNK,
     DEFAULT_MAX_AGE,
     Progress,
@@ -25,10 +25,10 @@ from collector.export import (
     find_workers,
     gc_paused,
 )
-from collector.fetch import fetch_cluster, fetch_gpu_series, fetch_worker_activity
-from collector.promapi import PrometheusClient
-from collector.series import Series, Timeline, gpu_series, id_key
-from collector.timespec import format_rfc3339, to_ms
+from dask_metrics.collector.fetch import fetch_cluster, fetch_gpu_series, fetch_worker_activity
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key
+from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
 BY = ("gpu", "job")
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.errors import CollectorError, UsageError
-from collector.plotdata import Phase, WorkerTrace, break_gaps, read_export
-from exporter.atomicfile import atomic_open
+from dask_metrics.atomicfile import atomic_open
+from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.plotdata import Phase, WorkerTrace, break_gaps, read_export
 
 FORMATS = ("png", "svg")
 SIZE = (12.0, 6.5)  # inches; at DPI: 1200 x 650 pixels

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.errors import CollectorError
+from dask_metrics.collector.errors import CollectorError
 
 FIXED = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag")
 NOT_WORKER_FILES = ("workers.csv",)

@@ -19,9 +19,9 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.util.retry import Retry
 
-from collector.errors import CollectorError
-from collector.series import Series
-from exporter import __version__
+from dask_metrics import __version__
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.series import Series
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 60.0

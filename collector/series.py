@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 from itertools import chain, pairwise, repeat
 from typing import NamedTuple
 
-from collector.columns import TOTAL_METRIC, Column
+from dask_metrics.collector.columns import TOTAL_METRIC, Column
 
 IDLE = ("", "")
 Samples = tuple[list[int], list[float]]

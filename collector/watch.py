@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.errors import CollectorError
-from collector.monitor import Monitor
-from collector.timespec import format_rfc3339, to_ms
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 import sys
 
-from exporter.cli import main
+from dask_metrics.exporter.cli import main
 
 sys.exit(main())

@@ -13,28 +13,27 @@ import time
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from exporter import __version__
-from exporter.config import (
+from dask_metrics import __version__
+from dask_metrics.configfile import ConfigError, load_yaml
+from dask_metrics.exporter.config import (
     DEFAULT_PORT,
     ENV_PREFIX,
     OPTIONS,
-    ConfigError,
     ExporterConfig,
-    load_yaml,
     parse_listen,
     resolve,
 )
-from exporter.gpu_collector import GpuCollector
-from exporter.gpu_source import GpuSource, NvmlSource, SourceUnavailable
-from exporter.http import make_app, serve, tls_context
-from exporter.sampler import Sampler
-from exporter.simulated import SimulatedSource
-from exporter.target import TargetSource
+from dask_metrics.exporter.gpu_collector import GpuCollector
+from dask_metrics.exporter.gpu_source import GpuSource, NvmlSource, SourceUnavailable
+from dask_metrics.exporter.http import make_app, serve, tls_context
+from dask_metrics.exporter.sampler import Sampler
+from dask_metrics.exporter.simulated import SimulatedSource
+from dask_metrics.exporter.target import TargetSource
 
 EXIT_USAGE = 2
 EXIT_NO_NVML = 3
 
-logger = logging.getLogger("exporter")
+logger = logging.getLogger("dask_metrics.exporter")
 
 
 def build_parser() -> argparse.ArgumentParser:

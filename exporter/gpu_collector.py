@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporter import gpu_metrics as m
-from exporter.gpu_source import Reading
-from exporter.sampler import Snapshot
+from dask_metrics import contract as m
+from dask_metrics.exporter.gpu_source import Reading
+from dask_metrics.exporter.sampler import Snapshot
 
 # Each per-GPU value series and how to read it from a sample.
 _VALUES: tuple[tuple[m.MetricSpec, Callable[[Reading], float | None]], ...] = (
@@ -34,11 +34,11 @@ class GpuCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         # Names only, so the registry can refuse a second collector of the same series.
-        for spec in m.SPECS:
+        for spec in m.GPU_SPECS:
             yield spec.family()
 
     def collect(self) -> Iterator[Metric]:
-        families = {spec.name: spec.family() for spec in m.SPECS}
+        families = {spec.name: spec.family() for spec in m.GPU_SPECS}
         for snap in self._snapshots():
             _add_snapshot(families, snap)
         yield from families.values()

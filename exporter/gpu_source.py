@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from exporter.selection import Candidate
+from dask_metrics.exporter.selection import Candidate
 
 
 class SourceUnavailable(RuntimeError):

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
-from exporter.exposition import render
+from dask_metrics.exporter.exposition import render
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -33,7 +33,7 @@ class _QuietHandler(WSGIRequestHandler):
 def make_app(
     gpu: Collector, rest: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]
 ) -> WSGIApp:
-    """/metrics serves ``gpu`` (encoded by exporter.exposition) and ``rest`` (by
+    """/metrics serves ``gpu`` (encoded by dask_metrics.exporter.exposition) and ``rest`` (by
     prometheus_client); /healthz says whether sampling is alive."""
     everything = CollectorRegistry()
     everything.register(gpu)

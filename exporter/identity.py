@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from exporter.atomicfile import atomic_write_text
+from dask_metrics.atomicfile import atomic_write_text
 
 STARTUP_KEY = "dask_metrics"
 

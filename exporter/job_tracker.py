@@ -1,6 +1,6 @@
 """Which job and DAG every Dask task belongs to, and what each worker is running.
 
-A pure state machine with no Dask import: the scheduler plugin (``exporter.scheduler``)
+A pure state machine with no Dask import: the scheduler plugin (``dask_metrics.scheduler``)
 feeds it Dask's hooks, the tests feed it by hand. Everything it holds is either live work
 (bounded by what the scheduler itself holds) or bounded by a retention limit, so it can run
 for months under millions of DAGs.
@@ -18,9 +18,10 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
+from dask_metrics.contract import IDLE, DagStatus
+
 Key = Hashable
 
-IDLE = -1
 
 #: Task states in which Dask is working on a task (or about to): a DAG that touches a task
 #: in one of these does not take it over from the DAG that submitted it first.
@@ -31,13 +32,6 @@ class JobMode(str, enum.Enum):
     CLIENT = "client"  # each client is a job
     SPAN = "span"  # each top-level Dask span is a job
     MANUAL = "manual"  # new_job() starts the next job
-
-
-class DagStatus(enum.IntEnum):
-    WAITING = 0
-    RUNNING = 1
-    FINISHED = 2
-    ERRED = 3  # a task erred, or a wanted task was cancelled before it finished
 
 
 class SessionError(RuntimeError):

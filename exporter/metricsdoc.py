@@ -1,4 +1,5 @@
-"""Generate docs/metrics.md from the metric declarations: ``python -m exporter.metricsdoc``.
+"""Generate docs/metrics.md from the metric declarations:
+``python -m dask_metrics.exporter.metricsdoc``.
 
 A test compares the file with this output, so the reference cannot drift from the code.
 """
@@ -9,17 +10,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from exporter import gpu_metrics, scheduler
-from exporter.atomicfile import atomic_write_text
-from exporter.metricspec import markdown_table
+from dask_metrics import contract
+from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.metricspec import markdown_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
 HEADER = """\
 # Metrics reference
 
-Generated from the code by `python -m exporter.metricsdoc`; a test fails when this file and
-the code disagree. Names follow Prometheus conventions: base units in the name, `_total`
+Generated from the code by `python -m dask_metrics.exporter.metricsdoc`; a test fails when this file
+and the code disagree. Names follow Prometheus conventions: base units in the name, `_total`
 for counters, `_info` for constant 1 series that carry labels.
 
 The `worker` label is the same string in every series of every part: the Dask worker's name,
@@ -36,12 +37,12 @@ its value series until it answers again.
 
 
 def render() -> str:
-    return (HEADER + markdown_table("GPU exporter (`dask_gpu_*`)", gpu_metrics.SPECS) + "\n"
-            + markdown_table("Scheduler preload (`dask_job_*`)", scheduler.SPECS))
+    return (HEADER + markdown_table("GPU exporter (`dask_gpu_*`)", contract.GPU_SPECS) + "\n"
+            + markdown_table("Scheduler preload (`dask_job_*`)", contract.SCHEDULER_SPECS))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m exporter.metricsdoc",
+    parser = argparse.ArgumentParser(prog="python -m dask_metrics.exporter.metricsdoc",
                                      description=f"Write {DOC.name} from the metric specs.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when the file is stale")

@@ -12,11 +12,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.gpu_source import DeviceFailed, DeviceInfo, GpuSource, Reading, SourceUnavailable
-from exporter.identity import GpuRef
-from exporter.peak import WindowMax
-from exporter.selection import select
-from exporter.target import Target
+from dask_metrics.exporter.gpu_source import (
+    DeviceFailed,
+    DeviceInfo,
+    GpuSource,
+    Reading,
+    SourceUnavailable,
+)
+from dask_metrics.exporter.identity import GpuRef
+from dask_metrics.exporter.peak import WindowMax
+from dask_metrics.exporter.selection import select
+from dask_metrics.exporter.target import Target
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
-"""Scheduler preload: ``dask scheduler --preload exporter.scheduler [--job-mode MODE]``.
+"""Scheduler preload: ``dask scheduler --preload dask_metrics.scheduler [--job-mode MODE]``.
 
-A thin layer between Dask and :class:`exporter.job_tracker.JobTracker`: a SchedulerPlugin
-feeds the tracker Dask's hooks, scheduler handlers let any client run monitor sessions,
-and a Prometheus collector exports ``dask_job_*`` series on the scheduler's own
+A thin layer between Dask and :class:`~dask_metrics.exporter.job_tracker.JobTracker`: a
+SchedulerPlugin feeds the tracker Dask's hooks, scheduler handlers let any client run monitor
+sessions, and a Prometheus collector exports ``dask_job_*`` series on the scheduler's own
 ``/metrics`` (or on ``--metrics-port``). Every hook is guarded: a failure is logged and
 counted in ``dask_job_plugin_errors_total``, and the scheduler carries on.
 """
@@ -34,9 +34,22 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from tornado.ioloop import PeriodicCallback
 
-from exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
-from exporter.job_tracker import JobMode, JobTracker, SessionError, Snapshot
-from exporter.metricspec import MetricSpec
+from dask_metrics.contract import (
+    CURRENT_DAG,
+    CURRENT_JOB,
+    DAG_INFO,
+    DAG_STATUS,
+    DAGS_COMPLETED,
+    MONITOR_START,
+    MONITOR_STOP,
+    PLUGIN_ERRORS,
+    SCHEDULER_SPECS,
+    WORKER_GPU_INFO,
+    WORKER_TASKS,
+    Handler,
+)
+from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
+from dask_metrics.exporter.job_tracker import JobMode, JobTracker, SessionError, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -52,92 +65,6 @@ def _load_defaults() -> None:
 
 _load_defaults()
 
-# -- series ---------------------------------------------------------------------------------
-
-CURRENT_JOB = MetricSpec(
-    "dask_job_current_job",
-    "gauge",
-    "",
-    (),
-    "Job id of the oldest unfinished DAG; -1 when the cluster is idle.",
-)
-CURRENT_DAG = MetricSpec(
-    "dask_job_current_dag",
-    "gauge",
-    "",
-    (),
-    "DAG id (within its job) of the oldest unfinished DAG; -1 when the cluster is idle.",
-)
-WORKER_TASKS = MetricSpec(
-    "dask_job_worker_tasks",
-    "gauge",
-    "",
-    ("worker", "job_id", "dag_id"),
-    "Tasks of this DAG processing on this worker now; present only while above 0.",
-)
-DAG_INFO = MetricSpec(
-    "dask_job_dag_info",
-    "gauge",
-    "",
-    ("job_id", "dag_id", "job_name", "client"),
-    "Always 1 while the DAG is known; job_name is the span name or the client name.",
-)
-DAG_STATUS = MetricSpec(
-    "dask_job_dag_status",
-    "gauge",
-    "",
-    ("job_id", "dag_id"),
-    "0 waiting, 1 running, 2 finished, 3 erred (a task erred or a result was cancelled).",
-)
-DAGS_COMPLETED = MetricSpec(
-    "dask_job_dags_completed_total",
-    "counter",
-    "",
-    ("status",),
-    "DAGs that reached a final status (finished or erred) since the scheduler started.",
-)
-MONITOR_START = MetricSpec(
-    "dask_job_monitor_start_timestamp_seconds",
-    "gauge",
-    "seconds",
-    (),
-    "Unix time the last monitor session started; absent before the first session.",
-)
-MONITOR_STOP = MetricSpec(
-    "dask_job_monitor_stop_timestamp_seconds",
-    "gauge",
-    "seconds",
-    (),
-    "Unix time the last monitor session stopped; 0 while it runs.",
-)
-WORKER_GPU_INFO = MetricSpec(
-    "dask_job_worker_gpu_info",
-    "gauge",
-    "",
-    ("worker", "address", "gpu", "uuid"),
-    "Always 1: a GPU of a worker, from the worker preload; one uuid on two workers is shared.",
-)
-PLUGIN_ERRORS = MetricSpec(
-    "dask_job_plugin_errors_total",
-    "counter",
-    "",
-    ("hook",),
-    "Scheduler-plugin hooks that raised; the scheduler carried on without that update.",
-)
-
-SPECS: list[MetricSpec] = [
-    CURRENT_JOB,
-    CURRENT_DAG,
-    WORKER_TASKS,
-    DAG_INFO,
-    DAG_STATUS,
-    DAGS_COMPLETED,
-    MONITOR_START,
-    MONITOR_STOP,
-    WORKER_GPU_INFO,
-    PLUGIN_ERRORS,
-]
-
 HOOKS = (
     "update_graph",
     "transition",
@@ -152,7 +79,7 @@ HOOKS = (
 
 def families(snap: Snapshot, errors: dict[str, int]) -> list[Metric]:
     """The metric families of one scrape."""
-    fam = {spec.name: spec.family() for spec in SPECS}
+    fam = {spec.name: spec.family() for spec in SCHEDULER_SPECS}
     fam[CURRENT_JOB.name].add_metric([], snap.current_job)
     fam[CURRENT_DAG.name].add_metric([], snap.current_dag)
     for worker, job_id, dag_id, tasks in snap.worker_tasks:
@@ -256,7 +183,7 @@ class _DefaultRegistryHub:
                 self._registered = False
 
     def describe(self) -> list[Metric]:
-        return [spec.family() for spec in SPECS]
+        return [spec.family() for spec in SCHEDULER_SPECS]
 
     def collect(self) -> list[Metric]:
         plugins = list(self._plugins)
@@ -273,7 +200,7 @@ class _PluginCollector:
         self._plugin = plugin
 
     def describe(self) -> list[Metric]:
-        return [spec.family() for spec in SPECS]
+        return [spec.family() for spec in SCHEDULER_SPECS]
 
     def collect(self) -> list[Metric]:
         return self._plugin.collect()
@@ -520,13 +447,13 @@ class JobPlugin(SchedulerPlugin):
 
     def handlers(self) -> dict[str, Callable[..., Any]]:
         return {
-            "dask_metrics_monitor_start": self.monitor_start,
-            "dask_metrics_monitor_stop": self.monitor_stop,
-            "dask_metrics_monitor_status": self.monitor_status,
-            "dask_metrics_monitor_sessions": self.monitor_sessions,
-            "dask_metrics_new_job": self.new_job,
-            "dask_metrics_dags": self.dags,
-            "dask_metrics_prometheus_url": self.prometheus_url,
+            Handler.MONITOR_START: self.monitor_start,
+            Handler.MONITOR_STOP: self.monitor_stop,
+            Handler.MONITOR_STATUS: self.monitor_status,
+            Handler.MONITOR_SESSIONS: self.monitor_sessions,
+            Handler.NEW_JOB: self.new_job,
+            Handler.DAGS: self.dags,
+            Handler.PROMETHEUS_URL: self.prometheus_url,
         }
 
     def monitor_start(self, metrics: Iterable[str] | str | None = None) -> dict[str, Any]:

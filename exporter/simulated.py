@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from exporter.gpu_source import DeviceInfo, Reading
-from exporter.selection import Candidate
+from dask_metrics.exporter.gpu_source import DeviceInfo, Reading
+from dask_metrics.exporter.selection import Candidate
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

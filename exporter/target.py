@@ -9,7 +9,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from exporter.identity import WorkerIdentity, read_info_file
+from dask_metrics.exporter.identity import WorkerIdentity, read_info_file
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Target:
     worker: str
-    gpus: str | None  # a selection spec (see exporter.selection); None = every GPU
+    gpus: str | None  # a selection spec (see dask_metrics.exporter.selection); None = every GPU
     pids: frozenset[int] = frozenset()
     hostname: str = ""
 

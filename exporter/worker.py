@@ -1,4 +1,4 @@
-"""``dask worker --preload exporter.worker``: GPU series on the worker's own /metrics.
+"""``dask worker --preload dask_metrics.worker``: GPU series on the worker's own /metrics.
 
 It also publishes the worker's identity (name, address, pid, GPU UUIDs) to the scheduler,
 through the worker's ``startup_information``, and, when asked, to a worker-info file that
@@ -19,12 +19,18 @@ import click
 import dask.config
 from prometheus_client import REGISTRY
 
-from exporter.cli import make_sampler
-from exporter.config import OPTIONS, ConfigError, ExporterConfig, resolve
-from exporter.gpu_collector import GpuCollector
-from exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label, write_info_file
-from exporter.sampler import Sampler
-from exporter.target import TargetSource
+from dask_metrics.configfile import ConfigError
+from dask_metrics.exporter.cli import make_sampler
+from dask_metrics.exporter.config import OPTIONS, ExporterConfig, resolve
+from dask_metrics.exporter.gpu_collector import GpuCollector
+from dask_metrics.exporter.identity import (
+    STARTUP_KEY,
+    WorkerIdentity,
+    worker_label,
+    write_info_file,
+)
+from dask_metrics.exporter.sampler import Sampler
+from dask_metrics.exporter.target import TargetSource
 
 logger = logging.getLogger(__name__)
 

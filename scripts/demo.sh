@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh plot
-exec .venv/bin/python -m collector.demo "$@"
+exec .venv/bin/python -m dask_metrics.demo "$@"

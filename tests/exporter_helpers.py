@@ -88,10 +88,10 @@ def sidecar(
     port: int | None = None,
     ca_file: str | None = None,
 ) -> Iterator[str]:
-    """Run ``python -m exporter`` on a loopback port; yields its base URL once healthy
+    """Run ``python -m dask_metrics.exporter`` on a loopback port; yields its base URL once healthy
     (https, trusting ``ca_file``, when that is given)."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}", *args]
+    cmd = [sys.executable, "-m", "dask_metrics.exporter", "--listen", f"127.0.0.1:{port}", *args]
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"{'https' if ca_file else 'http'}://{'localhost' if ca_file else '127.0.0.1'}:{port}"

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.cli import main
-from collector.connection import ENV_URL
-from collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
+from dask_metrics.collector.cli import main
+from dask_metrics.collector.connection import ENV_URL
+from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
 from tests.exporter_helpers import free_port
 
 EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}

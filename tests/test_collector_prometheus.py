@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from collector.cli import main
-from collector.columns import select, source_metrics
-from collector.connection import ENV_URL
-from collector.export import export
-from collector.fetch import fetch_steps, selector
-from collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
-from collector.timespec import format_rfc3339
+from dask_metrics.collector.cli import main
+from dask_metrics.collector.columns import select, source_metrics
+from dask_metrics.collector.connection import ENV_URL
+from dask_metrics.collector.export import export
+from dask_metrics.collector.fetch import fetch_steps, selector
+from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
+from dask_metrics.collector.timespec import format_rfc3339
 from tests.collector_dataset import (
     COLUMNS,
     LONG_END,
@@ -553,17 +553,19 @@ def test_a_failure_in_the_middle_leaves_no_file(blocks: Path, dataset: Dataset,
 
 def test_the_command_runs_as_a_program(prom: PrometheusServer, dataset: Dataset,
                                        tmp_path: Path) -> None:
-    """``python -m collector``, the URL (with credentials) from the environment; stderr is
+    """``python -m dask_metrics.collector``, the URL (with credentials) from the environment;
+    stderr is
     not a terminal, so no progress; --quiet, so no summary."""
     out = tmp_path / "out"
     env = {"PATH": "/usr/bin:/bin", ENV_URL: prom.url_with(USER, PASSWORD)}
     result = subprocess.run(
-        [sys.executable, "-m", "collector", "export", "--since", str(dataset.core),
+        [sys.executable, "-m", "dask_metrics.collector", "export", "--since", str(dataset.core),
          "--until", str(dataset.core + 60), "--workers", "w-b", "--out", str(out), "--quiet"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
     assert len(read_csv(out / "w-b.csv")) == 12
-    result = subprocess.run([sys.executable, "-m", "collector", "export", "--since", "soon"],
+    result = subprocess.run([sys.executable, "-m", "dask_metrics.collector", "export",
+                             "--since", "soon"],
                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
                             check=False)
     assert result.returncode == 2

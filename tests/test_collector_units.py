@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from collector.cli import Terminal
-from collector.columns import COLUMNS, NAMES, select, source_metrics
-from collector.connection import load_config, parse_header, parse_timeout, resolve
-from collector.errors import UsageError
-from collector.layouts import (
+from dask_metrics.collector.cli import Terminal
+from dask_metrics.collector.columns import COLUMNS, NAMES, select, source_metrics
+from dask_metrics.collector.connection import load_config, parse_header, parse_timeout, resolve
+from dask_metrics.collector.errors import UsageError
+from dask_metrics.collector.layouts import (
     format_value,
     safe_file_names,
     seed_header,
@@ -23,8 +23,8 @@ from collector.layouts import (
     tidy_header,
     tidy_lines,
 )
-from collector.promapi import PrometheusClient, redact_url, split_credentials
-from collector.series import (
+from dask_metrics.collector.promapi import PrometheusClient, redact_url, split_credentials
+from dask_metrics.collector.series import (
     IDLE,
     Series,
     WorkerInfo,
@@ -41,7 +41,7 @@ from collector.series import (
     worker_table,
     worker_timeline,
 )
-from collector.timespec import (
+from dask_metrics.collector.timespec import (
     MONITOR,
     format_duration,
     format_rfc3339,

@@ -2,7 +2,8 @@
 
 import pytest
 
-from exporter.config import ConfigError, load_yaml, parse_bytes, parse_listen, resolve
+from dask_metrics.configfile import ConfigError, load_yaml, parse_bytes
+from dask_metrics.exporter.config import parse_listen, resolve
 
 
 def test_defaults():

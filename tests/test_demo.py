@@ -133,7 +133,7 @@ def test_demo_on_gpus_found_through_nvml(fake_nvml, tmp_path):
     fake_nvml.gpus[1].memory_used, fake_nvml.gpus[1].gpu_util = 8 * GiB, 30
     fake_nvml.write()
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "collector.demo", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "dask_metrics.demo", "--out", str(out)],
                           env=fake_nvml.env, capture_output=True, text=True, timeout=280,
                           cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -150,7 +150,7 @@ def test_demo_on_gpus_found_through_nvml(fake_nvml, tmp_path):
 
 def test_demo_failures_are_one_line_and_leave_nothing_running(tmp_path):
     out = tmp_path / "out"
-    demo = [sys.executable, "-m", "collector.demo", "--simulate", "--out", str(out)]
+    demo = [sys.executable, "-m", "dask_metrics.demo", "--simulate", "--out", str(out)]
     missing = subprocess.run(demo, env={**os.environ, "PATH": str(tmp_path)}, cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1

@@ -108,7 +108,7 @@ def test_entrypoint_healthcheck_and_exposed_port():
     assert "HEALTHCHECK" in final and "/healthz" in " ".join(a for k, a in stages()[-1]
                                                               if k == "ENV")
     assert final["EXPOSE"] == "9446"
-    from exporter.config import ExporterConfig
+    from dask_metrics.exporter.config import ExporterConfig
 
     assert ExporterConfig().listen.endswith(":9446"), "the exporter's default port is exposed"
 
@@ -152,8 +152,8 @@ def test_shellcheck_entrypoint():
     (["--simulate", "2"], ["dask-metrics-exporter", "--simulate", "2"]),
     (["dask-metrics-exporter", "--listen", ":9446"], ["dask-metrics-exporter", "--listen",
                                                       ":9446"]),
-    (["dask", "scheduler", "--preload", "exporter.scheduler"],
-     ["dask", "scheduler", "--preload", "exporter.scheduler"]),
+    (["dask", "scheduler", "--preload", "dask_metrics.scheduler"],
+     ["dask", "scheduler", "--preload", "dask_metrics.scheduler"]),
     (["dask", "worker", "tcp://s:8786", "--name", "a b"],
      ["dask", "worker", "tcp://s:8786", "--name", "a b"]),
 ])
@@ -219,7 +219,7 @@ def test_each_profile_is_a_complete_stack(profile):
                 assert host == "localhost" or host in hosts, f"{profile}: {target} unresolvable"
     for name, worker in workers.items():
         cmd = worker["command"]
-        assert cmd[cmd.index("--preload"):] == ["--preload", "exporter.worker",
+        assert cmd[cmd.index("--preload"):] == ["--preload", "dask_metrics.worker",
                                                 "--worker-info-file", "/shared/worker.json",
                                                 "--serve-metrics", "false"]
         assert worker["depends_on"]["scheduler"]["condition"] == "service_healthy"
@@ -240,7 +240,7 @@ def test_each_profile_is_a_complete_stack(profile):
             assert device["count"] == "all"
             assert sidecar[0]["environment"]["NVIDIA_VISIBLE_DEVICES"] == "all"
     scheduler = running["scheduler"]["command"]
-    assert scheduler[:2] == ["dask", "scheduler"] and "exporter.scheduler" in scheduler
+    assert scheduler[:2] == ["dask", "scheduler"] and "dask_metrics.scheduler" in scheduler
 
 
 def test_every_service_is_locked_down():

@@ -34,7 +34,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
-from collector import cli as collector_cli
+from dask_metrics.collector import cli as collector_cli
 from tests.doc_commands import (
     ROOT,
     doc_files,
@@ -102,20 +102,20 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_simulated_sidecar"),
     "curl -s 127.0.0.1:9446/metrics | grep dask_gpu_info": Run("test_simulated_sidecar"),
     # ---- one machine / HPC: schedulers, workers, sidecars ----
-    "dask worker tcp://scheduler:8786 --dashboard-address :8788 --preload exporter.worker":
+    "dask worker tcp://scheduler:8786 --dashboard-address :8788 --preload dask_metrics.worker":
         Run("test_local_deployment"),
     "curl -s http://worker-host:8788/metrics | grep dask_gpu_": Run("test_local_deployment"),
-    "dask scheduler --preload exporter.scheduler &": Run("test_local_deployment"),
+    "dask scheduler --preload dask_metrics.scheduler &": Run("test_local_deployment"),
     "CUDA_VISIBLE_DEVICES=0 dask worker tcp://127.0.0.1:8786 --name gpu0 --preload "
-    "exporter.worker --worker-info-file /tmp/gpu0.json --serve-metrics false &":
+    "dask_metrics.worker --worker-info-file /tmp/gpu0.json --serve-metrics false &":
         Run("test_local_deployment"),
     "dask-metrics-exporter --worker-info-file /tmp/gpu0.json --listen 127.0.0.1:9446 &":
         Run("test_local_deployment"),
-    "dask scheduler --preload exporter.scheduler --prometheus-url http://prometheus:9090":
+    "dask scheduler --preload dask_metrics.scheduler --prometheus-url http://prometheus:9090":
         Run("test_local_deployment"),
-    "dask scheduler --preload exporter.scheduler --job-mode span --prometheus-url "
+    "dask scheduler --preload dask_metrics.scheduler --job-mode span --prometheus-url "
     "http://prometheus:9090": Run("test_local_deployment"),
-    "DASK_DISTRIBUTED__SCHEDULER__PRELOAD='[\"exporter.scheduler\"]'":
+    "DASK_DISTRIBUTED__SCHEDULER__PRELOAD='[\"dask_metrics.scheduler\"]'":
         Run("test_local_deployment"),
     "DASK_DASK_METRICS__SCHEDULER__JOB_MODE=span": Run("test_local_deployment"),
     "DASK_DASK_METRICS__SCHEDULER__PROMETHEUS_URL=http://prometheus:9090":
@@ -163,10 +163,10 @@ ACCOUNTS: dict[str, Account] = {
         NotHere("needs a Docker engine and an NVIDIA GPU; the entry point's dispatch is "
                 "tests/test_docker.py::"
                 "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
-    "docker run --rm dask-metrics:0.1.0 dask scheduler --preload exporter.scheduler":
+    "docker run --rm dask-metrics:0.1.0 dask scheduler --preload dask_metrics.scheduler":
         Mapped(DOCKER + "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
     "docker run --rm dask-metrics:0.1.0 dask worker tcp://scheduler:8786 --preload "
-    "exporter.worker":
+    "dask_metrics.worker":
         Mapped(DOCKER + "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
     # ---- Kubernetes: no cluster here; the charts are rendered with Helm's engine ----
     "helm repo add dask https://helm.dask.org":
@@ -201,7 +201,8 @@ PLUGIN = "tests/test_scheduler_plugin.py::"
 PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
     "README.md: from distributed import Client": Mapped(E2E),
     "docs/collector.md: from distributed import Client": Mapped(E2E),
-    "docs/collector.md: from collector.promapi import ConnectionSettings, PrometheusClient":
+    "docs/collector.md: "
+    "from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient":
         Mapped("tests/test_collector_prometheus.py::"
                "test_tidy_export_matches_the_dataset_value_by_value",
                "export() and peaks() as the example calls them (since/until are inputs)"),
@@ -222,7 +223,7 @@ PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
     "docs/scheduler.md: reply = client.sync(client.scheduler.dask_metrics_monitor_start, "
     'metrics=["mem-util"])': Mapped(PLUGIN + "test_monitor_sessions_live_on_the_scheduler_"
                                      "across_clients"),
-    "docs/demo.md: from collector import Monitor": Mapped(DEMO),
+    "docs/demo.md: from dask_metrics.collector import Monitor": Mapped(DEMO),
     "docs/demo.md: import pandas as pd":
         CompileOnly("reads the demo's output with pandas, which is not a dependency; the file "
                 "it reads is checked by " + DEMO),
@@ -404,7 +405,7 @@ def running(proc: subprocess.Popen) -> bool:
 def exporter_argv(command: str) -> list[str]:
     argv = shlex.split(command.rstrip("& "))
     assert argv[0] == "dask-metrics-exporter", command
-    return [sys.executable, "-m", "exporter", *argv[1:]]
+    return [sys.executable, "-m", "dask_metrics.exporter", *argv[1:]]
 
 
 def fake_env(fake: FakeNVML, **extra: str) -> dict[str, str]:
@@ -415,7 +416,7 @@ def fake_env(fake: FakeNVML, **extra: str) -> dict[str, str]:
 
 
 def test_sidecar_follows_a_worker_info_file(fake_nvml, tmp_path):
-    from exporter.identity import GpuRef, WorkerIdentity, write_info_file
+    from dask_metrics.exporter.identity import GpuRef, WorkerIdentity, write_info_file
 
     port = free_port()
     info = tmp_path / "shared" / "worker.json"
@@ -476,7 +477,7 @@ def dask_argv(command: str, extra: list[str]) -> tuple[list[str], dict[str, str]
 
 
 def scheduler_status(address: str) -> dict:
-    result = subprocess.run([sys.executable, "-m", "collector", "monitor", "status",
+    result = subprocess.run([sys.executable, "-m", "dask_metrics.collector", "monitor", "status",
                              "--scheduler", address, "--json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -498,12 +499,12 @@ def test_local_deployment(fake_nvml, tmp_path):
     cmds = []
 
     # deploy.md / README: scheduler, worker on GPU 0 with the preload, its sidecar
-    argv, env = dask_argv(documented("dask scheduler --preload exporter.scheduler &"),
+    argv, env = dask_argv(documented("dask scheduler --preload dask_metrics.scheduler &"),
                           scheduler(0))
     cmds.append((argv, {**base, **env}))
     argv, env = dask_argv(localise(documented(
         "CUDA_VISIBLE_DEVICES=0 dask worker tcp://127.0.0.1:8786 --name gpu0 --preload "
-        "exporter.worker --worker-info-file /tmp/gpu0.json --serve-metrics false &"),
+        "dask_metrics.worker --worker-info-file /tmp/gpu0.json --serve-metrics false &"),
         {"tcp://127.0.0.1:8786": addr, "/tmp/gpu0.json": str(info)}), ["--host", "127.0.0.1"])
     assert env == {"CUDA_VISIBLE_DEVICES": "0"}
     cmds.append((argv, {**base, **env}))
@@ -512,18 +513,18 @@ def test_local_deployment(fake_nvml, tmp_path):
         {"/tmp/gpu0.json": str(info), "127.0.0.1:9446": f"127.0.0.1:{sidecar_port}"})), base))
     # README: a worker serving its GPUs in-process on its dashboard port
     argv, env = dask_argv(localise(documented(
-        "dask worker tcp://scheduler:8786 --dashboard-address :8788 --preload exporter.worker"),
+        "dask worker tcp://scheduler:8786 --dashboard-address :8788 --preload dask_metrics.worker"),
         {"tcp://scheduler:8786": addr, ":8788": f"127.0.0.1:{worker_dashboard}"}),
         ["--host", "127.0.0.1", "--name", "inproc"])
     cmds.append((argv, {**base, **env}))
     # README and scheduler.md: the preload's options on the command line, and as environment
-    for i, command in ((1, "dask scheduler --preload exporter.scheduler --prometheus-url "
+    for i, command in ((1, "dask scheduler --preload dask_metrics.scheduler --prometheus-url "
                            "http://prometheus:9090"),
-                       (2, "dask scheduler --preload exporter.scheduler --job-mode span "
+                       (2, "dask scheduler --preload dask_metrics.scheduler --job-mode span "
                            "--prometheus-url http://prometheus:9090")):
         argv, env = dask_argv(documented(command), scheduler(i))
         cmds.append((argv, {**base, **env}))
-    env_lines = [documented("DASK_DISTRIBUTED__SCHEDULER__PRELOAD='[\"exporter.scheduler\"]'"),
+    env_lines = [documented("DASK_DISTRIBUTED__SCHEDULER__PRELOAD='[\"dask_metrics.scheduler\"]'"),
                  documented("DASK_DASK_METRICS__SCHEDULER__JOB_MODE=span"),
                  documented("DASK_DASK_METRICS__SCHEDULER__PROMETHEUS_URL=http://prometheus:9090")]
     assignments = dict(shlex.split(line)[0].split("=", 1) for line in env_lines)
@@ -814,7 +815,7 @@ def test_relative_links_and_anchors_resolve():
 
 def test_documented_exporter_options_exist():
     """Every option of docs/exporter.md's table is one the exporter accepts."""
-    from exporter.cli import build_parser
+    from dask_metrics.exporter.cli import build_parser
 
     help_text = build_parser().format_help()
     table = (ROOT / "docs" / "exporter.md").read_text()

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from exporter import gpu_metrics
-from exporter.identity import GpuRef, WorkerIdentity, write_info_file
+from dask_metrics import contract
+from dask_metrics.exporter.identity import GpuRef, WorkerIdentity, write_info_file
 from tests.exporter_helpers import (
     free_port,
     http_get,
@@ -32,7 +32,7 @@ def gpu_labels(fake: FakeNVML, index: int, worker: str = "w0", position: int | N
 
 
 def run_exporter(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "dask_metrics.exporter", *args], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -80,7 +80,7 @@ def test_every_exported_name_is_documented_and_promtool_agrees(fake_nvml):
     with sidecar("--worker", "w0", "--pids", str(os.getpid()), env=fake_nvml.env) as base:
         text = http_get(base + "/metrics")[1]
         names = {name for name, _ in scrape(base + "/metrics")}
-    documented = {spec.name for spec in gpu_metrics.SPECS}
+    documented = {spec.name for spec in contract.GPU_SPECS}
     ours = {n for n in names if n.startswith("dask_")}
     assert ours - {"dask_gpu_exporter_nvml_errors_total"} <= documented
     assert documented - ours <= {"dask_gpu_exporter_nvml_errors_total"}

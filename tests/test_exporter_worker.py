@@ -1,4 +1,4 @@
-"""``dask worker --preload exporter.worker``: real schedulers and workers, real pynvml over
+"""``dask worker --preload dask_metrics.worker``: real schedulers and workers, real pynvml over
 the fake driver; series on the worker's own /metrics, identity at the scheduler and in the
 worker-info file, and a worker that starts fine without any NVML."""
 
@@ -26,7 +26,7 @@ def start_cluster(env: dict[str, str], *worker_args: str):
     worker = [*DASK, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", "gpu-worker-1",
               "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
               "--dashboard-address", f"127.0.0.1:{worker_http}",
-              "--preload", "exporter.worker", *worker_args]
+              "--preload", "dask_metrics.worker", *worker_args]
     return processes((scheduler, env), (worker, env)), sched_port, worker_http
 
 
@@ -87,7 +87,7 @@ def test_bad_preload_option_keeps_the_worker(fake_nvml):
 def test_two_workers_in_one_process_share_one_registry():
     import dask.config
 
-    with dask.config.set({"distributed.worker.preload": ["exporter.worker"],
+    with dask.config.set({"distributed.worker.preload": ["dask_metrics.worker"],
                           "dask-metrics.exporter.simulate": 1,
                           "dask-metrics.exporter.interval": 0.1}), LocalCluster(
         n_workers=2, processes=False, dashboard_address=":0", worker_dashboard_address=":0"

@@ -9,11 +9,11 @@ import io
 import pytest
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 
-from exporter.gpu_collector import GpuCollector
-from exporter.gpu_source import DeviceInfo, Reading
-from exporter.http import make_app
-from exporter.identity import GpuRef
-from exporter.sampler import GpuSnapshot, Snapshot
+from dask_metrics.exporter.gpu_collector import GpuCollector
+from dask_metrics.exporter.gpu_source import DeviceInfo, Reading
+from dask_metrics.exporter.http import make_app
+from dask_metrics.exporter.identity import GpuRef
+from dask_metrics.exporter.sampler import GpuSnapshot, Snapshot
 
 READING = Reading(memory_used=1.5e9, memory_total=8e10, memory_reserved=0.0, utilization=0.37,
                   memory_bandwidth=0.0, power_watts=61.25, energy_joules=1e12,

@@ -304,7 +304,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
             procs.append(_start(
                 [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
                  "--dashboard-address", f"127.0.0.1:{dash_port}", "--preload",
-                 "exporter.scheduler"], work / "scheduler.log", env))
+                 "dask_metrics.scheduler"], work / "scheduler.log", env))
             address = f"tcp://127.0.0.1:{sched_port}"
             for name in ("w1", "w2"):
                 simulate = ["--simulate", "2"] if name == "w1" else []
@@ -312,11 +312,11 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
                 info = str(work / f"{name}.json")
                 workers[name] = _start(
                     [*dask, "worker", address, "--name", name, "--nthreads", "1",
-                     "--no-nanny", "--no-dashboard", "--preload", "exporter.worker",
+                     "--no-nanny", "--no-dashboard", "--preload", "dask_metrics.worker",
                      "--worker-info-file", info, "--serve-metrics", "false", *simulate],
                     work / f"{name}.log", worker_env)
                 procs.append(_start(
-                    [sys.executable, "-m", "exporter", "--worker", name,
+                    [sys.executable, "-m", "dask_metrics.exporter", "--worker", name,
                      "--worker-info-file", info, "--listen",
                      f"127.0.0.1:{sidecar_ports[name]}", "--interval", "0.2", *simulate],
                     work / f"sidecar-{name}.log", worker_env))

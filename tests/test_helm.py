@@ -377,7 +377,8 @@ def check_daskcluster(cluster: dict[str, Any], *, sidecar_port: str = "gpu-metri
     # Worker: named by the operator's DASK_WORKER_NAME; the preload last, its options after it.
     args = worker["args"]
     assert args[:2] == ["dask", "worker"] and _flag_value(args, "--name") == "$(DASK_WORKER_NAME)"
-    assert args[args.index("--preload"):] == ["--preload", "exporter.worker", "--worker-info-file",
+    assert args[args.index("--preload"):] == [
+        "--preload", "dask_metrics.worker", "--worker-info-file",
                                               "/shared/worker.json", "--serve-metrics", "false"]
     assert "nvidia.com/gpu" in worker["resources"]["limits"]
     # Sidecar: every GPU of the node, the worker's picked from the worker-info file; the
@@ -407,7 +408,7 @@ def check_daskcluster(cluster: dict[str, Any], *, sidecar_port: str = "gpu-metri
     sargs = scheduler["args"]
     assert sargs[:2] == ["dask", "scheduler"]
     assert sargs[sargs.index("--preload"):sargs.index("--preload") + 2] == [
-        "--preload", "exporter.scheduler"]
+        "--preload", "dask_metrics.scheduler"]
     cports = {p["name"]: p["containerPort"] for p in scheduler["ports"]}
     assert cports == {"tcp-comm": 8786, "http-dashboard": 8787}
     assert _flag_value(sargs, "--dashboard-address") == ":8787"
@@ -500,10 +501,10 @@ def test_dask_helm_chart_values_load_the_preloads():
         if DASK_CHART_KEYS[section] is not None:
             assert set(keys) <= DASK_CHART_KEYS[section], set(keys) - DASK_CHART_KEYS[section]
     scheduler_args = values["scheduler"]["extraArgs"]
-    assert scheduler_args[:2] == ["--preload", "exporter.scheduler"]
+    assert scheduler_args[:2] == ["--preload", "dask_metrics.scheduler"]
     worker = values["worker"]
     args = worker["extraArgs"]
-    assert args[-2:] == ["--preload", "exporter.worker"], "the preload takes what follows it"
+    assert args[-2:] == ["--preload", "dask_metrics.worker"], "the preload takes what follows it"
     assert _flag_value(args, "--name") == "$(DASK_WORKER_NAME)"
     assert {"name": "DASK_WORKER_NAME",
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in worker["env"]

@@ -6,9 +6,8 @@ import threading
 
 import pytest
 
-from exporter.job_tracker import (
-    IDLE,
-    DagStatus,
+from dask_metrics.contract import IDLE, DagStatus
+from dask_metrics.exporter.job_tracker import (
     JobMode,
     JobTracker,
     SessionError,

@@ -2,17 +2,18 @@
 
 import re
 
-from exporter import gpu_metrics, metricsdoc, scheduler
+from dask_metrics import contract
+from dask_metrics.exporter import metricsdoc
 
 
 def test_docs_match_the_code():
     assert metricsdoc.DOC.read_text() == metricsdoc.render(), (
-        "docs/metrics.md is stale: run python -m exporter.metricsdoc"
+        "docs/metrics.md is stale: run python -m dask_metrics.exporter.metricsdoc"
     )
 
 
 def test_names_follow_prometheus_conventions():
-    for spec in [*gpu_metrics.SPECS, *scheduler.SPECS]:
+    for spec in contract.SPECS:
         assert re.fullmatch(r"dask_(gpu|job)_[a-z0-9_]+", spec.name), spec.name
         assert (spec.type == "counter") == spec.name.endswith("_total"), spec.name
         if spec.unit:

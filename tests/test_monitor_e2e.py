@@ -17,7 +17,7 @@ import dask
 import pytest
 from distributed import Client, wait
 
-from collector import Monitor
+from dask_metrics.collector import Monitor
 from tests.exporter_helpers import free_port, processes, scrape, values, wait_for
 from tests.fake_nvml import FakeNVML, GiB
 from tests.prometheus_helpers import run_prometheus
@@ -47,7 +47,8 @@ def fail() -> None:
 
 
 def collector(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "collector", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
+                          capture_output=True,
                           text=True, timeout=120)
 
 
@@ -74,16 +75,17 @@ def cluster(tmp_path_factory, fake_nvml_lib):
         addr = f"tcp://127.0.0.1:{sched_port}"
         cmds = [([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
                   "--dashboard-address", f"127.0.0.1:{dash_port}",
-                  "--preload", "exporter.scheduler", "--prometheus-url", prom.url], env)]
+                  "--preload", "dask_metrics.scheduler", "--prometheus-url", prom.url], env)]
         for i, (name, port) in enumerate(zip(WORKERS, sidecar_ports, strict=True)):
             info = str(tmp / f"{name}.json")
             worker_env = {**env, "CUDA_VISIBLE_DEVICES": fake.uuid(i)}
             cmds.append(([*dask, "worker", addr, "--name", name, "--nthreads", "1",
                           "--no-nanny", "--host", "127.0.0.1",
                           "--dashboard-address", f"127.0.0.1:{free_port()}",
-                          "--preload", "exporter.worker", "--worker-info-file", info,
+                          "--preload", "dask_metrics.worker", "--worker-info-file", info,
                           "--serve-metrics", "false"], worker_env))
-            cmds.append(([sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{port}",
+            cmds.append(([sys.executable, "-m", "dask_metrics.exporter",
+                          "--listen", f"127.0.0.1:{port}",
                           "--worker-info-file", info, "--interval", "0.1"], env))
         with processes(*cmds):
             with Client(addr, timeout=60) as client:
@@ -216,9 +218,9 @@ def test_watch_exports_each_session_once_and_retries_when_prometheus_is_down(clu
 def test_monitor_without_the_scheduler_preload():
     from distributed import LocalCluster
 
-    from collector.monitor import MonitorError
+    from dask_metrics.collector.monitor import MonitorError
 
-    refusal = pytest.raises(MonitorError, match=r"--preload exporter\.scheduler")
+    refusal = pytest.raises(MonitorError, match=r"--preload dask_metrics\.scheduler")
     with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as lc, \
             Client(lc) as client, refusal:
         Monitor(client).start()

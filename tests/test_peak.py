@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from exporter.peak import WindowMax
+from dask_metrics.exporter.peak import WindowMax
 
 
 def test_spike_is_kept_for_the_window_then_forgotten():

@@ -15,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import CollectorError
-from collector.plotdata import FIXED, Phase, break_gaps, phases, read_export, read_worker_file
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.plotdata import (
+    FIXED,
+    Phase,
+    break_gaps,
+    phases,
+    read_export,
+    read_worker_file,
+)
 
 GiB = 2**30
 HEADER = [*FIXED, "total-mem", "mem-util", "compute-util", "peak-mem"]
@@ -93,7 +100,8 @@ def test_read_export_refuses_what_is_not_a_tidy_export(tmp_path, export_dir):
 
 
 def collector(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "collector", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
+                          capture_output=True,
                           text=True, timeout=120)
 
 

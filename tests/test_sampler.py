@@ -5,10 +5,10 @@ from collections import Counter
 
 import pytest
 
-from exporter.gpu_source import DeviceFailed, DeviceInfo, Reading, SourceUnavailable
-from exporter.sampler import Sampler
-from exporter.selection import Candidate
-from exporter.target import Target
+from dask_metrics.exporter.gpu_source import DeviceFailed, DeviceInfo, Reading, SourceUnavailable
+from dask_metrics.exporter.sampler import Sampler
+from dask_metrics.exporter.selection import Candidate
+from dask_metrics.exporter.target import Target
 
 UUIDS = ["GPU-0000", "GPU-1111"]
 

@@ -16,9 +16,9 @@ import pytest
 from distributed import Client, Event, LocalCluster, get_client, span, worker_client
 from prometheus_client import REGISTRY, generate_latest
 
-from exporter import scheduler as preload
-from exporter.identity import STARTUP_KEY, GpuRef, WorkerIdentity, worker_label
-from exporter.job_tracker import JobMode
+from dask_metrics.exporter import scheduler as preload
+from dask_metrics.exporter.identity import STARTUP_KEY, GpuRef, WorkerIdentity, worker_label
+from dask_metrics.exporter.job_tracker import JobMode
 from tests.exporter_helpers import wait_for
 from tests.scheduler_helpers import Scrape, scrape
 
@@ -36,7 +36,7 @@ def cluster(
             threads_per_worker=1,
             processes=False,
             dashboard_address="127.0.0.1:0",
-            scheduler_kwargs={"preload": ["exporter.scheduler"], "preload_argv": list(argv)},
+            scheduler_kwargs={"preload": ["dask_metrics.scheduler"], "preload_argv": list(argv)},
             **kw,
         ) as lc,
     ):

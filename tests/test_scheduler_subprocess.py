@@ -1,4 +1,4 @@
-"""``dask scheduler --preload exporter.scheduler`` with ``dask worker`` processes, as deployed:
+"""``dask scheduler --preload dask_metrics.scheduler`` with ``dask worker`` processes, as deployed:
 worker clients live in other processes, and a worker can be killed for real."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def dask_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskPro
     dask_cli = [sys.executable, "-m", "dask"]
     scheduler = _start(
         [*dask_cli, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-         "--dashboard-address", f"127.0.0.1:{dashboard}", "--preload", "exporter.scheduler",
+         "--dashboard-address", f"127.0.0.1:{dashboard}", "--preload", "dask_metrics.scheduler",
          "--job-mode", "client", "--prometheus-url", PROMETHEUS_URL],
         log_dir / "scheduler.log", env,
     )  # fmt: skip
@@ -82,7 +82,7 @@ def dask_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskPro
                 proc.kill()
                 proc.wait()
     scheduler_log = procs.log("scheduler")
-    assert "Run preload teardown: exporter.scheduler" in scheduler_log
+    assert "Run preload teardown: dask_metrics.scheduler" in scheduler_log
     assert "hook failed" not in scheduler_log
 
 

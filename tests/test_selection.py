@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.selection import Candidate, select, select_uuids
+from dask_metrics.exporter.selection import Candidate, select, select_uuids
 
 GPU0 = Candidate(0, "GPU-aaaaaaaa-0000-0000-0000-000000000000")
 GPU1 = Candidate(1, "GPU-bbbbbbbb-0000-0000-0000-000000000001")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from exporter.simulated import SimulatedSource, process_usage, simulated_uuid
+from dask_metrics.exporter.simulated import SimulatedSource, process_usage, simulated_uuid
 
 GiB = 2**30
 

@@ -1,7 +1,7 @@
 """Who the sidecar samples for: options, environment, then the worker-info file."""
 
-from exporter.identity import GpuRef, WorkerIdentity, read_info_file, write_info_file
-from exporter.target import TargetSource
+from dask_metrics.exporter.identity import GpuRef, WorkerIdentity, read_info_file, write_info_file
+from dask_metrics.exporter.target import TargetSource
 
 IDENTITY = WorkerIdentity("w-7", "tcp://10.0.0.7:4000", 4242, "node-7",
                           (GpuRef(0, "GPU-b"), GpuRef(1, "GPU-a")))

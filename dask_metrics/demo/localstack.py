@@ -24,8 +24,8 @@ from typing import Any
 import requests
 import yaml
 
-from collector.errors import CollectorError
-from exporter.atomicfile import atomic_write_text
+from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.collector.errors import CollectorError
 
 HOST = "127.0.0.1"
 
@@ -142,7 +142,7 @@ class LocalStack:
         self._spawn("scheduler", [
             *dask, "scheduler", "--host", HOST, "--port", str(sched_port),
             "--dashboard-address", f"{HOST}:{dash_port}", "--pid-file",
-            str(self.logs / "scheduler.pid"), "--preload", "exporter.scheduler",
+            str(self.logs / "scheduler.pid"), "--preload", "dask_metrics.scheduler",
             "--prometheus-url", self.prometheus_url])
         for i, name in enumerate(self.worker_names):
             info = self.logs / f"{name}.identity.json"
@@ -153,10 +153,11 @@ class LocalStack:
             self._spawn(name, [
                 *dask, "worker", self.scheduler_address, "--name", name, "--nthreads", "1",
                 "--nworkers", "1", "--no-nanny", "--host", HOST, "--dashboard-address",
-                f"{HOST}:{free_port()}", "--preload", "exporter.worker",
+                f"{HOST}:{free_port()}", "--preload", "dask_metrics.worker",
                 "--worker-info-file", str(info), "--serve-metrics", "false", *simulate], env)
             self._spawn(f"{name}-exporter", [
-                sys.executable, "-m", "exporter", "--listen", f"{HOST}:{sidecars[name]}",
+                sys.executable, "-m", "dask_metrics.exporter",
+                "--listen", f"{HOST}:{sidecars[name]}",
                 "--worker-info-file", str(info), "--interval", "0.2", *simulate], env)
         self.wait(f"Prometheus at {self.prometheus_url}", self._prometheus_ready)
         self.wait(f"{opts.workers} worker(s) with their GPU series in Prometheus",

@@ -18,14 +18,14 @@ from types import FrameType
 
 from distributed import Client
 
-from collector import cli
-from collector.cli import OneLineParser
-from collector.demo_workload import Plan, run
-from collector.errors import CollectorError, UsageError
-from collector.localstack import LocalStack, StackOptions
-from collector.monitor import Monitor
-from exporter.config import parse_bytes
-from exporter.gpu_source import NvmlSource, SourceUnavailable
+from dask_metrics.collector import cli
+from dask_metrics.collector.cli import OneLineParser
+from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.monitor import Monitor
+from dask_metrics.configfile import parse_bytes
+from dask_metrics.demo.localstack import LocalStack, StackOptions
+from dask_metrics.demo.workload import Plan, run
+from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 

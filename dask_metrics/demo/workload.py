@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import dask
 from distributed import Client
 
-from collector.errors import CollectorError
+from dask_metrics.collector.errors import CollectorError
 
 
 def busy(seconds: float, i: int = 0) -> int:

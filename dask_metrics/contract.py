@@ -1,0 +1,257 @@
+"""The names every part shares, declared once: metric names, types and help, label names,
+DAG status values, the idle marker, the scheduler's handler names and the CSV columns.
+
+The exporter and the scheduler preload build their metric families from these specs, the
+collector queries these names, ``grafana/generate.py`` writes dashboards with them and
+docs/metrics.md is generated from them; tests/test_contract.py fails when a dashboard, an
+alert rule, a doc or the code uses a ``dask_gpu_*``/``dask_job_*`` name or a label that is not
+declared here.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from dask_metrics.metricspec import MetricSpec
+
+# -- label names ---------------------------------------------------------------------------
+# Never ``job`` or ``instance``: Prometheus sets those on every scraped series.
+WORKER = "worker"  # the Dask worker's name, or its address when it has none; same in every part
+GPU = "gpu"  # index among the worker's visible GPUs
+UUID = "uuid"  # NVML UUID (GPU-... or MIG-...)
+JOB_ID = "job_id"
+DAG_ID = "dag_id"
+JOB_NAME = "job_name"
+CLIENT = "client"
+ADDRESS = "address"
+PID = "pid"
+SIMULATED = "simulated"  # "true" on synthetic GPUs
+INFO_LABELS = ("name", "pci_bus_id", "driver_version", "hostname", SIMULATED)
+
+# -- scheduler preload: values and handlers -------------------------------------------------
+IDLE = -1  # dask_job_current_job/_dag when no DAG is unfinished
+
+
+class DagStatus(enum.IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    FINISHED = 2
+    ERRED = 3  # a task erred, or a wanted task was cancelled before it finished
+
+
+class Handler:
+    """Scheduler handlers the preload adds: ``client.scheduler.<name>(...)``."""
+
+    MONITOR_START = "dask_metrics_monitor_start"
+    MONITOR_STOP = "dask_metrics_monitor_stop"
+    MONITOR_STATUS = "dask_metrics_monitor_status"
+    MONITOR_SESSIONS = "dask_metrics_monitor_sessions"
+    NEW_JOB = "dask_metrics_new_job"
+    DAGS = "dask_metrics_dags"
+    PROMETHEUS_URL = "dask_metrics_prometheus_url"
+
+
+# -- GPU exporter series --------------------------------------------------------------------
+
+GPU_LABELS = (WORKER, GPU, UUID)
+
+INFO = MetricSpec(
+    "dask_gpu_info", "gauge", "", (*GPU_LABELS, "name", "pci_bus_id", "driver_version",
+                                   "hostname", "simulated"),
+    "Always 1; identifies a GPU of a Dask worker. simulated=\"true\" marks synthetic GPUs.",
+)
+UP = MetricSpec(
+    "dask_gpu_up", "gauge", "", GPU_LABELS,
+    "1 when the last sample of this GPU succeeded, 0 when it failed (GPU lost, driver error).",
+)
+MEMORY_USED = MetricSpec(
+    "dask_gpu_memory_used_bytes", "gauge", "bytes", GPU_LABELS,
+    "GPU memory in use (NVML memory info, v2 where supported: excludes reserved memory).",
+)
+MEMORY_TOTAL = MetricSpec(
+    "dask_gpu_memory_total_bytes", "gauge", "bytes", GPU_LABELS,
+    "GPU memory capacity.",
+)
+MEMORY_RESERVED = MetricSpec(
+    "dask_gpu_memory_reserved_bytes", "gauge", "bytes", GPU_LABELS,
+    "GPU memory reserved by the driver and firmware (NVML memory info v2 only).",
+)
+MEMORY_PEAK = MetricSpec(
+    "dask_gpu_memory_peak_bytes", "gauge", "bytes", GPU_LABELS,
+    "Maximum of memory used over the trailing peak window, from every internal sample, so "
+    "spikes between two scrapes are not lost.",
+)
+UTILIZATION = MetricSpec(
+    "dask_gpu_utilization_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of the last NVML sample period during which a kernel ran (0-1).",
+)
+BUSY = MetricSpec(
+    "dask_gpu_busy_seconds_total", "counter", "seconds", GPU_LABELS,
+    "Integral of utilisation over time; rate() over any window is the mean utilisation.",
+)
+MEMORY_BANDWIDTH = MetricSpec(
+    "dask_gpu_memory_bandwidth_utilization_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of time device memory was read or written (NVML 'memory' utilisation), "
+    "not memory capacity (0-1).",
+)
+POWER = MetricSpec(
+    "dask_gpu_power_watts", "gauge", "watts", GPU_LABELS,
+    "Power draw of the GPU board.",
+)
+ENERGY = MetricSpec(
+    "dask_gpu_energy_joules_total", "counter", "joules", GPU_LABELS,
+    "Energy consumed since the driver was loaded (NVML total energy consumption).",
+)
+TEMPERATURE = MetricSpec(
+    "dask_gpu_temperature_celsius", "gauge", "celsius", GPU_LABELS,
+    "GPU core temperature.",
+)
+SM_CLOCK = MetricSpec(
+    "dask_gpu_sm_clock_hertz", "gauge", "hertz", GPU_LABELS,
+    "Current streaming-multiprocessor clock.",
+)
+PROCESS_MEMORY = MetricSpec(
+    "dask_gpu_process_memory_used_bytes", "gauge", "bytes", (*GPU_LABELS, "pid"),
+    "GPU memory used by a process of this worker, when its pid is known and visible to NVML.",
+)
+
+EXPORTER_LABELS = ("worker",)
+EXPORTER_NVML_UP = MetricSpec(
+    "dask_gpu_exporter_nvml_up", "gauge", "", EXPORTER_LABELS,
+    "1 when NVML is initialised (or GPUs are simulated), 0 while it is unavailable.",
+)
+EXPORTER_SAMPLES = MetricSpec(
+    "dask_gpu_exporter_samples_total", "counter", "", EXPORTER_LABELS,
+    "Sampling rounds completed.",
+)
+EXPORTER_SAMPLE_DURATION = MetricSpec(
+    "dask_gpu_exporter_sample_duration_seconds", "gauge", "seconds", EXPORTER_LABELS,
+    "Duration of the last sampling round over all GPUs.",
+)
+EXPORTER_LAST_SAMPLE = MetricSpec(
+    "dask_gpu_exporter_last_sample_timestamp_seconds", "gauge", "seconds", EXPORTER_LABELS,
+    "Unix time of the last completed sampling round.",
+)
+EXPORTER_NVML_ERRORS = MetricSpec(
+    "dask_gpu_exporter_nvml_errors_total", "counter", "", (*EXPORTER_LABELS, "call", "error"),
+    "NVML calls that failed, by call and NVML error (unsupported calls are not errors).",
+)
+
+PER_GPU_VALUES = (
+    MEMORY_USED, MEMORY_TOTAL, MEMORY_RESERVED, MEMORY_PEAK, UTILIZATION, BUSY,
+    MEMORY_BANDWIDTH, POWER, ENERGY, TEMPERATURE, SM_CLOCK,
+)
+GPU_SPECS: list[MetricSpec] = [
+    INFO, UP, *PER_GPU_VALUES, PROCESS_MEMORY,
+    EXPORTER_NVML_UP, EXPORTER_SAMPLES, EXPORTER_SAMPLE_DURATION, EXPORTER_LAST_SAMPLE,
+    EXPORTER_NVML_ERRORS,
+]
+
+
+# -- scheduler preload series ---------------------------------------------------------------
+
+CURRENT_JOB = MetricSpec(
+    "dask_job_current_job",
+    "gauge",
+    "",
+    (),
+    "Job id of the oldest unfinished DAG; -1 when the cluster is idle.",
+)
+CURRENT_DAG = MetricSpec(
+    "dask_job_current_dag",
+    "gauge",
+    "",
+    (),
+    "DAG id (within its job) of the oldest unfinished DAG; -1 when the cluster is idle.",
+)
+WORKER_TASKS = MetricSpec(
+    "dask_job_worker_tasks",
+    "gauge",
+    "",
+    ("worker", "job_id", "dag_id"),
+    "Tasks of this DAG processing on this worker now; present only while above 0.",
+)
+DAG_INFO = MetricSpec(
+    "dask_job_dag_info",
+    "gauge",
+    "",
+    ("job_id", "dag_id", "job_name", "client"),
+    "Always 1 while the DAG is known; job_name is the span name or the client name.",
+)
+DAG_STATUS = MetricSpec(
+    "dask_job_dag_status",
+    "gauge",
+    "",
+    ("job_id", "dag_id"),
+    "0 waiting, 1 running, 2 finished, 3 erred (a task erred or a result was cancelled).",
+)
+DAGS_COMPLETED = MetricSpec(
+    "dask_job_dags_completed_total",
+    "counter",
+    "",
+    ("status",),
+    "DAGs that reached a final status (finished or erred) since the scheduler started.",
+)
+MONITOR_START = MetricSpec(
+    "dask_job_monitor_start_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (),
+    "Unix time the last monitor session started; absent before the first session.",
+)
+MONITOR_STOP = MetricSpec(
+    "dask_job_monitor_stop_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (),
+    "Unix time the last monitor session stopped; 0 while it runs.",
+)
+WORKER_GPU_INFO = MetricSpec(
+    "dask_job_worker_gpu_info",
+    "gauge",
+    "",
+    ("worker", "address", "gpu", "uuid"),
+    "Always 1: a GPU of a worker, from the worker preload; one uuid on two workers is shared.",
+)
+PLUGIN_ERRORS = MetricSpec(
+    "dask_job_plugin_errors_total",
+    "counter",
+    "",
+    ("hook",),
+    "Scheduler-plugin hooks that raised; the scheduler carried on without that update.",
+)
+
+SCHEDULER_SPECS: list[MetricSpec] = [
+    CURRENT_JOB,
+    CURRENT_DAG,
+    WORKER_TASKS,
+    DAG_INFO,
+    DAG_STATUS,
+    DAGS_COMPLETED,
+    MONITOR_START,
+    MONITOR_STOP,
+    WORKER_GPU_INFO,
+    PLUGIN_ERRORS,
+]
+
+SPECS: list[MetricSpec] = [*GPU_SPECS, *SCHEDULER_SPECS]
+
+# -- CSV files ------------------------------------------------------------------------------
+# The metric columns, as named by the original dask-metrics (first three) and since, and the
+# series each one reads; the unit conversions live in dask_metrics.collector.columns.
+CSV_METRICS: dict[str, str] = {
+    "total-mem": MEMORY_USED.name,
+    "mem-util": MEMORY_USED.name,
+    "compute-util": UTILIZATION.name,
+    "peak-mem": MEMORY_PEAK.name,
+    "mem-bw-util": MEMORY_BANDWIDTH.name,
+    "power": POWER.name,
+    "temperature": TEMPERATURE.name,
+    "sm-clock": SM_CLOCK.name,
+    "energy": ENERGY.name,
+}
+# Key columns of the tidy layout, before the metric columns; the seed layout's (the original
+# tool's worker_<i>.csv files).
+TIDY_KEYS = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job",
+             "worker_dag")
+SEED_KEYS = ("job", "dag", "timestamp")
