@@ -3,6 +3,7 @@
 # Usage: setup.sh [EXTRA] -- the package extra to install: test (default: the test suite) or
 # plot (the demo). System packages (prometheus, python3-venv; for the tests also gcc for the
 # fake NVML driver and openssl for TLS tests) are installed with apt-get when this user may.
+# A second run with nothing changed (same pyproject.toml, same extra) installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-test}"
@@ -30,5 +31,24 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[$extra]"
+# What is installed, and for which pyproject.toml: the test extra includes the plot extra.
+stamp=.venv/.dask-metrics-installed
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extra"
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [ "$have" = "$want" ] || { [ "$extra" = plot ] && [ "${have% *}" = "${want% *}" ] \
+    && [ "${have##* }" = test ]; }; then
+  exit 0
+fi
+echo "setup: installing dask-metrics[$extra] and its dependencies into .venv" >&2
+log=.venv/install.log
+# pip's and setuptools' chatter (an editable install always warns) goes to the log; on a
+# failure the log is shown.
+if ! { .venv/bin/python -m pip install -q --upgrade pip \
+       && .venv/bin/python -m pip install -q -e ".[$extra]"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "setup: pip install failed (log: $log)" >&2
+  exit 1
+fi
+echo "$want" >"$stamp"
+echo "setup: done; the commands are in .venv/bin (collector, dask-metrics-exporter, dask):" \
+  "run 'source .venv/bin/activate' to use them by name" >&2

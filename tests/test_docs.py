@@ -90,8 +90,12 @@ ACCOUNTS: dict[str, Account] = {
     "bash scripts/demo.sh": Mapped(DEMO),
     "bash scripts/test.sh": Run("test_the_test_command_is_what_ci_runs"),
     # ---- install ----
-    "pip install dask-metrics": Run("test_pip_install_names_the_package_and_its_extras"),
-    "pip install 'dask-metrics[plot]'": Run("test_pip_install_names_the_package_and_its_extras"),
+    "bash scripts/setup.sh": Run("test_setup_runs_again_quietly_and_puts_the_commands_in_venv"),
+    "source .venv/bin/activate": Run("test_setup_runs_again_quietly_and_puts_the_commands_in_venv"),
+    "python -m pip wheel --no-deps -w dist .":
+        Mapped("tests/test_packaging.py::test_the_wheel_installs_one_top_level_package"),
+    "python -m pip install 'dist/dask_metrics-0.1.0-py3-none-any.whl[plot]'":
+        Run("test_the_documented_wheel_is_this_version_with_the_plot_extra"),
     # ---- the GPU exporter ----
     "dask-metrics-exporter --listen :9446 --worker-info-file /shared/worker.json":
         Run("test_sidecar_follows_a_worker_info_file"),
@@ -223,7 +227,7 @@ PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
     "docs/scheduler.md: reply = client.sync(client.scheduler.dask_metrics_monitor_start, "
     'metrics=["mem-util"])': Mapped(PLUGIN + "test_monitor_sessions_live_on_the_scheduler_"
                                      "across_clients"),
-    "docs/demo.md: from dask_metrics.collector import Monitor": Mapped(DEMO),
+    "docs/demo.md: from dask_metrics import Monitor": Mapped(DEMO),
     "docs/demo.md: import pandas as pd":
         CompileOnly("reads the demo's output with pandas, which is not a dependency; the file "
                 "it reads is checked by " + DEMO),
@@ -355,17 +359,35 @@ def test_python_examples_compile_and_are_accounted_for():
 # ---- runs: install, CI ----------------------------------------------------------------------
 
 
-def test_pip_install_names_the_package_and_its_extras():
+def test_the_documented_wheel_is_this_version_with_the_plot_extra():
+    """The wheel's file name in README is the one pip wheel writes for this version; the
+    extra exists and brings matplotlib. (Installing a wheel: tests/test_packaging.py.)"""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project.get("optional-dependencies", {})
-    for command in ("pip install dask-metrics", "pip install 'dask-metrics[plot]'"):
-        (spec,) = shlex.split(documented(command))[2:]
-        name, _, extra = spec.partition("[")
-        assert name == project["name"], command
-        if extra:
-            extra = extra.rstrip("]")
-            assert extra in extras, f"{command}: pyproject.toml has no extra {extra!r}"
-            assert any(d.startswith("matplotlib") for d in extras[extra]), extras[extra]
+    command = "python -m pip install 'dist/dask_metrics-0.1.0-py3-none-any.whl[plot]'"
+    (spec,) = shlex.split(documented(command))[4:]
+    wheel, _, extra = spec.partition("[")
+    assert Path(wheel).name == f"dask_metrics-{project['version']}-py3-none-any.whl"
+    extras = project["optional-dependencies"]
+    assert any(d.startswith("matplotlib") for d in extras[extra.rstrip("]")])
+
+
+@pytest.mark.integration
+def test_setup_runs_again_quietly_and_puts_the_commands_in_venv():
+    """After the first run (CI's), setup.sh installs nothing and says nothing; the commands
+    the docs use are in .venv/bin and on PATH after ``source .venv/bin/activate``."""
+    setup = subprocess.run(["bash", documented("bash scripts/setup.sh").split()[1]], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert setup.returncode == 0, setup.stderr
+    assert setup.stdout == "" and setup.stderr == "", setup.stdout + setup.stderr
+    activate = documented("source .venv/bin/activate")
+    shell = subprocess.run(
+        ["bash", "-c", f"{activate} && collector --version && dask-metrics-exporter --version"
+                       " && command -v dask"], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, check=False, env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+    assert shell.returncode == 0, shell.stderr
+    lines = shell.stdout.splitlines()
+    assert lines[-1] == str(ROOT / ".venv" / "bin" / "dask"), lines
+    assert all("0.1.0" in line for line in lines[:2]), lines
 
 
 def test_the_test_command_is_what_ci_runs():

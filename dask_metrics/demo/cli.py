@@ -23,6 +23,7 @@ from dask_metrics.collector.cli import OneLineParser
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.configfile import parse_bytes
+from dask_metrics.contract import CURRENT_JOB, IDLE, UP
 from dask_metrics.demo.localstack import LocalStack, StackOptions
 from dask_metrics.demo.workload import Plan, run
 from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
@@ -88,9 +89,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def _wait_for_idle_scrape(stack: LocalStack, after: float) -> None:
     """Until Prometheus holds a scheduler scrape showing the cluster idle and GPU samples of
     every worker taken after ``after``: the CSV files then end with the idle phase."""
-    idle = f"dask_job_current_job == -1 and timestamp(dask_job_current_job) > {after}"
+    job = CURRENT_JOB.name
+    idle = f"{job} == {IDLE} and timestamp({job}) > {after}"
     stack.wait("a scrape of the idle cluster after the workload",
-               lambda: bool(stack.query(idle)) and stack.scraped_since("dask_gpu_up", after))
+               lambda: bool(stack.query(idle)) and stack.scraped_since(UP.name, after))
 
 
 def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:

@@ -26,6 +26,7 @@ import yaml
 
 from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.errors import CollectorError
+from dask_metrics.contract import UP, WORKER_GPU_INFO
 
 HOST = "127.0.0.1"
 
@@ -207,8 +208,8 @@ class LocalStack:
 
     def _all_scraped(self) -> bool:
         """Every worker's GPUs up at its sidecar and known to the scheduler, this run."""
-        return (self.scraped_since("dask_gpu_up == 1", self._started)
-                and self.scraped_since("dask_job_worker_gpu_info", self._started))
+        return (self.scraped_since(f"{UP.name} == 1", self._started)
+                and self.scraped_since(WORKER_GPU_INFO.name, self._started))
 
     def stop(self) -> None:
         """SIGTERM to all, the last started first (Prometheus keeps its data), then SIGKILL
