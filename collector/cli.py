@@ -22,7 +22,12 @@ from typing import Any, TextIO
 from dask_metrics import __version__
 from dask_metrics.collector.columns import NAMES, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
-from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.errors import (
+    CollectorError,
+    Terminated,
+    UsageError,
+    raise_on_termination,
+)
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
 from dask_metrics.collector.fetch import last_monitor_session
 from dask_metrics.collector.layouts import LAYOUTS
@@ -387,9 +392,7 @@ def _run_watch(args: argparse.Namespace, settings_cli: dict[str, Any]) -> int:
     options = WatchOptions(out=Path(args.out), layout=args.layout,
                            step=_duration(args.step, "--step"), workers=_words(args.workers),
                            poll=args.poll)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = threading.Event()  # SIGINT, SIGTERM and SIGHUP stop it by raising (see watch)
     connection = {k: v for k, v in settings_cli.items() if k in CONNECTION_KEYS}
     return watch(lambda: _scheduler_client(args),
                  lambda client: Monitor(client, config=args.config, **connection),
@@ -401,6 +404,7 @@ CONNECTION_KEYS = ("prometheus", "user", "password_file", "bearer_token_file", "
 
 
 def main(argv: list[str] | None = None) -> int:
+    raise_on_termination()
     try:
         args = build_parser().parse_args(argv)
         if args.command == "monitor":
@@ -436,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         ui.clear()
         return _fail(EXIT_INTERRUPTED, "interrupted; no file was written")
+    except Terminated as exc:
+        ui.clear()
+        name = signal.Signals(exc.signum).name
+        return _fail(128 + exc.signum, f"stopped by {name}; no file was written")
 
 
 if __name__ == "__main__":

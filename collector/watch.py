@@ -1,13 +1,15 @@
 """``collector watch``: export every monitor session once, as it stops, into its own folder.
 
 A long-running service: the scheduler and Prometheus may go away and come back; a session
-whose export failed is tried again at the next poll. The folder of a session is its record:
+whose export failed is tried again at the next polls, and one that cannot be exported does
+not hold back the sessions after it. The folder of a session is its record:
 ``export`` moves it into place only once complete, so a session is exported exactly once,
 across restarts of the watcher too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -15,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dask_metrics.collector.errors import CollectorError
+from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.collector.errors import CollectorError, Terminated
 from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.promapi import PrometheusError
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
 logger = logging.getLogger(__name__)
@@ -38,56 +42,103 @@ def session_folder(session: dict[str, Any]) -> str:
     return f"session-{int(session['id']):04d}-{stamp.replace('-', '').replace(':', '')}Z"
 
 
+MAX_TRIES = 3
+"""Polls at which a session's export may fail (with Prometheus answering) before the watcher
+gives up on it and records why in ``<folder>.failed.json``; delete that file to try again."""
+
+
+def failure_record(out: Path, session: dict[str, Any]) -> Path:
+    return out / f"{session_folder(session)}.failed.json"
+
+
+def tries_so_far(out: Path, session: dict[str, Any]) -> int:
+    try:
+        return int(json.loads(failure_record(out, session).read_text())["tries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def pending(sessions: Sequence[dict[str, Any]], out: Path) -> list[dict[str, Any]]:
-    """Stopped sessions that have no folder yet."""
-    return [s for s in sessions if s.get("stop") and not (out / session_folder(s)).exists()]
+    """Stopped sessions that have no folder yet and have not failed MAX_TRIES times."""
+    return [s for s in sessions if s.get("stop") and not (out / session_folder(s)).exists()
+            and tries_so_far(out, s) < MAX_TRIES]
 
 
-def export_pending(monitor: Monitor, options: WatchOptions) -> list[Path]:
-    """Export every stopped session not exported yet; returns the folders written."""
-    written = []
+def _server_trouble(exc: CollectorError) -> bool:
+    """Prometheus unreachable, timing out or failing (5xx): nothing to hold against one
+    session; the whole round is tried again later."""
+    return isinstance(exc, PrometheusError) and (exc.status is None or exc.status >= 500)
+
+
+def export_pending(monitor: Monitor, options: WatchOptions) -> list[str]:
+    """Export every stopped session not exported yet, each on its own: one that fails does
+    not hold back the others. Returns the problems (one line each); raises when the
+    scheduler or Prometheus is in trouble, so that the caller retries the whole round."""
+    problems = []
     for session in pending(monitor.sessions(), options.out):
         folder = options.out / session_folder(session)
-        monitor.export_session(session, folder, layout=options.layout, step=options.step,
-                               workers=options.workers)
+        try:
+            monitor.export_session(session, folder, layout=options.layout,
+                                   step=options.step, workers=options.workers)
+        except CollectorError as exc:
+            if _server_trouble(exc):
+                raise
+            tries = tries_so_far(options.out, session) + 1
+            atomic_write_text(failure_record(options.out, session), json.dumps(
+                {"session": session, "tries": tries, "error": str(exc)}, indent=2) + "\n")
+            left = MAX_TRIES - tries
+            problems.append(f"monitor session {session['id']} could not be exported ({exc}); "
+                            + (f"{left} more tr{'y' if left == 1 else 'ies'}" if left else
+                               f"giving up, see {failure_record(options.out, session)}"))
+            continue
         logger.info("exported monitor session %s into %s", session["id"], folder)
-        written.append(folder)
-    return written
+    return problems
 
 
 def watch(connect: Callable[[], Any], make_monitor: Callable[[Any], Monitor],
           options: WatchOptions, stop: threading.Event, once: bool = False) -> int:
-    """Poll until ``stop`` is set; ``once``: export what is pending and return.
+    """Poll until ``stop`` is set, or SIGINT/SIGTERM/SIGHUP (raised as KeyboardInterrupt or
+    Terminated: an export under way is abandoned, its staging folder removed, and the
+    session is exported at the next start); ``once``: export what is pending and return,
+    1 if anything failed.
 
-    Failures (scheduler unreachable, Prometheus down) are logged once per kind of failure
-    and retried at the next poll, waiting longer each time (up to a minute).
+    The scheduler or Prometheus being unreachable is logged once (not once per retry) and
+    retried at the next poll, waiting longer each time (up to a minute); a session whose
+    export fails is logged and tried again at the next polls, MAX_TRIES in all.
     """
     options.out.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # our one line says it all
     client = None
-    delay, last_problem = options.poll, ""
-    while not stop.is_set():
-        try:
-            if client is None:
-                client = connect()
-            export_pending(make_monitor(client), options)
-            delay, problem = options.poll, ""
-        except (CollectorError, OSError, TimeoutError) as exc:
-            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if client is not None and not _connected(client):
-                client.close()
-                client = None
-            delay = min(delay * 2, 60.0)
-        if problem and problem != last_problem:
-            logger.warning("%s; retrying", problem)
-        elif last_problem and not problem:
-            logger.warning("working again")
-        last_problem = problem
-        if once:
-            break
-        stop.wait(delay)
-    if client is not None:
-        client.close()
-    return 1 if once and last_problem else 0
+    delay, last_problem, failed = options.poll, "", False
+    try:
+        while not stop.is_set():
+            try:
+                if client is None:
+                    client = connect()
+                for line in export_pending(make_monitor(client), options):
+                    logger.warning("%s", line)
+                    failed = True
+                delay, problem = options.poll, ""
+            except (CollectorError, OSError, TimeoutError) as exc:
+                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if client is not None and not _connected(client):
+                    client.close()
+                    client = None
+                delay = min(delay * 2, 60.0)
+            if problem and problem != last_problem:
+                logger.warning("%s; retrying", problem)
+            elif last_problem and not problem:
+                logger.warning("working again")
+            last_problem = problem
+            if once:
+                break
+            stop.wait(delay)
+    except (KeyboardInterrupt, Terminated):
+        logger.warning("stopping; a session being exported is exported at the next start")
+    finally:
+        if client is not None:
+            client.close()
+    return 1 if once and (last_problem or failed) else 0
 
 
 def _connected(client: Any) -> bool:

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,8 +34,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from distributed import Client, LocalCluster
 
+from dask_metrics import Monitor, contract
+from dask_metrics.collector import watch
 from dask_metrics.collector.connection import ENV_URL
+from dask_metrics.demo.localstack import free_port
+from tests.prometheus_helpers import OpenMetrics, create_blocks, run_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,3 +146,78 @@ def test_echoed_credentials_never_reach_the_output(how: str, status: int, tmp_pa
     assert "***" in line, line  # the echo was in the message, masked
     assert not leaks(result.stdout + result.stderr, secret), line
     assert not (tmp_path / "out").exists()
+
+
+# ---- watch: a session that cannot be exported ---------------------------------------------
+
+
+def gpu_data(start: float, stop: float) -> OpenMetrics:
+    """One worker's GPU series every 0.25 s over [start, stop]: what Prometheus would hold
+    had it scraped the sidecar then."""
+    data = OpenMetrics()
+    times = [start + i / 4 for i in range(int((stop - start) * 4) + 1)]
+    gpu = {"worker": "w0", "gpu": "0", "uuid": "GPU-0"}
+    data.add(contract.INFO.name, {**gpu, "name": "Fake", "simulated": "true"},
+             [(t, 1) for t in times])
+    data.add(contract.MEMORY_USED.name, gpu, [(t, 2**30) for t in times])
+    data.add(contract.MEMORY_TOTAL.name, gpu, [(t, 2**34) for t in times])
+    data.add(contract.CURRENT_JOB.name, {}, [(t, contract.IDLE) for t in times])
+    data.add(contract.CURRENT_DAG.name, {}, [(t, contract.IDLE) for t in times])
+    return data
+
+
+@pytest.mark.integration
+def test_watch_exports_later_sessions_after_a_failed_one(tmp_path: Path):
+    """Session 0 ran while Prometheus held nothing (it was down); session 1 was scraped.
+    The watcher exports session 1, tries session 0 MAX_TRIES times, then records why it gave
+    up and stops asking."""
+    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                       host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                       scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc,
+          Client(lc) as client):
+        monitor = Monitor(client)
+        for _ in range(2):
+            monitor.start()
+            client.submit(time.sleep, 1.0, pure=False).result()  # the session's work
+            monitor.stop()
+        first, second = monitor.sessions()[-2:]
+        blocks = create_blocks(gpu_data(second["start"] + 0.5, second["stop"] + 2),
+                               tmp_path / "blocks")
+        out = tmp_path / "archive"
+        with run_prometheus(tmp_path / "prom", blocks=blocks) as prom:
+            runs = [run_collector("watch", "--scheduler", lc.scheduler_address, "--out",
+                                  str(out), "--once", "--prometheus", prom.url)
+                    for _ in range(watch.MAX_TRIES + 1)]
+    done = out / watch.session_folder(second)
+    assert (done / "w0.csv").is_file() and (done / "export.json").is_file()
+    record = watch.failure_record(out, first)
+    assert json.loads(record.read_text())["tries"] == watch.MAX_TRIES
+    assert not (out / watch.session_folder(first)).exists()
+    for i, result in enumerate(runs[:-1]):
+        assert result.returncode == 1, result.stderr
+        lines = [line for line in result.stderr.splitlines() if "could not be exported" in line]
+        assert len(lines) == 1 and f"monitor session {first['id']} " in lines[0], result.stderr
+        assert ("giving up" in lines[0]) == (i == watch.MAX_TRIES - 1), lines[0]
+        assert "Traceback" not in result.stderr
+    assert runs[-1].returncode == 0 and "could not" not in runs[-1].stderr, runs[-1].stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted([done.name, record.name])
+
+
+@pytest.mark.integration
+def test_watch_says_prometheus_is_down_once(tmp_path: Path):
+    """Prometheus refuses connections: one line for it, not one per urllib3 retry."""
+    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                       host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                       scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc,
+          Client(lc) as client):
+        monitor = Monitor(client)
+        monitor.start()
+        monitor.stop()
+        result = run_collector("watch", "--scheduler", lc.scheduler_address, "--out",
+                               str(tmp_path / "archive"), "--once", "--prometheus",
+                               f"http://127.0.0.1:{free_port()}", "--retries", "2")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot reach Prometheus" in lines[0] and "retrying" in lines[0], lines[0]
+    assert list((tmp_path / "archive").iterdir()) == []
