@@ -23,15 +23,17 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import parse_qs, quote
 
 import pytest
 from distributed import Client, LocalCluster
@@ -40,6 +42,7 @@ from dask_metrics import Monitor, contract
 from dask_metrics.collector import watch
 from dask_metrics.collector.connection import ENV_URL
 from dask_metrics.demo.localstack import free_port
+from tests.exporter_helpers import wait_for
 from tests.prometheus_helpers import OpenMetrics, create_blocks, run_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,25 +87,27 @@ def leaks(text: str, secret: str) -> list[str]:
     return found
 
 
+Answer = Callable[[dict[str, str], dict[str, str]], tuple[int, dict[str, Any]]]
+
+
 @contextmanager
-def echo_server(status: int) -> Iterator[list[dict[str, str]]]:
-    """A hostile proxy: answers every request with ``status`` and the request's headers in
-    the body (as text, and as JSON in a Prometheus-style error), recording them."""
-    seen: list[dict[str, str]] = []
+def fake_api(answer: Answer) -> Iterator[str]:
+    """A server on the Prometheus API's paths whose every answer ``answer(form, headers)``
+    decides: for what a real Prometheus cannot be made to do (echo secrets, hang on one
+    query). Yields its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            headers = dict(self.headers)
-            seen.append(headers)
-            body = json.dumps({"status": "error", "errorType": "bad_data",
-                               "error": f"denied {headers.get('Authorization')} ({headers})"}
-                              ).encode()
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            form = {k: v[0] for k, v in parse_qs(raw).items()}
+            status, reply = answer(form, dict(self.headers))
+            body = json.dumps(reply).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            with suppress(OSError):  # the client went away
+                self.wfile.write(body)
 
         do_GET = do_POST = _answer
 
@@ -111,12 +116,12 @@ def echo_server(status: int) -> Iterator[list[dict[str, str]]]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    server.block_on_close = False
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
-    seen.append({"url": f"http://127.0.0.1:{server.server_port}"})
     try:
-        yield seen
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
@@ -125,8 +130,15 @@ def echo_server(status: int) -> Iterator[list[dict[str, str]]]:
 @pytest.mark.parametrize("how", ["url", "password-file", "bearer-token-file"])
 @pytest.mark.parametrize("status", [401, 400, 502])
 def test_echoed_credentials_never_reach_the_output(how: str, status: int, tmp_path: Path):
-    with echo_server(status) as seen:
-        url = seen.pop()["url"]
+    seen: list[dict[str, str]] = []
+
+    def echo(_form: dict[str, str], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """A hostile proxy: the request's Authorization header, then all of them, echoed."""
+        seen.append(headers)
+        return status, {"status": "error", "errorType": "bad_data",
+                        "error": f"denied {headers.get('Authorization')} ({headers})"}
+
+    with fake_api(echo) as url:
         secret = TOKEN if how == "bearer-token-file" else PASSWORD
         if how == "url":
             conn = ["--prometheus", url.replace("://", f"://{USER}:{quote(PASSWORD, safe='')}@")]
@@ -221,3 +233,45 @@ def test_watch_says_prometheus_is_down_once(tmp_path: Path):
     assert len(lines) == 1, result.stderr
     assert "cannot reach Prometheus" in lines[0] and "retrying" in lines[0], lines[0]
     assert list((tmp_path / "archive").iterdir()) == []
+
+
+# ---- collector: signals -------------------------------------------------------------------
+
+EMPTY = {"status": "success", "data": {"resultType": "vector", "result": []}}
+
+
+def hang_on_gpu_series(form: dict[str, str], _headers: dict[str, str]
+                       ) -> tuple[int, dict[str, Any]]:
+    """One worker is found; its GPU series take forever: the export sits in its staging."""
+    query = form.get("query", "")
+    if query.startswith(f"last_over_time({contract.INFO.name}["):
+        gpu = {"__name__": contract.INFO.name, "worker": "w0", "gpu": "0", "uuid": "GPU-0"}
+        return 200, {"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": gpu, "value": [float(form["time"]), "1"]}]}}
+    if contract.MEMORY_USED.name in query:
+        time.sleep(30)
+    return 200, EMPTY
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
+                         ids=lambda s: s.name)
+def test_a_signal_during_an_export_leaves_nothing(sig: signal.Signals, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    with fake_api(hang_on_gpu_series) as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dask_metrics.collector", "export", "--since", "1h", "--out",
+             str(work / "out"), "--prometheus", url], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env={k: v for k, v in os.environ.items()
+                                                    if k != ENV_URL})
+        try:
+            wait_for(lambda: list(work.iterdir()), timeout=30)  # the staging folder
+            proc.send_signal(sig)
+            _, stderr = proc.communicate(timeout=15)
+        finally:
+            proc.kill()
+    assert proc.returncode == 128 + sig, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and "no file was written" in lines[0], stderr
+    assert list(work.iterdir()) == []
