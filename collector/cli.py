@@ -337,16 +337,57 @@ def _fail(code: int, message: object) -> int:
 
 
 def _scheduler_client(args: argparse.Namespace) -> Any:
+    """A Client of the scheduler named by --scheduler or Dask's config, after a bounded probe:
+    distributed's own Client would start a LocalCluster without an address, and waits
+    unbounded on a port that accepts connections but speaks no Dask (a dashboard)."""
+    import dask.config
+
+    address = args.scheduler or dask.config.get("scheduler-address", None)
+    if not address:
+        raise UsageError("--scheduler ADDR is required (or Dask's scheduler-address config, "
+                         "e.g. DASK_SCHEDULER_ADDRESS=tcp://scheduler:8786)")
+    _probe_scheduler(str(address), args.connect_timeout)
     from distributed import Client  # only the monitor commands pay for importing distributed
 
     try:
-        return Client(args.scheduler, timeout=args.connect_timeout, set_as_default=False)
+        return Client(address, timeout=args.connect_timeout, set_as_default=False)
     except (OSError, TimeoutError) as exc:
-        where = args.scheduler or "the scheduler-address in Dask's config"
-        raise CollectorError(f"cannot reach the Dask scheduler at {where}: "
+        raise CollectorError(f"cannot reach the Dask scheduler at {address}: "
                              f"{str(exc).splitlines()[0] if str(exc) else 'timed out'}") from None
-    except ValueError as exc:  # no address given and none configured
-        raise UsageError(f"--scheduler: {exc}") from None
+
+
+def _probe_scheduler(address: str, timeout: float) -> None:
+    """Connect and ask for the scheduler's identity, all within ``timeout`` seconds."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def identity() -> Any:
+        comm = await connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(identity(), timeout))
+    except (TimeoutError, asyncio.TimeoutError):
+        raise CollectorError(f"no Dask scheduler answered at {address} within {timeout:g} s "
+                             "(is it the scheduler's port, 8786, not its dashboard's?): "
+                             "check --scheduler, or raise --connect-timeout") from None
+    except (ValueError, TypeError) as exc:  # not an address at all
+        raise UsageError(f"--scheduler {address}: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CollectorError(f"cannot reach the Dask scheduler at {address}: {reason}"
+                             ) from None
+    except Exception as exc:  # a peer that is not Dask: its bytes do not decode as messages
+        raise CollectorError(f"{address} did not answer as a Dask scheduler "
+                             f"({type(exc).__name__}): check --scheduler") from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        kind = reply.get("type") if isinstance(reply, dict) else type(reply).__name__
+        raise CollectorError(f"{address} is a Dask {kind}, not the scheduler: check --scheduler")
 
 
 def _describe(session: dict[str, Any] | None) -> str:

@@ -24,12 +24,13 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -275,3 +276,47 @@ def test_a_signal_during_an_export_leaves_nothing(sig: signal.Signals, tmp_path:
     lines = stderr.splitlines()
     assert len(lines) == 1 and "no file was written" in lines[0], stderr
     assert list(work.iterdir()) == []
+
+
+# ---- monitor: finding the scheduler -------------------------------------------------------
+
+
+@contextmanager
+def silent_peer() -> Iterator[str]:
+    """Accepts connections and never says a word."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
+@contextmanager
+def http_peer() -> Iterator[str]:
+    """An HTTP server where a scheduler was expected (the dashboard's port, by mistake)."""
+    with fake_api(lambda _form, _headers: (200, EMPTY)) as url:
+        yield url.replace("http://", "tcp://")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("peer", "code", "says"), [
+    (None, 2, "--scheduler ADDR is required"),
+    (silent_peer, 1, "no Dask scheduler answered at"),
+    (http_peer, 1, "no Dask scheduler answered at"),
+    ("tcp://[::1", 2, "--scheduler tcp://[::1"),
+    ("http://scheduler:8786", 2, "unknown address scheme 'http'"),
+], ids=["none", "silent", "dashboard", "malformed", "scheme"])
+def test_monitor_status_without_a_scheduler_is_one_line(peer, code: int, says: str,
+                                                        tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env["DASK_CONFIG"] = str(tmp_path)  # no scheduler-address from a user's config files
+    with (peer() if callable(peer) else nullcontext(peer)) as address:
+        started = time.monotonic()
+        args = ["--scheduler", address] if address else []
+        result = subprocess.run(
+            [sys.executable, "-m", "dask_metrics.collector", "monitor", "status",
+             "--connect-timeout", "2", *args], capture_output=True, text=True, timeout=60,
+            env=env, cwd=tmp_path, check=False)
+        elapsed = time.monotonic() - started
+    assert one_line_error(result, code).find(says) > 0, result.stderr
+    assert elapsed < 15  # bounded by --connect-timeout (and Python's start), not minutes
+    assert list(tmp_path.iterdir()) == []  # no LocalCluster left its dask-scratch-space
