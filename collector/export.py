@@ -26,6 +26,7 @@ from dask_metrics import __version__
 from dask_metrics.collector.columns import NAMES, select, source_metrics
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.fetch import (
+    data_span,
     discover_workers,
     fetch_cluster,
     fetch_gpu_series,
@@ -130,18 +131,18 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         raise CollectorError(f"{target} exists and is not a folder: choose another --out")
     warnings_before = len(client.warnings)
 
-    chosen = find_workers(client, start, end, chunk_ms, workers)
-    cluster = fetch_cluster(client, start - age, end, chunk_ms)
+    lo, hi = data_span(client, start, end, chunk_ms, step_ms)  # the data, not the range asked
+    chosen = find_workers(client, lo, hi, chunk_ms, workers)
+    cluster = fetch_cluster(client, lo - age, hi, chunk_ms)
     names = safe_file_names([w.name for w in chosen], layout)
     rows_written = 0
     with _staging(target) as stage:
         for i, info in enumerate(chosen):
             if progress:
                 progress(i, len(chosen), info.name)
-            series = fetch_gpu_series(client, info.name, source_metrics(columns), start, end,
+            series = fetch_gpu_series(client, info.name, source_metrics(columns), lo, hi,
                                       chunk_ms, step_ms, age)
-            activity = fetch_worker_activity(client, info.name, cluster, start - age, end,
-                                             chunk_ms)
+            activity = fetch_worker_activity(client, info.name, cluster, lo - age, hi, chunk_ms)
             table = worker_table(series, columns, cluster, activity, age)
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)

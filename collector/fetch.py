@@ -103,6 +103,41 @@ def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step:
                  for s in _attempt(run, lo, hi, grid_halver(step)))
 
 
+TRIM_ABOVE_CHUNKS = 4
+"""Ranges longer than this many chunks are first narrowed to where the GPU series have
+samples: ``--since 1y`` over a week of data costs a week's queries, not a year's."""
+
+
+def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
+              step: int | None = None) -> tuple[int, int]:
+    """[start, end] (ms) narrowed to the first and last GPU sample in it, give or take a
+    resolution of chunk/64, found by bisection with instant queries whose cost follows the
+    samples they cover. A ``step`` grid keeps its points on start + k*step. The range is
+    returned as it is when short, or when it holds nothing (the caller says so)."""
+    if end - start <= TRIM_ABOVE_CHUNKS * chunk:
+        return start, end
+    resolution = max(chunk // 64, 1000)
+
+    def any_in(lo: int, hi: int) -> bool:  # a sample in (lo, hi]
+        return bool(client.query(f"count(last_over_time({INFO.name}[{hi - lo}ms]))", hi / 1000))
+
+    if not any_in(start - 1, end):
+        return start, end
+    lo, hi = start - 1, end  # the first sample is in (lo, hi]
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if any_in(start - 1, mid) else (mid, hi)
+    first = max(start, lo)
+    lo, hi = first, end + 1  # the last sample is in [lo, hi)
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if any_in(mid - 1, end) else (lo, mid)
+    last = min(end, hi)
+    if step:
+        first = start + (first - start) // step * step
+    return first, last
+
+
 def discover_workers(client: PrometheusClient, start: int, end: int, chunk: int
                      ) -> list[WorkerInfo]:
     """Workers with GPU series in [start, end], with addresses from the scheduler preload."""

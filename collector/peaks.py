@@ -25,7 +25,12 @@ from dask_metrics.collector.export import (
     find_workers,
     gc_paused,
 )
-from dask_metrics.collector.fetch import fetch_cluster, fetch_gpu_series, fetch_worker_activity
+from dask_metrics.collector.fetch import (
+    data_span,
+    fetch_cluster,
+    fetch_gpu_series,
+    fetch_worker_activity,
+)
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
@@ -118,6 +123,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     if by not in BY:
         raise ValueError(f"unknown grouping {by!r} (known: {', '.join(BY)})")
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    start, end = data_span(client, start, end, chunk_ms)  # the data, not the range asked
     chosen = find_workers(client, start, end, chunk_ms, workers)
     cluster = fetch_cluster(client, start - age, end, chunk_ms)
     found: list[Peak] = []

@@ -138,8 +138,9 @@ def _causes(exc: BaseException) -> list[BaseException]:
         if current is None or current in seen:
             continue
         seen.append(current)
-        todo += [current.__cause__, current.__context__, getattr(current, "reason", None)]
-        todo += [a for a in current.args if isinstance(a, BaseException)]
+        linked = [current.__cause__, current.__context__, getattr(current, "reason", None),
+                  *current.args]  # ssl's reason is a string; args hold anything
+        todo += [e for e in linked if isinstance(e, BaseException)]
     return seen
 
 

@@ -23,6 +23,7 @@ _RFC3339 = re.compile(
 )
 # Unix seconds below this (September 2001) are taken for a mistyped duration ("--since 90").
 _OLDEST_UNIX = 1e9
+_NEWEST_UNIX = 253402300800  # 10000-01-01: RFC 3339 has four digits for the year
 _FORMS = "RFC 3339 (2024-05-01T12:00:00Z), unix seconds, a duration back from now (90s, 15m, 2h)"
 
 
@@ -81,13 +82,18 @@ def parse_when(text: str, now: float) -> float | str:
         if value < _OLDEST_UNIX:
             raise ValueError(f"{text!r} as unix seconds is before 2001; for a duration back "
                              f"from now add a unit, e.g. {text}s or {text}m")
-        return value
-    if text[:1].isdigit() and "-" in text:
-        return parse_rfc3339(text)
-    try:
-        return now - parse_duration(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: use {_FORMS}, 'now' or 'monitor'") from None
+    elif text[:1].isdigit() and "-" in text:
+        value = parse_rfc3339(text)
+    else:
+        try:  # further back than 1970 is everything Prometheus can hold
+            value = max(0.0, now - parse_duration(text))
+        except ValueError:
+            raise ValueError(f"{text!r} is not a time: use {_FORMS}, 'now' or 'monitor'"
+                             ) from None
+    if not 0 <= value < _NEWEST_UNIX:
+        raise ValueError(f"{text!r} is {'before 1970' if value < 0 else 'after 9999'}: "
+                         "Prometheus holds nothing there")
+    return value
 
 
 def to_ms(seconds: float) -> int:

@@ -21,6 +21,7 @@ keeps working, says what happened in one line, and leaves nothing behind.
 from __future__ import annotations
 
 import base64
+import csv
 import json
 import os
 import signal
@@ -320,3 +321,54 @@ def test_monitor_status_without_a_scheduler_is_one_line(peer, code: int, says: s
     assert one_line_error(result, code).find(says) > 0, result.stderr
     assert elapsed < 15  # bounded by --connect-timeout (and Python's start), not minutes
     assert list(tmp_path.iterdir()) == []  # no LocalCluster left its dask-scratch-space
+
+
+# ---- collector: ranges far larger than the data ---------------------------------------------
+
+
+def api_requests(prom: object) -> float:
+    """Queries Prometheus has answered so far, from its own /metrics."""
+    status, text = prom.get("/metrics")  # type: ignore[attr-defined]
+    assert status == 200
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("prometheus_http_requests_total{")
+               and 'handler="/api/v1/query' in line)
+
+
+def rows_without_offsets(folder: Path) -> list[list[str]]:
+    """The CSV rows less the ``timestamp`` column, which counts from --since."""
+    with open(folder / "w0.csv", newline="") as fh:
+        return [row[1:] for row in csv.reader(fh)]
+
+
+@pytest.mark.integration
+def test_cost_follows_the_data_not_the_range(tmp_path: Path):
+    """Five minutes of data, asked for with --since 1y, 100y and --until 2099: the same rows,
+    for a few dozen more queries, not one per hour of the range."""
+    now = time.time()
+    blocks = create_blocks(gpu_data(now - 900, now - 600), tmp_path / "blocks")
+    with run_prometheus(tmp_path / "prom", blocks=blocks) as prom:
+        exported = {}
+        for name, span in {"data": ["--since", "20m"], "1y": ["--since", "1y"],
+                           "100y": ["--since", "100y"],
+                           "2099": ["--since", "1y", "--until", "2099-01-01T00:00:00Z"]}.items():
+            before = api_requests(prom)
+            result = run_collector("export", *span, "--out", str(tmp_path / name),
+                                   "--prometheus", prom.url, "--quiet", timeout=120)
+            assert result.returncode == 0, result.stderr
+            exported[name] = (rows_without_offsets(tmp_path / name), api_requests(prom) - before)
+    rows, queries = exported["data"]
+    assert len(rows) > 1000  # 300 s at 4 a second, and the header
+    for name in ("1y", "100y", "2099"):
+        assert exported[name][0] == rows, name
+        assert exported[name][1] <= queries + 80, (name, exported[name][1], queries)
+
+
+def test_times_out_of_range_are_usage_errors(tmp_path: Path):
+    for when, says in (("0000-01-01T00:00:00Z", "year 0 is out of range"),
+                       ("1969-12-31T23:59:59Z", "before 1970"),
+                       ("9999-12-31T23:59:59Z", "must be before the end")):
+        result = run_collector("export", "--since", when, "--out", str(tmp_path / "out"),
+                               "--prometheus", "http://127.0.0.1:1")
+        assert says in one_line_error(result, 2), when
+    assert list(tmp_path.iterdir()) == []
