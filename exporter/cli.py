@@ -83,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         return fail(EXIT_USAGE, str(exc))
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # --simulate N serves N simulated GPUs: the worker-info file's GPU list (the worker's
+    # real GPUs, none on a machine without any) gives way; its name and pid still count.
     target = TargetSource(worker=config.worker, gpus=config.gpus,
-                          pids=frozenset(config.pids), info_file=config.worker_info_file)
+                          pids=frozenset(config.pids), info_file=config.worker_info_file,
+                          file_gpus=not config.simulate)
     sampler = make_sampler(config, target)
     try:
         sampler.source.start()
