@@ -9,6 +9,7 @@ else a ``config`` file, else the URL the scheduler preload advertises.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -17,19 +18,25 @@ from typing import Any
 
 from dask_metrics.collector.columns import NAMES, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
-from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.export import ExportResult, export
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.contract import CURRENT_JOB, UP, Handler
 
 DAG_FINISHED, DAG_ERRED = 2, 3
+STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
+MAX_LISTED = 10  # unfinished DAGs a stop timeout names; the rest are counted
 # Series whose newest sample shows how far Prometheus has scraped the cluster.
 _FRESHNESS = (UP.name, CURRENT_JOB.name)
 
 
 class MonitorError(CollectorError):
     """A monitor request the scheduler refused, or a scheduler without the preload."""
+
+
+class MonitorUsageError(MonitorError, UsageError, ValueError):
+    """A bad argument (the command line's exit code 2)."""
 
 
 class Monitor:
@@ -42,10 +49,12 @@ class Monitor:
     """
 
     def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,
-                 scrape_wait: float = 30.0, **connection: Any) -> None:
+                 scrape_wait: float = 30.0, stop_timeout: float = STOP_TIMEOUT,
+                 **connection: Any) -> None:
         self.client = client
         self.metrics: list[str] = list(NAMES)
         self.scrape_wait = scrape_wait
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._prometheus = prometheus
         self._config = config
         self._connection = connection
@@ -64,8 +73,15 @@ class Monitor:
 
     def stop(self, force: bool = False, timeout: float | None = None) -> dict[str, Any]:
         """Stop the running session once the DAGs unfinished now have finished; ``force``
-        stops at once. Raises MonitorError on a timeout (the session then keeps running)."""
-        reply = self._call(Handler.MONITOR_STOP, wait=not force, timeout=timeout)
+        stops at once. ``timeout``: seconds to wait for them (None: the Monitor's
+        ``stop_timeout``, 60 by default; ``math.inf``: no limit). On a timeout the session
+        keeps running and MonitorError says which jobs and DAGs are still running and how many
+        tasks are in flight."""
+        timeout = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        limit = None if math.isinf(timeout) else float(timeout)
+        reply = self._call(Handler.MONITOR_STOP, wait=not force, timeout=limit)
+        if not force and not reply.get("ok") and _timed_out(reply):
+            raise MonitorError(self._still_running(reply, timeout))
         return self._checked(reply)
 
     def status(self) -> dict[str, Any]:
@@ -148,6 +164,34 @@ class Monitor:
                                "'dask scheduler --preload dask_metrics.scheduler'")
         return reply
 
+    def _still_running(self, reply: dict[str, Any], timeout: float) -> str:
+        """The timeout message: what the stop waited for, read from the scheduler now."""
+        session = reply.get("session") or {}
+        dags = reply.get("unfinished")  # a scheduler that lists them in its reply
+        if dags is None:
+            dags = [d for d in self._call(Handler.DAGS) if d.get("finished") is None]
+        try:
+            processing = self.client.sync(self.client.scheduler.processing)
+        except Exception:  # only detail for the message: never hide the timeout behind it
+            processing = None
+        text = f"monitor session {session.get('id', '?')} not stopped after {timeout:g} s: "
+        if dags:
+            text += (f"{len(dags)} DAG(s) still running: "
+                     + ", ".join(map(_describe_dag, dags[:MAX_LISTED])))
+            if len(dags) > MAX_LISTED:
+                text += f" and {len(dags) - MAX_LISTED} more"
+        else:
+            text += "the DAGs it waited for have finished since"
+        if processing is not None:
+            busy = {w: len(keys) for w, keys in processing.items() if keys}
+            tasks = sum(busy.values())
+            text += f"; {tasks} task(s) processing"
+            if busy:
+                text += " on " + ", ".join(f"{w} ({n})" for w, n in sorted(busy.items()))
+        return (text + ". The session keeps running: stop it again with a longer timeout "
+                "(math.inf: no limit), or at once with stop(force=True) "
+                "(collector monitor stop --force)")
+
     @staticmethod
     def _checked(reply: dict[str, Any]) -> dict[str, Any]:
         if not reply.get("ok"):
@@ -188,6 +232,36 @@ class Monitor:
             if newest and newest[0].values and newest[0].values[-1] < until:
                 return False
         return True
+
+
+def _seconds(value: Any, name: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not seconds >= 0:  # also NaN
+        raise MonitorUsageError(f"{name} must be 0 or more seconds (got {value!r})")
+    return seconds
+
+
+def _timed_out(reply: dict[str, Any]) -> bool:
+    """Whether a refused stop gave up waiting (the session still runs), rather than found
+    no session to stop."""
+    if "timed_out" in reply:
+        return bool(reply["timed_out"])
+    session = reply.get("session") or {}
+    return "timed out" in str(reply.get("error", "")) and session.get("stop") is None
+
+
+def _describe_dag(dag: dict[str, Any]) -> str:
+    """``job 1 'alice' DAG 0 (running, 2 result(s) pending, 1 task(s) processing)``."""
+    details = [str(dag.get("status", "unfinished"))]
+    if dag.get("pending") is not None:
+        details.append(f"{dag['pending']} result(s) pending")
+    if dag.get("processing") is not None:
+        details.append(f"{dag['processing']} task(s) processing")
+    return (f"job {dag.get('job_id')} {dag.get('job_name', '')!r} DAG {dag.get('dag_id')} "
+            f"({', '.join(details)})")
 
 
 def _first_scrape_after(prom: PrometheusClient, t: float) -> float:

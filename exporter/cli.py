@@ -32,6 +32,7 @@ from dask_metrics.exporter.target import TargetSource
 
 EXIT_USAGE = 2
 EXIT_NO_NVML = 3
+WORKER_ONLY = ("serve_metrics", "nvml")  # worker-preload options, not the sidecar's
 
 logger = logging.getLogger("dask_metrics.exporter")
 
@@ -47,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="PATH",
                         help=f"YAML file of options (or {ENV_PREFIX}CONFIG)")
     for option in OPTIONS:
-        if option.name == "serve_metrics":
-            continue  # a worker-preload option
+        if option.name in WORKER_ONLY:
+            continue
         parser.add_argument("--" + option.name.replace("_", "-"), dest=option.name,
                             metavar=option.metavar, help=option.help)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -82,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         return fail(EXIT_USAGE, str(exc))
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # --simulate N serves N simulated GPUs: the worker-info file's GPU list (the worker's
+    # real GPUs, none on a machine without any) gives way; its name and pid still count.
     target = TargetSource(worker=config.worker, gpus=config.gpus,
-                          pids=frozenset(config.pids), info_file=config.worker_info_file)
+                          pids=frozenset(config.pids), info_file=config.worker_info_file,
+                          file_gpus=not config.simulate)
     sampler = make_sampler(config, target)
     try:
         sampler.source.start()

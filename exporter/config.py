@@ -105,6 +105,9 @@ OPTIONS: tuple[Option, ...] = (
            "BYTES"),
     Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
            "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
+    Option("nvml", _bool, "worker preload only: true starts NVML even when Dask's "
+           "distributed.diagnostics.nvml is False, false never starts it (default: as Dask)",
+           "BOOL"),
     Option("tls_cert_file", _text, "sidecar: serve HTTPS with this PEM certificate (chain)",
            "PATH"),
     Option("tls_key_file", _text, "sidecar: the PEM private key of --tls-cert-file", "PATH"),
@@ -126,6 +129,7 @@ class ExporterConfig:
     simulate: int = 0
     simulate_memory: float = 16 * 2**30
     serve_metrics: bool = True
+    nvml: bool | None = None  # worker preload: None follows distributed.diagnostics.nvml
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None

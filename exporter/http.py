@@ -11,13 +11,17 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from dask_metrics.exporter.exposition import render
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+ALLOW = "GET, HEAD, OPTIONS"
+TEXT = "text/plain; charset=utf-8"
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -30,40 +34,75 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+class _Restricted:
+    """The families of ``collector`` cut down to the samples named in ``names``: what
+    prometheus_client's ``?name[]=`` does (sample names, e.g. ``process_cpu_seconds_total``;
+    a family with no sample left is dropped)."""
+
+    def __init__(self, collector: Collector, names: set[str]) -> None:
+        self._collector = collector
+        self._names = names
+
+    def collect(self) -> list[Metric]:
+        return restrict(self._collector.collect(), self._names)
+
+
+def restrict(families: Iterable[Metric], names: set[str]) -> list[Metric]:
+    kept = []
+    for family in families:
+        samples = [s for s in family.samples if s.name in names]
+        if samples:
+            cut = Metric(family.name, family.documentation, family.type, family.unit)
+            cut.samples = samples
+            kept.append(cut)
+    return kept
+
+
 def make_app(
     gpu: Collector, rest: CollectorRegistry, healthy: Callable[[], tuple[bool, str]]
 ) -> WSGIApp:
     """/metrics serves ``gpu`` (encoded by dask_metrics.exporter.exposition) and ``rest`` (by
-    prometheus_client); /healthz says whether sampling is alive."""
-    everything = CollectorRegistry()
-    everything.register(gpu)
-    everything.register(rest)
-    library_app = make_wsgi_app(everything)  # HEAD, OPTIONS and ?name[]= filters
+    prometheus_client), both filtered by ``?name[]=``; /healthz says whether sampling is
+    alive. GET and HEAD (the same headers, no body) on both; OPTIONS lists the methods."""
 
-    def metrics(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        query = parse_qs(environ.get("QUERY_STRING", ""))
-        if environ.get("REQUEST_METHOD") != "GET" or "name[]" in query:
-            return library_app(environ, start_response)
+    def metrics(environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+        names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
         encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
-        body = render(gpu.collect(), rest, encoder, content_type)
+        families: Iterable[Metric] = gpu.collect()
+        others: Collector = rest
+        if names:
+            wanted = set(names)
+            families, others = restrict(families, wanted), _Restricted(rest, wanted)
+        body = render(families, others, encoder, content_type)
         headers = [("Content-Type", content_type)]
         if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
             body = gzip.compress(body, compresslevel=1)  # the library's level 9 costs ~7x
             headers.append(("Content-Encoding", "gzip"))
-        start_response("200 OK", headers)
-        return [body]
+        return "200 OK", headers, body
+
+    def health(environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+        ok, reason = healthy()
+        status = "200 OK" if ok else "503 Service Unavailable"
+        return status, [("Content-Type", TEXT)], reason.encode() + b"\n"
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
-        if path == "/healthz":
-            ok, reason = healthy()
-            status = "200 OK" if ok else "503 Service Unavailable"
-            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
-            return [reason.encode() + b"\n"]
-        if path in ("/", "/metrics"):
-            return metrics(environ, start_response)
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: try /metrics or /healthz\n"]
+        method = environ.get("REQUEST_METHOD", "GET")
+        page = health if path == "/healthz" else metrics if path in ("/", "/metrics") else None
+        if page is None:
+            status, headers, body = ("404 Not Found", [("Content-Type", TEXT)],
+                                     b"not found: try /metrics or /healthz\n")
+        elif method in ("GET", "HEAD"):
+            status, headers, body = page(environ)
+        elif method == "OPTIONS":
+            status, headers, body = "200 OK", [("Allow", ALLOW)], b""
+        else:
+            status, headers, body = ("405 Method Not Allowed",
+                                     [("Allow", ALLOW), ("Content-Type", TEXT)],
+                                     f"method {method} not allowed: use {ALLOW}\n".encode())
+        headers.append(("Content-Length", str(len(body))))
+        start_response(status, headers)
+        return [] if method == "HEAD" else [body]  # HEAD: GET's headers, no body
 
     return app
 

@@ -27,6 +27,9 @@ class TargetSource:
 
     Precedence, per field: explicit options, then the environment (``CUDA_VISIBLE_DEVICES``,
     ``DASK_WORKER_NAME``), then the worker-info file, then defaults (all GPUs, host name).
+    ``file_gpus=False`` takes only the worker's name and pid from the file, not its GPUs: a
+    sidecar simulating GPUs serves its own, whatever the worker found (none, on a machine
+    without a GPU).
     """
 
     def __init__(
@@ -36,11 +39,13 @@ class TargetSource:
         pids: frozenset[int] = frozenset(),
         info_file: str | None = None,
         environ: Mapping[str, str] = os.environ,
+        file_gpus: bool = True,
     ) -> None:
         self._worker = worker or environ.get("DASK_WORKER_NAME") or None
         self._gpus = gpus if gpus is not None else environ.get("CUDA_VISIBLE_DEVICES")
         self._pids = pids
         self._info_file = info_file
+        self._file_gpus = file_gpus
         self._stamp: tuple[int, int, int] | None = None
         self._current = self._merge(None)
 
@@ -60,8 +65,9 @@ class TargetSource:
                 logger.warning("ignoring worker-info file: %s", exc)
                 return self._current
             self._current = self._merge(identity)
-            logger.info("worker-info file: worker %s, pid %s, %d GPU(s)",
-                        identity.label, identity.pid, len(identity.gpus))
+            logger.info("worker-info file: worker %s, pid %s, %d GPU(s)%s",
+                        identity.label, identity.pid, len(identity.gpus),
+                        "" if self._file_gpus else " (not used: the GPUs are simulated)")
         return self._current
 
     def _merge(self, identity: WorkerIdentity | None) -> Target:
@@ -78,7 +84,8 @@ class TargetSource:
         return replace(
             target,
             worker=self._worker or identity.label,
-            gpus=self._gpus if self._gpus is not None else ",".join(g.uuid for g in identity.gpus),
+            gpus=self._gpus if self._gpus is not None or not self._file_gpus
+            else ",".join(g.uuid for g in identity.gpus),
             pids=self._pids | {identity.pid},
             hostname=identity.host or target.hostname,
         )

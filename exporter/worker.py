@@ -21,10 +21,11 @@ from prometheus_client import REGISTRY
 
 from dask_metrics.configfile import ConfigError
 from dask_metrics.exporter.cli import make_sampler
-from dask_metrics.exporter.config import OPTIONS, ExporterConfig, resolve
+from dask_metrics.exporter.config import ENV_PREFIX, OPTIONS, ExporterConfig, resolve
 from dask_metrics.exporter.gpu_collector import GpuCollector
 from dask_metrics.exporter.identity import (
     STARTUP_KEY,
+    GpuRef,
     WorkerIdentity,
     worker_label,
     write_info_file,
@@ -35,6 +36,7 @@ from dask_metrics.exporter.target import TargetSource
 logger = logging.getLogger(__name__)
 
 CONFIG_SECTION = "dask-metrics.exporter"
+DASK_NVML = "distributed.diagnostics.nvml"  # Dask's own switch for NVML in its processes
 
 # Several workers can share one process (LocalCluster(processes=False)) and so one registry:
 # one collector serves every live sampler of the process.
@@ -66,6 +68,15 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
     config = resolve(cli, os.environ, dask.config.get(CONFIG_SECTION, default=None) or None,
                      origin=f"dask config {CONFIG_SECTION}")
     label = config.worker or worker_label(worker.name, worker.address)
+    refusal = nvml_refusal(config)
+    if refusal:
+        # Publish who the worker is (a sidecar still wants its name and pid), with no GPU.
+        logger.warning("dask-metrics: %s", refusal)
+        identity = _identity(worker, ())
+        worker.startup_information[STARTUP_KEY] = lambda _w: identity.to_dict()
+        if config.worker_info_file:
+            write_info_file(config.worker_info_file, identity)
+        return
     target = TargetSource(worker=label, gpus=config.gpus,
                           pids=frozenset({os.getpid(), *config.pids}))
     sampler = make_sampler(config, target)
@@ -73,13 +84,7 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
     if not first.nvml_up:
         logger.warning("dask-metrics: %s; the worker runs on, NVML is retried in the "
                        "background", sampler.last_error)
-    identity = WorkerIdentity(
-        name=str(worker.name) if worker.name is not None else "",
-        address=worker.address,
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        gpus=tuple(g.ref for g in first.gpus),
-    )
+    identity = _identity(worker, tuple(g.ref for g in first.gpus))
     worker.startup_information[STARTUP_KEY] = lambda _w: _current_identity(identity, sampler)
     if config.worker_info_file:
         write_info_file(config.worker_info_file, identity)
@@ -87,6 +92,34 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
         sampler.stop()
         return
     _start(worker, sampler, config)
+
+
+def nvml_refusal(config: ExporterConfig) -> str | None:
+    """Why NVML must not be started in this worker, or None when it may be.
+
+    Dask's own ``distributed.diagnostics.nvml: False`` keeps NVML out of the worker (a
+    driver that misbehaves, NVML in forked processes): dask-metrics follows it unless its
+    ``nvml`` option says otherwise. Simulated GPUs never touch NVML."""
+    if config.simulate or config.nvml:
+        return None
+    if config.nvml is False:
+        return (f"NVML not started ({CONFIG_SECTION} nvml is false): no GPU metrics from "
+                "this worker")
+    if dask.config.get(DASK_NVML, default=True):
+        return None
+    return (f"NVML not started because Dask's {DASK_NVML} is False: no GPU metrics from this "
+            f"worker; to start it anyway give '--nvml true' after the preload, set "
+            f"{ENV_PREFIX}NVML=true, or 'nvml: true' in the Dask config section {CONFIG_SECTION}")
+
+
+def _identity(worker: Any, gpus: tuple[GpuRef, ...]) -> WorkerIdentity:
+    return WorkerIdentity(
+        name=str(worker.name) if worker.name is not None else "",
+        address=worker.address,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        gpus=gpus,
+    )
 
 
 def _current_identity(identity: WorkerIdentity, sampler: Sampler) -> dict[str, Any]:

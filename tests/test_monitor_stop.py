@@ -1,0 +1,108 @@
+"""``Monitor.stop()`` against a real in-process cluster with the scheduler preload: a finite
+default timeout, and on a timeout a message naming the jobs and DAGs still running and the
+tasks in flight, from Python and from ``collector monitor stop``."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from distributed import Client, Event, LocalCluster
+
+from dask_metrics.collector.errors import UsageError
+from dask_metrics.collector.monitor import STOP_TIMEOUT, Monitor, MonitorError
+from tests.exporter_helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@contextmanager
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
+                      host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                      scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc:
+        yield lc
+
+
+def wait_event(name: str) -> str:
+    Event(name).wait()
+    return name
+
+
+def running_dags(client: Client) -> list[dict]:
+    return [d for d in client.sync(client.scheduler.dask_metrics_dags)
+            if d["status"] == "running"]
+
+
+def test_stop_times_out_naming_what_still_runs_and_the_session_keeps_running():
+    with cluster() as lc, Client(lc, name="alice") as client:
+        monitor = Monitor(client)
+        assert monitor.stop_timeout == STOP_TIMEOUT == 60  # finite by default
+        session = monitor.start()["session"]
+        blocked = client.submit(wait_event, "go", key="long-task")
+        wait_for(lambda: running_dags(client), what="the DAG to run")
+        with pytest.raises(MonitorError) as caught:
+            monitor.stop(timeout=0.3)
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"monitor session {session['id']} not stopped after 0.3 s" in message
+        assert "1 DAG(s) still running: job 0 'alice' DAG 0 (running" in message
+        (worker,) = lc.scheduler.workers
+        assert f"1 task(s) processing on {worker} (1)" in message
+        assert "stop(force=True)" in message and "longer timeout" in message
+        assert monitor.status()["running"]
+        Event("go", client=client).set()
+        assert blocked.result(timeout=30) == "go"
+        stopped = monitor.stop()
+        assert stopped["ok"] and stopped["session"]["id"] == session["id"]
+
+
+def test_the_default_timeout_is_the_monitors_stop_timeout():
+    with cluster() as lc, Client(lc, name="bob") as client:
+        monitor = Monitor(client, stop_timeout=0.5)
+        monitor.start()
+        first = client.submit(wait_event, "go-1", key="first")
+        second = client.submit(wait_event, "go-2", key="second")
+        wait_for(lambda: len(running_dags(client)) == 2, what="both DAGs to run")
+        with pytest.raises(MonitorError, match=r"not stopped after 0\.5 s: 2 DAG\(s\) still "
+                           r"running: job 0 'bob' DAG 0 \(running.*\), job 0 'bob' DAG 1 "
+                           r"\(running.*\); 2 task\(s\) processing"):
+            monitor.stop()
+        assert monitor.stop(force=True)["ok"]  # force: at once, tasks still running
+        assert not monitor.status()["running"]
+        Event("go-1", client=client).set()
+        Event("go-2", client=client).set()
+        assert client.gather([first, second], errors="raise") == ["go-1", "go-2"]
+        with pytest.raises(MonitorError, match="no monitor session is running"):
+            monitor.stop(timeout=0)
+
+
+@pytest.mark.parametrize("bad", [-1, math.nan, "soon"])
+def test_a_bad_timeout_is_a_usage_error(bad):
+    with pytest.raises(UsageError, match=r"timeout must be 0 or more seconds"):
+        Monitor(None, stop_timeout=bad)
+    with pytest.raises(ValueError, match=r"timeout must be 0 or more seconds"):
+        Monitor(None).stop(timeout=bad)
+
+
+def test_collector_monitor_stop_timeout_is_one_line_and_exit_1():
+    with cluster() as lc, Client(lc, name="carol") as client:
+        Monitor(client).start()
+        blocked = client.submit(wait_event, "go-cli", key="cli-task")
+        wait_for(lambda: running_dags(client), what="the DAG to run")
+        result = subprocess.run(
+            [sys.executable, "-m", "dask_metrics.collector", "monitor", "stop",
+             "--scheduler", lc.scheduler_address, "--timeout", "0.3"],
+            capture_output=True, text=True, timeout=60)
+        Event("go-cli", client=client).set()
+        blocked.result(timeout=30)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert re.search(r"not stopped after 0\.3 s: 1 DAG\(s\) still running: job 0 'carol' "
+                     r"DAG 0 \(running.*\); 1 task\(s\) processing on tcp://", lines[0])
