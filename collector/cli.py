@@ -33,7 +33,7 @@ from dask_metrics.collector.fetch import last_monitor_session
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.peaks import BY, format_table, peaks
-from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export
+from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
 from dask_metrics.collector.promapi import COMPRESSIONS, PrometheusClient
 from dask_metrics.collector.timespec import (
     MONITOR,
@@ -303,6 +303,7 @@ def _plot_files(folder: str | Path, args: argparse.Namespace, workers: list[str]
 
 def _run_plot(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
               ui: Terminal) -> int:
+    require_matplotlib()  # before an export whose pictures could not be drawn
     since, until = _span(client, opts["since"], opts["until"], opts["now"])
     with tempfile.TemporaryDirectory(prefix="collector-plot-") as tmp:
         export(client, since, until, Path(tmp) / "export", metrics=list(PLOT_METRICS),

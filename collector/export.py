@@ -24,7 +24,7 @@ import requests
 
 from dask_metrics import __version__
 from dask_metrics.collector.columns import NAMES, select, source_metrics
-from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.fetch import (
     data_span,
     discover_workers,
@@ -45,7 +45,7 @@ from dask_metrics.collector.layouts import (
 )
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import WorkerInfo, select_workers, worker_table
-from dask_metrics.collector.timespec import format_rfc3339, to_ms
+from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
 
 DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or
@@ -103,6 +103,24 @@ def check_range(since: float, until: float) -> None:
                          f"({format_rfc3339(to_ms(until))})")
 
 
+MAX_STEP_ROWS = 5_000_000
+"""Grid points per GPU that ``--step`` may ask for: a 1 s grid over eight weeks. Finer
+than that is a mistyped step (1ms for 1m), not an analysis; raw samples need no grid."""
+
+
+def check_step(since: float, until: float, step: float) -> None:
+    """A grid of ``step`` over [since, until] has more than one point and not millions."""
+    span, points = until - since, (until - since) / step
+    if points < 1:
+        raise UsageError(f"--step {format_duration(step)} is longer than the range "
+                         f"({format_duration(span)}): give a shorter step, or none for raw "
+                         "samples")
+    if points > MAX_STEP_ROWS:
+        raise UsageError(f"--step {format_duration(step)} over {format_duration(span)} makes "
+                         f"{points:,.0f} rows per GPU (at most {MAX_STEP_ROWS:,}): give a "
+                         "longer step, or none for the raw samples as scraped")
+
+
 # No reference cycles are created; the decoded JSON's many lists would trigger repeated full
 # collections (about an eighth of an export's time).
 @gc_paused()
@@ -123,6 +141,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     check_range(since, until)
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    if step:
+        check_step(since, until, step)
     columns = select(metrics)
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
     step_ms = to_ms(step) if step else None

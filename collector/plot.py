@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,19 @@ MAX_LEGEND = 16
 PLOT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util")
 
 
-def _figure() -> Any:
+def require_matplotlib() -> Any:
+    """matplotlib's Figure, or a CollectorError saying how to get it: asked first, before
+    any export or folder is made for pictures that cannot be drawn."""
     try:
         from matplotlib.figure import Figure  # the object API: no pyplot, no global state
     except ImportError:
-        raise CollectorError("plots need matplotlib: pip install 'dask-metrics[plot]'") from None
-    return Figure(figsize=SIZE, dpi=DPI, layout="constrained")
+        raise CollectorError("plots need matplotlib: pip install matplotlib, or the "
+                             "dask-metrics wheel with its [plot] extra") from None
+    return Figure
+
+
+def _figure() -> Any:
+    return require_matplotlib()(figsize=SIZE, dpi=DPI, layout="constrained")
 
 
 def _nan(values: Sequence[float | None], scale: float = 1.0) -> list[float]:
@@ -140,16 +148,23 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     if unknown or not formats:
         raise UsageError(f"--format: {', '.join(unknown) or 'none given'} (known: "
                          f"{', '.join(FORMATS)})")
+    require_matplotlib()
     traces = read_export(folder)
     if workers:
         traces = [t for t in traces if any(fnmatch.fnmatchcase(t.worker, w) for w in workers)]
         if not traces:
             raise CollectorError(f"no worker in {folder} matches {', '.join(workers)}")
     target = Path(out)
+    created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for trace in traces:
-        stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
-        written += _save(worker_figure(trace), target / stem, formats)
-    written += _save(cluster_figure(traces), target / CLUSTER, formats)
+    try:
+        for trace in traces:
+            stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
+            written += _save(worker_figure(trace), target / stem, formats)
+        written += _save(cluster_figure(traces), target / CLUSTER, formats)
+    except BaseException:  # a folder made for pictures that could not all be drawn goes
+        if created:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
     return written

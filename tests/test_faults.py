@@ -11,7 +11,7 @@ keeps working, says what happened in one line, and leaves nothing behind.
 | collector | bad time input (10000y, year 0) | test_times_out_of_range_are_usage_errors |
 | collector | --step too fine or longer than the range | test_steps_that_make_no_sense_are_refused |
 | collector | plot without matplotlib | test_plot_without_matplotlib_leaves_no_folder |
-| collector | disk full or read-only output | test_a_read_only_output_folder_is_one_line |
+| collector | disk full or read-only output | test_an_unwritable_output_is_one_line_and_leaves_nothing |
 | watch | a session that cannot be exported | test_watch_exports_later_sessions_after_a_failed_one |
 | watch | Prometheus down: one line, not one per retry | test_watch_says_prometheus_is_down_once |
 | monitor | no scheduler given, wrong port, bad address | test_monitor_status_without_a_scheduler_is_one_line |
@@ -372,3 +372,67 @@ def test_times_out_of_range_are_usage_errors(tmp_path: Path):
                                "--prometheus", "http://127.0.0.1:1")
         assert says in one_line_error(result, 2), when
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- collector: steps, plots, unwritable output -------------------------------------------
+
+
+@pytest.mark.parametrize(("since", "step", "says"), [
+    ("5m", "1h", "--step 1h is longer than the range (5m)"),
+    ("30d", "1ms", "rows per GPU (at most 5,000,000)"),
+])
+def test_steps_that_make_no_sense_are_refused(since: str, step: str, says: str,
+                                              tmp_path: Path):
+    with fake_api(lambda _form, _headers: (200, EMPTY)) as url:
+        result = run_collector("export", "--since", since, "--until", "now", "--step", step,
+                               "--out", str(tmp_path / "out"), "--prometheus", url)
+    assert says in one_line_error(result, 2)
+    assert list(tmp_path.iterdir()) == []
+
+
+NO_MATPLOTLIB = ("import sys; sys.modules['matplotlib'] = None  # as if it were not installed\n"
+                 "from dask_metrics.collector.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.integration
+def test_plot_without_matplotlib_leaves_no_folder(tmp_path: Path):
+    with fake_api(hang_on_gpu_series) as url:
+        for source in (["--since", "1h", "--prometheus", url], ["--csv", str(tmp_path)]):
+            result = subprocess.run(
+                [sys.executable, "-c", NO_MATPLOTLIB, "plot", *source, "--out",
+                 str(tmp_path / "plots")], capture_output=True, text=True, timeout=60,
+                check=False)
+            assert "plots need matplotlib" in one_line_error(result), result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@contextmanager
+def small_filesystem(path: Path, options: str) -> Iterator[Path]:
+    """A 64 KiB tmpfs at ``path`` (``ro`` in ``options``: read-only), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,{options}", "tmpfs", str(path)],
+                   check=True, capture_output=True, timeout=30)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True, capture_output=True, timeout=30)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("options", "says"), [("rw", "No space left on device"),
+                                               ("ro", "Read-only file system")],
+                         ids=["disk-full", "read-only"])
+def test_an_unwritable_output_is_one_line_and_leaves_nothing(options: str, says: str,
+                                                             tmp_path: Path):
+    now = time.time()
+    blocks = create_blocks(gpu_data(now - 900, now - 600), tmp_path / "blocks")
+    with (run_prometheus(tmp_path / "prom", blocks=blocks) as prom,
+          small_filesystem(tmp_path / "small", options) as small):
+        result = run_collector("export", "--since", "20m", "--out", str(small / "out"),
+                               "--prometheus", prom.url, "--quiet")
+        left = list(small.iterdir())
+    line = one_line_error(result)
+    assert "cannot write the output" in line and says in line, line
+    assert left == []
