@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
+from distributed.protocol.serialize import ToPickle
+
 # Client.id is f"{type(self).__name__}-{name}-{uuid1}", or without "-{name}" when the client
 # has no name (Client.__init__; 2024.1.0, 2026.8.0).
 _CLIENT_ID = re.compile(
@@ -98,9 +100,13 @@ def submitted_span() -> tuple[str, str] | None:
     """(id, name) of the top-level span the client submitted the graph being handled in
     (``with span(...)``).
 
+    The client sends its annotations as ToPickle: over in-process (inproc) comms that object
+    itself arrives on 2024.1.0 (Scheduler.update_graph unwraps it too), a dict on 2026.8.0.
     distributed.span annotates {"span": {"name": (...), "ids": (...)}},
     outermost first (2024.1.0, 2026.8.0)."""
     annotations = _SUBMISSION.get()[1]
+    if isinstance(annotations, ToPickle):
+        annotations = annotations.data
     span = annotations.get("span") if isinstance(annotations, dict) else None
     if not span or not span.get("ids") or not span.get("name"):
         return None
