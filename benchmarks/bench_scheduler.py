@@ -38,7 +38,8 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import dask_metrics.exporter
-from dask_metrics.exporter.scheduler import PLUGIN_NAME, JobPlugin, Settings
+from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
+from dask_metrics.exporter.scheduler.settings import Settings
 
 EXPORTER_FILES = str(Path(dask_metrics.exporter.__file__).resolve().parent / "*")
 

@@ -16,9 +16,11 @@ import pytest
 from distributed import Client, Event, LocalCluster, get_client, span, worker_client
 from prometheus_client import REGISTRY, generate_latest
 
-from dask_metrics.exporter import scheduler as preload
 from dask_metrics.exporter.identity import STARTUP_KEY, GpuRef, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_tracker import JobMode
+from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
+from dask_metrics.exporter.scheduler.preload import dask_setup
+from dask_metrics.exporter.scheduler.settings import Settings
 from tests.exporter_helpers import wait_for
 from tests.scheduler_helpers import Scrape, scrape
 
@@ -47,8 +49,8 @@ def metrics(lc: LocalCluster) -> Scrape:
     return scrape(lc.scheduler.http_server.port)
 
 
-def plugin_of(lc: LocalCluster) -> preload.JobPlugin:
-    return lc.scheduler.plugins[preload.PLUGIN_NAME]
+def plugin_of(lc: LocalCluster) -> JobPlugin:
+    return lc.scheduler.plugins[PLUGIN_NAME]
 
 
 def dag_rows(s: Scrape) -> dict[tuple[str, str], tuple[str, str]]:
@@ -372,10 +374,10 @@ def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
             assert len(dag_rows(metrics(one))) == 1  # both /metrics serve the newest
             assert generate_latest(REGISTRY).decode().count("# TYPE dask_job_current_job ") == 1
             c2.run_on_scheduler(
-                lambda dask_scheduler: preload.dask_setup.callback(dask_scheduler, None, None, None)
+                lambda dask_scheduler: dask_setup.callback(dask_scheduler, None, None, None)
             )
             assert (
-                sum(isinstance(p, preload.JobPlugin) for p in two.scheduler.plugins.values()) == 1
+                sum(isinstance(p, JobPlugin) for p in two.scheduler.plugins.values()) == 1
             )
         assert len(dag_rows(metrics(one))) == 2  # back to the remaining scheduler
     assert "dask_job_" not in generate_latest(REGISTRY).decode()
@@ -398,22 +400,22 @@ def test_settings_come_from_dask_config_and_the_command_line():
         "dask-metrics.scheduler.max-finished-dags": 7,
     }
     with dask.config.set(config):
-        settings = preload.Settings.from_config()
+        settings = Settings.from_config()
         assert (settings.job_mode, settings.finished_dag_ttl) == (JobMode.SPAN, 120.0)
         assert settings.max_finished_dags == 7 and settings.metrics_port is None
-        assert preload.Settings.from_config(job_mode="manual").job_mode is JobMode.MANUAL
+        assert Settings.from_config(job_mode="manual").job_mode is JobMode.MANUAL
     with (
         dask.config.set({"dask-metrics.scheduler.job-mode": "bogus"}),
         pytest.raises(ValueError, match="job-mode must be one of client, span, manual"),
     ):
-        preload.Settings.from_config()
-    ctx = preload.dask_setup.make_context(
+        Settings.from_config()
+    ctx = dask_setup.make_context(
         "dask_setup",
         ["--job-mode", "span", "--metrics-port", "9123", "--prometheus-url", "http://p"],
     )
     assert ctx.params == {"job_mode": "span", "metrics_port": 9123, "prometheus_url": "http://p"}
     with pytest.raises(click.BadParameter):
-        preload.dask_setup.make_context("dask_setup", ["--job-mode", "bogus"])
+        dask_setup.make_context("dask_setup", ["--job-mode", "bogus"])
 
 
 def test_many_small_dags_keep_retained_dags_and_series_bounded():

@@ -1,0 +1,188 @@
+"""Every use of Dask internals by the scheduler preload, in one module.
+
+The SchedulerPlugin hooks, ``Scheduler.add_plugin``/``remove_plugin``/``plugins`` and the
+task states a transition names are Dask's public plugin API, used elsewhere. Everything
+here is not: scheduler attributes, message formats and objects that Dask may change in any
+release. Each is checked against the source of distributed 2024.1.0 (the floor in
+pyproject.toml) and 2026.8.0; ``scripts/test-dask-oldest.sh`` runs the Dask-facing tests
+on the floor, the usual test run on the newest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from distributed.protocol.serialize import ToPickle
+
+# Client.id is f"{type(self).__name__}-{name}-{uuid1}", or without "-{name}" when the client
+# has no name (Client.__init__; 2024.1.0, 2026.8.0).
+_CLIENT_ID = re.compile(
+    r"[^-]+(?:-(?P<name>.+))?-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
+
+
+def client_name(client_id: str) -> str:
+    """The name a client was given (``Client(name=...)``, config ``client-name``), else its id."""
+    match = _CLIENT_ID.fullmatch(client_id)
+    return match["name"] if match and match["name"] else client_id
+
+
+# -- scheduler handlers ------------------------------------------------------------------------
+
+
+def add_handlers(scheduler: Any, handlers: Mapping[str, Callable[..., Any]]) -> Callable[[], None]:
+    """Serve ``handlers`` as ``client.scheduler.<name>(...)`` calls; returns the undo.
+
+    Server.handlers is the name -> callable dict the scheduler's RPC dispatches on
+    (distributed.core.Server; 2024.1.0, 2026.8.0)."""
+    scheduler.handlers.update(handlers)
+
+    def undo() -> None:
+        for name, handler in handlers.items():
+            if scheduler.handlers.get(name) == handler:
+                del scheduler.handlers[name]
+
+    return undo
+
+
+# -- the graph submission being handled -----------------------------------------------------------
+
+#: (submitting task, client-side annotations) of the graph submission being handled
+_SUBMISSION: ContextVar[tuple[Any, Any]] = ContextVar(
+    "dask_metrics_submission", default=(None, None)
+)
+
+
+def tap_update_graph(scheduler: Any) -> Callable[[], None]:
+    """Let the update_graph hook see the client's message; returns the undo.
+
+    Dask tells plugins which client submitted a graph, but neither which task (for graphs
+    submitted from inside tasks) nor the span the client submitted it in (Dask moves tasks
+    into the span of an older TaskGroup with the same name). Both are in the client's
+    message: hand them to the update_graph hook, which Dask calls within this coroutine,
+    through a context variable.
+
+    Server.stream_handlers["update-graph"] is the coroutine Scheduler.update_graph, called
+    with the message's fields as keywords, which calls the plugins' update_graph before it
+    returns; the message has "submitting_task" (a key or None) and "annotations" (the
+    client's dask.get_annotations()) (Client._graph_to_futures; 2024.1.0, 2026.8.0)."""
+    handlers = scheduler.stream_handlers
+    original = handlers.get("update-graph")
+    if original is None:
+        return lambda: None
+
+    async def update_graph(**msg: Any) -> Any:
+        token = _SUBMISSION.set((msg.get("submitting_task"), msg.get("annotations")))
+        try:
+            return await original(**msg)
+        finally:
+            _SUBMISSION.reset(token)
+
+    handlers["update-graph"] = update_graph
+
+    def undo() -> None:
+        if handlers.get("update-graph") is update_graph:
+            handlers["update-graph"] = original
+
+    return undo
+
+
+def submitting_task() -> Any:
+    """The key of the task that submitted the graph being handled; None from a client."""
+    return _SUBMISSION.get()[0]
+
+
+def submitted_span() -> tuple[str, str] | None:
+    """(id, name) of the top-level span the client submitted the graph being handled in
+    (``with span(...)``).
+
+    The client sends its annotations as ToPickle: over in-process (inproc) comms that object
+    itself arrives on 2024.1.0 (Scheduler.update_graph unwraps it too), a dict on 2026.8.0.
+    distributed.span annotates {"span": {"name": (...), "ids": (...)}},
+    outermost first (2024.1.0, 2026.8.0)."""
+    annotations = _SUBMISSION.get()[1]
+    if isinstance(annotations, ToPickle):
+        annotations = annotations.data
+    span = annotations.get("span") if isinstance(annotations, dict) else None
+    if not span or not span.get("ids") or not span.get("name"):
+        return None
+    return str(span["ids"][0]), str(span["name"][0])
+
+
+# -- scheduler state ------------------------------------------------------------------------------
+
+
+def top_level_span(scheduler: Any, keys: Iterable[Any]) -> tuple[str, str] | None:
+    """(id, name) of the top-level span Dask put most of ``keys`` in (a collection built in
+    a span, or the default span); None without the spans extension.
+
+    Scheduler.extensions["spans"] is the SpansSchedulerExtension; its .spans maps span id
+    to Span (.id, .name: tuple, outermost first, .parent); a task's span is
+    TaskState.group.span_id (distributed.spans, distributed.scheduler; 2024.1.0, 2026.8.0)."""
+    spans = scheduler.extensions.get("spans")
+    if spans is None:
+        return None
+    known = scheduler.tasks
+    votes = Counter(ts.group.span_id for key in keys if (ts := known.get(key)) is not None)
+    votes.pop(None, None)
+    if not votes:
+        return None
+    span = spans.spans.get(votes.most_common(1)[0][0])
+    if span is None:
+        return None
+    while span.parent is not None:
+        span = span.parent
+    return span.id, span.name[0]
+
+
+# Scheduler.tasks maps key -> TaskState (.state; .processing_on: WorkerState or None);
+# Scheduler.workers maps address -> WorkerState (.name, .address, .extra: what the worker's
+# startup_information returned, by key) (distributed.scheduler; 2024.1.0, 2026.8.0).
+
+
+def task_states(scheduler: Any) -> Callable[[Any], str | None]:
+    """The scheduler's state of a key, None for a key it does not know."""
+    known = scheduler.tasks
+
+    def state_of(key: Any) -> str | None:
+        ts = known.get(key)
+        return None if ts is None else ts.state
+
+    return state_of
+
+
+def processing_worker(scheduler: Any, key: Any) -> str | None:
+    """Address of the worker a task is processing on, None if it is not processing."""
+    ts = scheduler.tasks.get(key)
+    ws = ts.processing_on if ts is not None else None
+    return ws.address if ws is not None else None
+
+
+def worker_addresses(scheduler: Any) -> list[str]:
+    """Addresses of the workers the scheduler has now."""
+    return list(scheduler.workers)
+
+
+def worker_info(scheduler: Any, address: str, startup_key: str) -> tuple[Any, str, Any]:
+    """(name, address, what it published under ``startup_key``, else None) of a worker."""
+    ws = scheduler.workers[address]
+    return ws.name, ws.address, ws.extra.get(startup_key)
+
+
+# -- work stealing ----------------------------------------------------------------------------
+
+
+def stolen(topic: str, msg: Any) -> tuple[Any, str] | None:
+    """(key, thief address) when a log event confirms a steal, which moves a task to another
+    worker without a transition.
+
+    WorkStealing logs to topic "stealing"; a confirmed steal is ("confirm", key, state,
+    victim, thief, stimulus_id) (distributed.stealing.WorkStealing.move_task_confirm;
+    2024.1.0, 2026.8.0)."""
+    if topic != "stealing" or msg[0] != "confirm":
+        return None
+    return msg[1], msg[4]

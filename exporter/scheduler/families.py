@@ -1,0 +1,125 @@
+"""The ``dask_job_*`` families of one scrape, built from the contract's specs, and the
+collectors that put them on a prometheus_client registry."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from prometheus_client import REGISTRY
+from prometheus_client.metrics_core import Metric
+
+from dask_metrics.contract import (
+    CURRENT_DAG,
+    CURRENT_JOB,
+    DAG_INFO,
+    DAG_STATUS,
+    DAGS_COMPLETED,
+    MONITOR_START,
+    MONITOR_STOP,
+    PLUGIN_ERRORS,
+    SCHEDULER_SPECS,
+    WORKER_GPU_INFO,
+    WORKER_TASKS,
+)
+from dask_metrics.exporter.job_tracker import Snapshot
+
+logger = logging.getLogger(__name__)
+
+
+def families(snap: Snapshot, errors: dict[str, int]) -> list[Metric]:
+    """The metric families of one scrape."""
+    fam = {spec.name: spec.family() for spec in SCHEDULER_SPECS}
+    fam[CURRENT_JOB.name].add_metric([], snap.current_job)
+    fam[CURRENT_DAG.name].add_metric([], snap.current_dag)
+    for worker, job_id, dag_id, tasks in snap.worker_tasks:
+        fam[WORKER_TASKS.name].add_metric([worker, str(job_id), str(dag_id)], tasks)
+    for job_id, dag_id, job_name, client, status in snap.dags:
+        fam[DAG_INFO.name].add_metric([str(job_id), str(dag_id), job_name, client], 1)
+        fam[DAG_STATUS.name].add_metric([str(job_id), str(dag_id)], status)
+    for status, count in snap.completed.items():
+        fam[DAGS_COMPLETED.name].add_metric([status], count)
+    if snap.session is not None:
+        fam[MONITOR_START.name].add_metric([], snap.session[0])
+        fam[MONITOR_STOP.name].add_metric([], snap.session[1])
+    for worker, address, gpu, uuid in snap.gpus:
+        fam[WORKER_GPU_INFO.name].add_metric([worker, address, str(gpu), uuid], 1)
+    fam[PLUGIN_ERRORS.name] = errors_family(errors)
+    return list(fam.values())
+
+
+def errors_family(errors: dict[str, int]) -> Metric:
+    """The hook error counter alone: what a scrape exports when building families fails."""
+    fam = PLUGIN_ERRORS.family()
+    for hook, count in errors.items():
+        fam.add_metric([hook], count)
+    return fam
+
+
+def _described() -> list[Metric]:
+    """Empty families naming every series, for a registry's duplicate check."""
+    return [spec.family() for spec in SCHEDULER_SPECS]
+
+
+class Source(Protocol):
+    """What the collectors export: a plugin's families of this scrape."""
+
+    def collect(self) -> list[Metric]: ...
+
+
+class DefaultRegistryHub:
+    """The one collector of the preload on prometheus_client's default REGISTRY.
+
+    Schedulers in one process (tests, notebooks) share REGISTRY, which would export their
+    series twice: like Dask's own collectors, the newest live source is the one exported.
+    Registered with the first source, unregistered with the last.
+    """
+
+    def __init__(self) -> None:
+        self._sources: list[Source] = []
+        self._lock = threading.Lock()
+        self._registered = False
+
+    def add(self, source: Source) -> None:
+        with self._lock:
+            self._sources.append(source)
+            if not self._registered:
+                try:
+                    REGISTRY.register(self)
+                    self._registered = True
+                except ValueError:
+                    logger.warning(
+                        "dask-metrics: dask_job_* series already registered", exc_info=True
+                    )
+
+    def remove(self, source: Source) -> None:
+        with self._lock:
+            if source in self._sources:
+                self._sources.remove(source)
+            if not self._sources and self._registered:
+                REGISTRY.unregister(self)
+                self._registered = False
+
+    def describe(self) -> list[Metric]:
+        return _described()
+
+    def collect(self) -> list[Metric]:
+        sources = list(self._sources)
+        return sources[-1].collect() if sources else []
+
+
+HUB = DefaultRegistryHub()
+
+
+class SourceCollector:
+    """A registry entry for one source, for a registry of its own (``--metrics-port``)."""
+
+    def __init__(self, source: Source) -> None:
+        self._source = source
+
+    def describe(self) -> list[Metric]:
+        return _described()
+
+    def collect(self) -> list[Metric]:
+        return self._source.collect()

@@ -1,0 +1,114 @@
+"""The monitor-session handlers: the scheduler keeps monitor sessions, so any client (a
+Monitor, ``collector monitor``) can start, inspect or stop them, whoever started them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from dask_metrics.contract import Handler
+from dask_metrics.exporter.job_tracker import JobTracker, SessionError
+
+logger = logging.getLogger(__name__)
+
+
+class MonitorHandlers:
+    """The scheduler handlers (``client.scheduler.<name>(...)``) over one JobTracker.
+
+    Refusals are replies (``{"ok": False, "error": ...}``), not exceptions, so a client's
+    mistake leaves no traceback in the scheduler's log."""
+
+    stop_poll_interval = 0.05  # seconds between checks while a stop waits for DAGs
+
+    def __init__(
+        self,
+        tracker: JobTracker,
+        prometheus_url: str | None,
+        metrics_port: Callable[[], int | None],
+    ) -> None:
+        self.tracker = tracker
+        self._prometheus_url = prometheus_url
+        self._metrics_port = metrics_port  # known only once the plugin serves
+
+    def handlers(self) -> dict[str, Callable[..., Any]]:
+        return {
+            Handler.MONITOR_START: self.monitor_start,
+            Handler.MONITOR_STOP: self.monitor_stop,
+            Handler.MONITOR_STATUS: self.monitor_status,
+            Handler.MONITOR_SESSIONS: self.monitor_sessions,
+            Handler.NEW_JOB: self.new_job,
+            Handler.DAGS: self.dags,
+            Handler.PROMETHEUS_URL: self.prometheus_url,
+        }
+
+    def monitor_start(self, metrics: Iterable[str] | str | None = None) -> dict[str, Any]:
+        names = [metrics] if isinstance(metrics, str) else [str(m) for m in metrics or ()]
+        try:
+            session = self.tracker.start_session(names)
+        except SessionError as exc:
+            return self._refusal(exc)
+        logger.info("dask-metrics: monitor session %d started", session.id)
+        return {"ok": True, "session": session.to_dict()}
+
+    async def monitor_stop(self, wait: bool = True, timeout: float | None = None) -> dict[str, Any]:
+        """Stop the session; with ``wait``, once the DAGs unfinished now have finished.
+        After ``timeout`` seconds of waiting the session is left running and ok is False."""
+        session = self.tracker.session
+        if session is None or session.stop is not None:
+            return self._refusal(SessionError("no monitor session is running"))
+        if wait:
+            dags = self.tracker.unfinished()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while any(dag.finished is None for dag in dags):
+                if deadline is not None and time.monotonic() >= deadline:
+                    left = sum(dag.finished is None for dag in dags)
+                    error = f"timed out after {timeout} s waiting for {left} DAG(s) to finish"
+                    return self._refusal(SessionError(error + "; the session is still running"))
+                await asyncio.sleep(self.stop_poll_interval)
+        if self.tracker.session is not session:  # another client stopped and restarted it
+            return self._refusal(SessionError(f"monitor session {session.id} was already stopped"))
+        try:
+            self.tracker.stop_session()
+        except SessionError as exc:
+            return self._refusal(exc)
+        logger.info("dask-metrics: monitor session %d stopped", session.id)
+        return {"ok": True, "session": session.to_dict()}
+
+    def _refusal(self, exc: Exception) -> dict[str, Any]:
+        session = self.tracker.session
+        return {"ok": False, "error": str(exc), "session": session and session.to_dict()}
+
+    def monitor_status(self) -> dict[str, Any]:
+        session = self.tracker.session
+        job_id, dag_id = self.tracker.current()
+        return {
+            "running": session is not None and session.stop is None,
+            "session": session and session.to_dict(),
+            "job_mode": self.tracker.mode.value,
+            "current_job": job_id,
+            "current_dag": dag_id,
+            "unfinished_dags": len(self.tracker.unfinished()),
+            "prometheus_url": self._prometheus_url,
+            "metrics_port": self._metrics_port(),
+        }
+
+    def monitor_sessions(self, since: int = -1) -> list[dict[str, Any]]:
+        return [s.to_dict() for s in self.tracker.sessions(since)]
+
+    def new_job(self, name: str | None = None) -> dict[str, Any]:
+        try:
+            job = self.tracker.new_job(name)
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
+        return {"ok": True, "job_id": job.id}
+
+    def dags(self, job_id: int | None = None) -> list[dict[str, Any]]:
+        """The DAGs held (unfinished and recently finished), by job then DAG number."""
+        held = [d for d in self.tracker.dags() if job_id is None or d.job.id == job_id]
+        return [d.to_dict() for d in sorted(held, key=lambda d: (d.job.id, d.id))]
+
+    def prometheus_url(self) -> str | None:
+        return self._prometheus_url

@@ -1,0 +1,209 @@
+"""The SchedulerPlugin: feeds a JobTracker from Dask's hooks and exports it. Every hook is
+guarded: a failure is logged and counted in ``dask_job_plugin_errors_total``, and the
+scheduler carries on."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+from prometheus_client.metrics_core import Metric
+from tornado.ioloop import PeriodicCallback
+
+from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
+from dask_metrics.exporter.job_tracker import JobMode, JobTracker
+from dask_metrics.exporter.scheduler import dask_internals
+from dask_metrics.exporter.scheduler.families import HUB, SourceCollector, errors_family, families
+from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
+from dask_metrics.exporter.scheduler.serving import MetricsServer
+from dask_metrics.exporter.scheduler.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "dask-metrics-jobs"
+HOOKS = (
+    "update_graph",
+    "transition",
+    "add_worker",
+    "remove_worker",
+    "remove_client",
+    "log_event",
+    "evict",
+    "collect",
+)
+_TASK_OVER = frozenset({"memory", "erred", "forgotten"})
+
+
+class JobPlugin(SchedulerPlugin):
+    """Feeds a JobTracker from the scheduler's hooks and serves it to clients and Prometheus."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.from_config()
+        s = self.settings
+        self.tracker = JobTracker(
+            s.job_mode,
+            max_finished_dags=s.max_finished_dags,
+            finished_dag_ttl=s.finished_dag_ttl,
+            max_jobs=s.max_jobs,
+            max_sessions=s.max_sessions,
+            label_max_length=s.label_max_length,
+        )
+        self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port)
+        self.errors: dict[str, int] = dict.fromkeys(HOOKS, 0)
+        self.metrics_port: int | None = None
+        self._last_logged: dict[str, float] = {}
+        self._scheduler: Any = None
+        self._detach: list[Callable[[], None]] = []
+        self._server: MetricsServer | None = None
+        self._evictor: PeriodicCallback | None = None
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def attach(self, scheduler: Any) -> None:
+        """Hook into ``scheduler``; idempotent, so dask_setup and start() may both call it."""
+        if self._scheduler is scheduler:
+            return
+        if self.settings.metrics_port is None:
+            HUB.add(self)
+        else:  # may fail (port taken): nothing else done yet
+            self._server = MetricsServer(SourceCollector(self), self.settings.metrics_port)
+            self.metrics_port = self._server.port
+            logger.info("dask-metrics: serving dask_job_* on port %d /metrics", self.metrics_port)
+        self._scheduler = scheduler
+        self._detach = [
+            dask_internals.add_handlers(scheduler, self.monitor.handlers()),
+            dask_internals.tap_update_graph(scheduler),
+        ]
+        for address in dask_internals.worker_addresses(scheduler):
+            self.add_worker(scheduler, address)
+        period = max(0.1, min(self.settings.finished_dag_ttl / 2, 5.0))
+        self._evictor = PeriodicCallback(self._evict, period * 1000)
+        self._evictor.start()
+
+    async def start(self, scheduler: Any) -> None:
+        self.attach(scheduler)
+
+    async def close(self) -> None:
+        """Undo attach(); idempotent (dask_teardown and the scheduler's close both call it)."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is None:
+            return
+        HUB.remove(self)
+        if self._evictor is not None:
+            self._evictor.stop()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for undo in self._detach:
+            undo()
+        self._detach = []
+
+    # -- error accounting ------------------------------------------------------------------
+
+    def _failed(self, hook: str) -> None:
+        """Count a failed hook; log its traceback at most once a minute per hook."""
+        self.errors[hook] = self.errors.get(hook, 0) + 1
+        now = time.monotonic()
+        if now - self._last_logged.get(hook, -60.0) >= 60.0:
+            self._last_logged[hook] = now
+            logger.exception(
+                "dask-metrics: the %s hook failed (%d time(s) so far); the scheduler carries on",
+                hook,
+                self.errors[hook],
+            )
+
+    # -- scheduler hooks -------------------------------------------------------------------
+
+    def update_graph(
+        self,
+        scheduler: Any,
+        *,
+        client: str,
+        keys: Iterable[Any],
+        tasks: Iterable[Any],
+        **kwargs: Any,
+    ) -> None:
+        try:
+            submitter = dask_internals.submitting_task()
+            span = None
+            if self.tracker.mode is JobMode.SPAN and submitter is None:
+                span = dask_internals.submitted_span() or dask_internals.top_level_span(
+                    scheduler, keys
+                )
+            self.tracker.submit(
+                client=client,
+                tasks=tasks,
+                wanted=keys,
+                state_of=dask_internals.task_states(scheduler),
+                name=dask_internals.client_name(client),
+                span=span,
+                submitter=submitter,
+            )
+        except Exception:
+            self._failed("update_graph")
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            if finish == "processing":
+                worker = dask_internals.processing_worker(self._scheduler, key)
+                self.tracker.transition(key, start, finish, worker)
+            elif start == "processing" or finish in _TASK_OVER:
+                self.tracker.transition(key, start, finish)
+        except Exception:
+            self._failed("transition")
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        try:
+            name, address, published = dask_internals.worker_info(scheduler, worker, STARTUP_KEY)
+            gpus: list[tuple[int, str]] = []
+            if published is not None:
+                try:
+                    gpus = [(g.index, g.uuid) for g in WorkerIdentity.from_dict(published).gpus]
+                except ValueError as exc:
+                    logger.warning("dask-metrics: worker %s: %s", worker, exc)
+            self.tracker.add_worker(worker, worker_label(name, address), gpus)
+        except Exception:
+            self._failed("add_worker")
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        try:
+            self.tracker.remove_worker(worker)
+        except Exception:
+            self._failed("remove_worker")
+
+    def remove_client(self, scheduler: Any, client: str) -> None:
+        try:
+            self.tracker.client_left(client)
+        except Exception:
+            self._failed("remove_client")
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        """Work stealing moves a task without a transition; only its log event tells."""
+        try:
+            moved = dask_internals.stolen(topic, msg)
+            if moved is not None:
+                self.tracker.task_moved(*moved)
+        except Exception:
+            self._failed("log_event")
+
+    def _evict(self) -> None:
+        try:
+            self.tracker.evict()
+        except Exception:
+            self._failed("evict")
+
+    # -- Prometheus --------------------------------------------------------------------------
+
+    def collect(self) -> list[Metric]:
+        """This scrape's families; a failure exports only the error counter, so a bug here
+        never costs the scheduler its own /metrics."""
+        try:
+            return families(self.tracker.snapshot(), dict(self.errors))
+        except Exception:
+            self._failed("collect")
+            return [errors_family(dict(self.errors))]

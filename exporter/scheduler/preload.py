@@ -1,0 +1,55 @@
+"""The preload's entry points, which Dask calls for ``--preload dask_metrics.scheduler``:
+``dask_setup`` (a click command, so the preload takes options) and ``dask_teardown``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import click
+
+from dask_metrics.exporter.job_tracker import JobMode
+from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
+from dask_metrics.exporter.scheduler.settings import CONFIG_SECTION, Settings
+
+logger = logging.getLogger(__name__)
+
+
+@click.command()
+@click.option(
+    "--job-mode",
+    type=click.Choice([m.value for m in JobMode]),
+    default=None,
+    help=f"how submissions form jobs (default: config {CONFIG_SECTION}.job-mode, else client)",
+)
+@click.option("--prometheus-url", default=None, help="Prometheus URL advertised to Monitors")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="serve dask_job_* on this port's /metrics instead of the scheduler's (0: any free)",
+)
+def dask_setup(
+    scheduler: Any, job_mode: str | None, prometheus_url: str | None, metrics_port: int | None
+) -> None:
+    """Add the plugin to the scheduler (once: a second preload of it is ignored)."""
+    if PLUGIN_NAME in scheduler.plugins:
+        logger.warning(
+            "dask-metrics: the scheduler already has %s; not adding it twice", PLUGIN_NAME
+        )
+        return
+    settings = Settings.from_config(
+        job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port
+    )
+    plugin = JobPlugin(settings)
+    plugin.attach(scheduler)
+    scheduler.add_plugin(plugin, name=PLUGIN_NAME)
+    logger.info("dask-metrics: tracking jobs and DAGs, job mode %s", settings.job_mode.value)
+
+
+async def dask_teardown(scheduler: Any) -> None:
+    """Undo dask_setup: the plugin's series, handlers and hooks leave with it."""
+    plugin = scheduler.plugins.get(PLUGIN_NAME)
+    if isinstance(plugin, JobPlugin):
+        await plugin.close()
+        scheduler.remove_plugin(name=PLUGIN_NAME)
