@@ -15,7 +15,9 @@ keeps working, says what happened in one line, and leaves nothing behind.
 | watch | a session that cannot be exported | test_watch_exports_later_sessions_after_a_failed_one |
 | watch | Prometheus down: one line, not one per retry | test_watch_says_prometheus_is_down_once |
 | monitor | no scheduler given, wrong port, bad address | test_monitor_status_without_a_scheduler_is_one_line |
-| exporter | many simulated GPUs, each its own UUID | test_simulated_gpus_have_distinct_uuids |
+| scheduler preload | bad setting (port in use, bad job-mode, TTL, count) | test_a_bad_preload_setting_stops_the_scheduler_with_one_line |
+| exporter (sidecar, worker preload) | TLS stalls, load, SIGTERM, absurd options, UUIDs | tests/test_faults_exporter.py |
+| Monitor | sessions, closed clients, attach after start | tests/test_faults_monitor.py |
 """
 
 from __future__ import annotations
@@ -436,3 +438,36 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(options: str, says:
     line = one_line_error(result)
     assert "cannot write the output" in line and says in line, line
     assert left == []
+
+
+# ---- scheduler preload: bad settings --------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--metrics-port", "BUSY"], {}, "--metrics-port: cannot listen (Address already in use)"),
+    ([], {"DASK_DASK_METRICS__SCHEDULER__JOB_MODE": "bogus"},
+     "dask-metrics.scheduler.job-mode: 'bogus' is not one of client, span, manual"),
+    ([], {"DASK_DASK_METRICS__SCHEDULER__FINISHED_DAG_TTL": "soon"},
+     "dask-metrics.scheduler.finished-dag-ttl: 'soon' is not a duration"),
+    ([], {"DASK_DASK_METRICS__SCHEDULER__MAX_JOBS": "many"},
+     "dask-metrics.scheduler.max-jobs: 'many' is not a whole number"),
+], ids=["port-in-use", "job-mode", "ttl", "max-jobs"])
+def test_a_bad_preload_setting_stops_the_scheduler_with_one_line(args: list[str],
+                                                                 env: dict[str, str], says: str):
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen(1)
+        args = [str(busy.getsockname()[1]) if a == "BUSY" else a for a in args]
+        result = subprocess.run(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+             "--port", "0", "--dashboard-address", "127.0.0.1:0", "--preload",
+             "dask_metrics.scheduler", *args],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("DASK_")}, **env})
+    log = result.stdout + result.stderr
+    lines = [line for line in log.splitlines() if "dask-metrics:" in line]
+    assert len(lines) == 1 and says in lines[0], log
+    assert "stopping the scheduler" in lines[0]
+    assert "Closing scheduler. Reason: dask-metrics-bad-setting" in log
+    assert "Traceback" not in log

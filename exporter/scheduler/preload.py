@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -38,13 +39,31 @@ def dask_setup(
             "dask-metrics: the scheduler already has %s; not adding it twice", PLUGIN_NAME
         )
         return
-    settings = Settings.from_config(
-        job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port
-    )
-    plugin = JobPlugin(settings)
-    plugin.attach(scheduler)
+    try:
+        settings = Settings.from_config(
+            job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port
+        )
+        plugin = JobPlugin(settings)
+        plugin.attach(scheduler)
+    except (ValueError, TypeError, OSError) as exc:
+        _stop(scheduler, exc)
+        return
     scheduler.add_plugin(plugin, name=PLUGIN_NAME)
     logger.info("dask-metrics: tracking jobs and DAGs, job mode %s", settings.job_mode.value)
+
+
+def _stop(scheduler: Any, exc: BaseException) -> None:
+    """A bad setting stops the scheduler, with one line saying which and why: Dask would
+    only log the traceback and run on without the plugin, and a cluster that looks
+    monitored but exports no jobs loses every session in silence."""
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, ValueError):
+        reason = f"--metrics-port: cannot listen ({exc.strerror or reason})"
+    logger.error("dask-metrics: %s; stopping the scheduler rather than running it without "
+                 "job tracking (fix the setting, or remove --preload dask_metrics.scheduler)",
+                 reason)
+    asyncio.get_running_loop().call_soon(
+        lambda: asyncio.ensure_future(scheduler.close(reason="dask-metrics-bad-setting")))
 
 
 async def dask_teardown(scheduler: Any) -> None:

@@ -45,19 +45,31 @@ class Settings:
             value = overrides.get(name.replace("-", "_"))
             return dask.config.get(f"{CONFIG_SECTION}.{name}") if value is None else value
 
+        def read(name: str, convert: Any, accepted: str) -> Any:
+            value = get(name)
+            try:
+                result = convert(value)
+            except (ValueError, TypeError, KeyError):
+                result = None
+            if result is None:
+                raise ValueError(f"{CONFIG_SECTION}.{name}: {value!r} is not {accepted}")
+            return result
+
+        def count(low: int, high: int = 2**31) -> Any:
+            return lambda v: int(v) if low <= int(v) < high and float(v) == int(v) else None
+
         port = get("metrics-port")
-        try:
-            mode = JobMode(get("job-mode"))
-        except ValueError:
-            choices = ", ".join(m.value for m in JobMode)
-            raise ValueError(f"{CONFIG_SECTION}.job-mode must be one of {choices}") from None
         return cls(
-            job_mode=mode,
+            job_mode=read("job-mode", JobMode, "one of " + ", ".join(m.value for m in JobMode)),
             prometheus_url=get("prometheus-url") or None,
-            metrics_port=None if port is None or port == "" else int(port),
-            max_finished_dags=int(get("max-finished-dags")),
-            finished_dag_ttl=float(parse_timedelta(get("finished-dag-ttl"), default="s")),
-            max_jobs=int(get("max-jobs")),
-            max_sessions=int(get("max-sessions")),
-            label_max_length=int(get("label-max-length")),
+            metrics_port=None if port is None or port == ""
+            else read("metrics-port", count(0, 65536), "a port (0-65535)"),
+            max_finished_dags=read("max-finished-dags", count(0), "a whole number, 0 or more"),
+            finished_dag_ttl=read(
+                "finished-dag-ttl",
+                lambda v: t if (t := float(parse_timedelta(v, default="s"))) >= 0 else None,
+                "a duration such as 300s or 5m"),
+            max_jobs=read("max-jobs", count(1), "a whole number, 1 or more"),
+            max_sessions=read("max-sessions", count(1), "a whole number, 1 or more"),
+            label_max_length=read("label-max-length", count(16), "a whole number, 16 or more"),
         )
