@@ -64,9 +64,13 @@ class MonitorHandlers:
             deadline = None if timeout is None else time.monotonic() + timeout
             while any(dag.finished is None for dag in dags):
                 if deadline is not None and time.monotonic() >= deadline:
-                    left = sum(dag.finished is None for dag in dags)
-                    error = f"timed out after {timeout} s waiting for {left} DAG(s) to finish"
-                    return self._refusal(SessionError(error + "; the session is still running"))
+                    left = [dag for dag in dags if dag.finished is None]
+                    error = f"timed out after {timeout} s waiting for {len(left)} DAG(s) to finish"
+                    reply = self._refusal(SessionError(error + "; the session is still running"))
+                    reply["timed_out"] = True  # what is left, for the caller's message
+                    reply["unfinished"] = [{**dag.to_dict(), "pending": dag.pending}
+                                           for dag in left]
+                    return reply
                 await asyncio.sleep(self.stop_poll_interval)
         if self.tracker.session is not session:  # another client stopped and restarted it
             return self._refusal(SessionError(f"monitor session {session.id} was already stopped"))
