@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.connection import ENV_URL
 from tests.fake_nvml import FakeNVML, build_fake_nvml
+
+
+@pytest.fixture(autouse=True)
+def _no_prometheus_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's DASK_METRICS_PROMETHEUS_URL must not reach the collector in a test."""
+    monkeypatch.delenv(ENV_URL, raising=False)
 
 
 @pytest.fixture(scope="session")

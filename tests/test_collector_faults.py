@@ -10,23 +10,20 @@ against a real one in test_collector_prometheus.py. Each CLI failure must be one
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli import main
-from dask_metrics.collector.connection import ENV_URL
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
-from tests.exporter_helpers import free_port
+from tests.helpers import collector, free_port
 
 EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}
 
@@ -92,18 +89,6 @@ def stub_server(*replies: Reply) -> Iterator[Stub]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.fixture(autouse=True)
-def _no_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_URL, raising=False)
-
-
-def collector(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def fails_in_one_line(args: list[str], code: int, tmp_path: Path) -> str:

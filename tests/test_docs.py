@@ -43,8 +43,8 @@ from tests.doc_commands import (
     python_key,
     shell_commands,
 )
-from tests.exporter_helpers import free_port, http_get, processes, scrape, values, wait_for
 from tests.fake_nvml import FakeNVML
+from tests.helpers import free_port, http_get, processes, scrape, values, wait_for
 from tests.prometheus_helpers import OpenMetrics, create_blocks, requires_prometheus, run_prometheus
 
 GiB = 2**30

@@ -19,8 +19,7 @@ from prometheus_client import REGISTRY, generate_latest
 from dask_metrics.exporter import scheduler as preload
 from dask_metrics.exporter.identity import STARTUP_KEY, GpuRef, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_tracker import JobMode
-from tests.exporter_helpers import wait_for
-from tests.scheduler_helpers import Scrape, scrape
+from tests.helpers import Scrape, scrape, wait_for
 
 RUNNING, FINISHED, ERRED = 1.0, 2.0, 3.0
 
