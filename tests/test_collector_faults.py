@@ -111,6 +111,7 @@ def test_prometheus_down(tmp_path: Path) -> None:
     assert "hunter2" not in line and "bob" not in line
 
 
+@pytest.mark.integration
 def test_server_errors_are_retried_then_reported(tmp_path: Path) -> None:
     with stub_server(Reply(500, "upstream exploded\n", "text/plain")) as stub:
         line = fails_in_one_line(["--prometheus", stub.url, "--retries", "2"], 1, tmp_path)
@@ -118,6 +119,7 @@ def test_server_errors_are_retried_then_reported(tmp_path: Path) -> None:
     assert len(stub.requests) == 3
 
 
+@pytest.mark.integration
 def test_retry_after_429_and_502_then_success() -> None:
     replies = (Reply(429, "slow down", "text/plain", headers={"Retry-After": "0"}),
                Reply(502, "<html>bad gateway</html>", "text/html"), Reply())
@@ -126,6 +128,7 @@ def test_retry_after_429_and_502_then_success() -> None:
     assert len(stub.requests) == 3
 
 
+@pytest.mark.integration
 def test_an_engine_timeout_is_not_retried_but_can_be_split() -> None:
     timeout = {"status": "error", "errorType": "timeout",
                "error": "query timed out in expression evaluation"}
@@ -137,6 +140,7 @@ def test_an_engine_timeout_is_not_retried_but_can_be_split() -> None:
     assert len(stub.requests) == 1  # retrying the same query would only time out again
 
 
+@pytest.mark.integration
 def test_a_hanging_server_hits_the_read_timeout(tmp_path: Path) -> None:
     with stub_server(Reply(delay=3)) as stub:
         started = time.monotonic()
@@ -145,6 +149,7 @@ def test_a_hanging_server_hits_the_read_timeout(tmp_path: Path) -> None:
     assert "did not answer within 0.5 s" in line and "--timeout" in line
 
 
+@pytest.mark.integration
 def test_a_non_json_answer_is_explained(tmp_path: Path) -> None:
     page = "<!doctype html><html><title>Grafana</title></html>"
     with stub_server(Reply(200, page, "text/html")) as stub:
@@ -152,6 +157,7 @@ def test_a_non_json_answer_is_explained(tmp_path: Path) -> None:
     assert "text/html, not the API's JSON" in line and "<!doctype html>" in line
 
 
+@pytest.mark.integration
 def test_warnings_and_partial_responses_are_shown(tmp_path: Path) -> None:
     partial = {"status": "success", "data": {"resultType": "vector", "result": []},
                "warnings": ["partial response: store gateway sg-1 unavailable"]}
@@ -169,6 +175,7 @@ def test_warnings_and_partial_responses_are_shown(tmp_path: Path) -> None:
     assert stderr.splitlines()[-1].startswith("collector: error: no GPU series")
 
 
+@pytest.mark.integration
 def test_auth_headers_and_post_form(tmp_path: Path) -> None:
     """What goes on the wire (a real Prometheus ignores these headers, so a stub records
     them): queries are form-encoded POSTs, the token and tenant header are sent, never shown."""

@@ -415,6 +415,7 @@ def fake_env(fake: FakeNVML, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@pytest.mark.integration
 def test_sidecar_follows_a_worker_info_file(fake_nvml, tmp_path):
     from dask_metrics.exporter.identity import GpuRef, WorkerIdentity, write_info_file
 
@@ -441,6 +442,7 @@ def test_sidecar_follows_a_worker_info_file(fake_nvml, tmp_path):
     assert len(lines) == 1 and 'worker="w-7"' in lines[0] and fake_nvml.uuid(1) in lines[0]
 
 
+@pytest.mark.integration
 def test_simulated_sidecar(tmp_path):
     port = free_port()
     start = documented("dask-metrics-exporter --simulate 2 --simulate-memory 4GiB --listen "
@@ -484,6 +486,7 @@ def scheduler_status(address: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.integration
 def test_local_deployment(fake_nvml, tmp_path):
     """README's and deploy.md's one-machine commands, scheduler.md's scheduler variants."""
     sched = [(free_port(), free_port()) for _ in range(4)]  # (port, dashboard) each
@@ -616,6 +619,7 @@ def run_collector(command: str, capsys) -> tuple[int, str, str]:
 
 
 @requires_prometheus
+@pytest.mark.integration
 def test_collector_commands(tmp_path, monkeypatch, capsys):
     om, session_start, session_stop = _dataset(time.time())
     blocks = create_blocks(om, tmp_path / "blocks")
@@ -713,6 +717,7 @@ def test_the_docs_have_promql_examples():
 
 
 @requires_prometheus
+@pytest.mark.integration
 def test_prometheus_configurations_in_the_docs_pass_promtool(tmp_path):
     """Every ```yaml block with scrape_configs is a valid Prometheus configuration."""
     checked = 0
@@ -751,6 +756,7 @@ raise SystemExit(1)
 """
 
 
+@pytest.mark.integration
 def test_benchmark_command_lines_parse():
     """The benchmarks take minutes each (their results are docs/benchmarks.md): here each
     documented command line goes through the benchmark's own argument parser, which stops it

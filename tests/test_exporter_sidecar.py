@@ -25,6 +25,7 @@ from tests.helpers import (
     wait_for,
 )
 
+pytestmark = pytest.mark.integration  # every test runs the exporter as a program
 FAST = ("--interval", "0.1")
 
 

@@ -97,6 +97,7 @@ def test_read_export_refuses_what_is_not_a_tidy_export(tmp_path, export_dir):
         read_export(tmp_path / "missing")
 
 
+@pytest.mark.integration
 def test_plot_command_on_an_export_folder(export_dir, tmp_path):
     out = tmp_path / "plots"
     done = collector_process("plot", "--csv", str(export_dir), "--out", str(out), "--format", "png",
@@ -121,6 +122,7 @@ def test_plot_command_on_an_export_folder(export_dir, tmp_path):
     (["--csv", "EXPORT", "--out", "x", "--workers", "zz"], 1, "no worker in"),
     (["--csv", "EXPORT", "--out", "FILE/sub"], 1, "cannot write the output"),
 ])
+@pytest.mark.integration
 def test_plot_errors_are_one_line(export_dir, tmp_path, args, code, needle):
     (tmp_path / "file").write_text("")
     args = [a.replace("EXPORT", str(export_dir)).replace("FILE", str(tmp_path / "file"))
