@@ -2,7 +2,8 @@
 workers with the worker preload and one sidecar exporter each, and a real Prometheus
 scraping them every second with its data in a folder of the user's.
 
-It is what the demo runs, and a way to try dask-metrics on a workstation or one HPC node.
+It is what the demo runs, what every end-to-end test runs (StackOptions.worker_specs and env
+shape its workers), and a way to try dask-metrics on a workstation or one HPC node.
 Every process is stopped when the ``with`` block ends, however it ends; each one's output
 is in ``<folder>/logs/``.
 """
