@@ -20,7 +20,6 @@ import shutil
 import signal
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.exporter_helpers import free_port
+from tests.helpers import free_port, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -259,19 +258,13 @@ def run_prometheus(workdir: Path, *, blocks: Path | None = None,
 
 
 def _wait_ready(server: PrometheusServer, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if server.process.poll() is not None:
             raise AssertionError(f"prometheus exited with {server.process.returncode}:\n"
                                  f"{server.log_tail()}")
-        try:
-            status, body = server.get("/-/ready", timeout=2)
-            if status == 200:
-                return
-            last = f"HTTP {status} {body.strip()}"
-        except OSError as exc:  # ssl.SSLError and URLError included
-            last = repr(exc)
-        time.sleep(0.05)
-    raise AssertionError(f"prometheus not ready after {timeout:g} s ({last}):\n"
-                         f"{server.log_tail()}")
+        return server.get("/-/ready", timeout=2)[0] == 200
+
+    try:
+        wait_for(ready, timeout=timeout, what="prometheus' /-/ready")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{server.log_tail()}") from None

@@ -10,23 +10,20 @@ against a real one in test_collector_prometheus.py. Each CLI failure must be one
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli import main
-from dask_metrics.collector.connection import ENV_URL
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
-from tests.exporter_helpers import free_port
+from tests.helpers import collector, free_port
 
 EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}
 
@@ -94,18 +91,6 @@ def stub_server(*replies: Reply) -> Iterator[Stub]:
         server.server_close()
 
 
-@pytest.fixture(autouse=True)
-def _no_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_URL, raising=False)
-
-
-def collector(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
 def fails_in_one_line(args: list[str], code: int, tmp_path: Path) -> str:
     """Run an export into tmp_path/out; check the one-line failure and that nothing is left."""
     out = tmp_path / "out"
@@ -126,6 +111,7 @@ def test_prometheus_down(tmp_path: Path) -> None:
     assert "hunter2" not in line and "bob" not in line
 
 
+@pytest.mark.integration
 def test_server_errors_are_retried_then_reported(tmp_path: Path) -> None:
     with stub_server(Reply(500, "upstream exploded\n", "text/plain")) as stub:
         line = fails_in_one_line(["--prometheus", stub.url, "--retries", "2"], 1, tmp_path)
@@ -133,6 +119,7 @@ def test_server_errors_are_retried_then_reported(tmp_path: Path) -> None:
     assert len(stub.requests) == 3
 
 
+@pytest.mark.integration
 def test_retry_after_429_and_502_then_success() -> None:
     replies = (Reply(429, "slow down", "text/plain", headers={"Retry-After": "0"}),
                Reply(502, "<html>bad gateway</html>", "text/html"), Reply())
@@ -141,6 +128,7 @@ def test_retry_after_429_and_502_then_success() -> None:
     assert len(stub.requests) == 3
 
 
+@pytest.mark.integration
 def test_an_engine_timeout_is_not_retried_but_can_be_split() -> None:
     timeout = {"status": "error", "errorType": "timeout",
                "error": "query timed out in expression evaluation"}
@@ -152,6 +140,7 @@ def test_an_engine_timeout_is_not_retried_but_can_be_split() -> None:
     assert len(stub.requests) == 1  # retrying the same query would only time out again
 
 
+@pytest.mark.integration
 def test_a_hanging_server_hits_the_read_timeout_and_is_retried(tmp_path: Path) -> None:
     with stub_server(Reply(delay=3)) as stub:
         started = time.monotonic()
@@ -162,6 +151,7 @@ def test_a_hanging_server_hits_the_read_timeout_and_is_retried(tmp_path: Path) -
     assert len(stub.requests) == 2
 
 
+@pytest.mark.integration
 def test_a_non_json_answer_is_explained(tmp_path: Path) -> None:
     page = "<!doctype html><html><title>Grafana</title></html>"
     with stub_server(Reply(200, page, "text/html")) as stub:
@@ -169,6 +159,7 @@ def test_a_non_json_answer_is_explained(tmp_path: Path) -> None:
     assert "text/html, not the API's JSON" in line and "<!doctype html>" in line
 
 
+@pytest.mark.integration
 def test_warnings_and_partial_responses_are_shown(tmp_path: Path) -> None:
     partial = {"status": "success", "data": {"resultType": "vector", "result": []},
                "warnings": ["partial response: store gateway sg-1 unavailable"]}
@@ -186,6 +177,7 @@ def test_warnings_and_partial_responses_are_shown(tmp_path: Path) -> None:
     assert stderr.splitlines()[-1].startswith("collector: error: no GPU series")
 
 
+@pytest.mark.integration
 def test_auth_headers_and_post_form(tmp_path: Path) -> None:
     """What goes on the wire (a real Prometheus ignores these headers, so a stub records
     them): queries are form-encoded POSTs, the token and tenant header are sent, never shown."""

@@ -7,19 +7,13 @@ gives (wrong credentials, a wrong path prefix, a bad query)."""
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
-import subprocess
-import sys
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli import main
 from dask_metrics.collector.columns import select, source_metrics
 from dask_metrics.collector.connection import ENV_URL
 from dask_metrics.collector.export import export
@@ -45,6 +39,7 @@ from tests.collector_dataset import (
     make_dataset,
     many_used,
 )
+from tests.helpers import Run, collector, collector_process
 from tests.prometheus_helpers import (
     PrometheusServer,
     create_blocks,
@@ -58,21 +53,6 @@ pytestmark = [requires_prometheus, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "alice", "s3cret-Pa55"
 MAX_SAMPLES = 100_000  # below the LONG worker's 108k samples: one 4 h chunk must be split
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-def collector(*args: str) -> Run:
-    """``collector ARGS`` in this process, its stdout and stderr captured."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(args))
-    return Run(code, out.getvalue(), err.getvalue())
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -110,11 +90,6 @@ def prom(blocks: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                         prefix="/prom", extra_args=[f"--query.max-samples={MAX_SAMPLES}"]
                         ) as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def _no_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_URL, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -558,16 +533,12 @@ def test_the_command_runs_as_a_program(prom: PrometheusServer, dataset: Dataset,
     not a terminal, so no progress; --quiet, so no summary."""
     out = tmp_path / "out"
     env = {"PATH": "/usr/bin:/bin", ENV_URL: prom.url_with(USER, PASSWORD)}
-    result = subprocess.run(
-        [sys.executable, "-m", "dask_metrics.collector", "export", "--since", str(dataset.core),
-         "--until", str(dataset.core + 60), "--workers", "w-b", "--out", str(out), "--quiet"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    result = collector_process("export", "--since", str(dataset.core), "--until",
+                               str(dataset.core + 60), "--workers", "w-b", "--out", str(out),
+                               "--quiet", env=env)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
     assert len(read_csv(out / "w-b.csv")) == 12
-    result = subprocess.run([sys.executable, "-m", "dask_metrics.collector", "export",
-                             "--since", "soon"],
-                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
-                            check=False)
+    result = collector_process("export", "--since", "soon", env=env)
     assert result.returncode == 2
     assert result.stderr.startswith("collector: error: --since: 'soon' is not a time")
     assert len(result.stderr.splitlines()) == 1

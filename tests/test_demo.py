@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.exporter_helpers import http_get, wait_for
 from tests.fake_nvml import GiB
+from tests.helpers import http_get, png_size, wait_for
 from tests.prometheus_helpers import requires_prometheus
 
 pytestmark = [pytest.mark.integration, requires_prometheus]
@@ -29,13 +28,6 @@ DEMO = ["bash", str(ROOT / "scripts" / "demo.sh")]
 WORKERS = ("worker-0", "worker-1", "worker-2")
 SPIKE_PERCENT = 25  # the default 1 GiB spike on a simulated GPU of 4 GiB
 FIXED = ["timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag"]
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk, after checking the signature."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
-    return struct.unpack(">II", head[16:24])
 
 
 def left_running(folder: Path) -> list[str]:

@@ -129,6 +129,7 @@ def test_copied_files_exist_and_the_context_is_an_allowlist():
             assert source.rstrip("/") in allowed, f"{source} is excluded from the context"
 
 
+@pytest.mark.integration
 def test_hadolint():
     hadolint = shutil.which("hadolint")
     if hadolint is None:
@@ -138,6 +139,7 @@ def test_hadolint():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration
 def test_shellcheck_entrypoint():
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
@@ -157,6 +159,7 @@ def test_shellcheck_entrypoint():
     (["dask", "worker", "tcp://s:8786", "--name", "a b"],
      ["dask", "worker", "tcp://s:8786", "--name", "a b"]),
 ])
+@pytest.mark.integration
 def test_entrypoint_runs_the_exporter_for_options_and_commands_as_given(tmp_path, args, expected):
     """The image's entry point, run with /bin/sh and stand-in commands on PATH."""
     bin_dir = tmp_path / "bin"
@@ -275,6 +278,7 @@ def test_every_file_the_stack_references_exists():
                 assert source in declared, f"{name}: volume {source} is not declared"
 
 
+@pytest.mark.integration
 def test_prometheus_config_passes_promtool_with_its_mounts(tmp_path):
     """Lay out the files as compose mounts them into the Prometheus container, then check."""
     promtool = shutil.which("promtool")

@@ -43,8 +43,8 @@ from tests.doc_commands import (
     python_key,
     shell_commands,
 )
-from tests.exporter_helpers import free_port, http_get, processes, scrape, values, wait_for
 from tests.fake_nvml import FakeNVML
+from tests.helpers import free_port, http_get, processes, scrape, values, wait_for
 from tests.prometheus_helpers import OpenMetrics, create_blocks, requires_prometheus, run_prometheus
 
 GiB = 2**30
@@ -437,6 +437,7 @@ def fake_env(fake: FakeNVML, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@pytest.mark.integration
 def test_sidecar_follows_a_worker_info_file(fake_nvml, tmp_path):
     from dask_metrics.exporter.identity import GpuRef, WorkerIdentity, write_info_file
 
@@ -463,6 +464,7 @@ def test_sidecar_follows_a_worker_info_file(fake_nvml, tmp_path):
     assert len(lines) == 1 and 'worker="w-7"' in lines[0] and fake_nvml.uuid(1) in lines[0]
 
 
+@pytest.mark.integration
 def test_simulated_sidecar(tmp_path):
     port = free_port()
     start = documented("dask-metrics-exporter --simulate 2 --simulate-memory 4GiB --listen "
@@ -506,6 +508,7 @@ def scheduler_status(address: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.integration
 def test_local_deployment(fake_nvml, tmp_path):
     """README's and deploy.md's one-machine commands, scheduler.md's scheduler variants."""
     sched = [(free_port(), free_port()) for _ in range(4)]  # (port, dashboard) each
@@ -638,6 +641,7 @@ def run_collector(command: str, capsys) -> tuple[int, str, str]:
 
 
 @requires_prometheus
+@pytest.mark.integration
 def test_collector_commands(tmp_path, monkeypatch, capsys):
     om, session_start, session_stop = _dataset(time.time())
     blocks = create_blocks(om, tmp_path / "blocks")
@@ -735,6 +739,7 @@ def test_the_docs_have_promql_examples():
 
 
 @requires_prometheus
+@pytest.mark.integration
 def test_prometheus_configurations_in_the_docs_pass_promtool(tmp_path):
     """Every ```yaml block with scrape_configs is a valid Prometheus configuration."""
     checked = 0
@@ -773,6 +778,7 @@ raise SystemExit(1)
 """
 
 
+@pytest.mark.integration
 def test_benchmark_command_lines_parse():
     """The benchmarks take minutes each (their results are docs/benchmarks.md): here each
     documented command line goes through the benchmark's own argument parser, which stops it

@@ -5,35 +5,33 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 
 from dask_metrics import contract
 from dask_metrics.exporter.identity import GpuRef, WorkerIdentity, write_info_file
-from tests.exporter_helpers import (
+from tests.fake_nvml import FakeGPU, FakeMIG, FakeNVML, GiB, MiB
+from tests.helpers import (
+    clean_env,
+    exporter_process,
     free_port,
     http_get,
+    no_nvml_env,
     scrape,
     sidecar,
     value,
     values,
     wait_for,
 )
-from tests.fake_nvml import FakeGPU, FakeMIG, FakeNVML, GiB, MiB
 
+pytestmark = pytest.mark.integration  # every test runs the exporter as a program
 FAST = ("--interval", "0.1")
 
 
 def gpu_labels(fake: FakeNVML, index: int, worker: str = "w0", position: int | None = None):
     return {"worker": worker, "gpu": str(index if position is None else position),
             "uuid": fake.uuid(index)}
-
-
-def run_exporter(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dask_metrics.exporter", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
 
 
 def wait_until_scripted(fake: FakeNVML, t: float) -> None:
@@ -79,7 +77,7 @@ def test_every_exported_name_is_documented_and_promtool_agrees(fake_nvml):
     fake_nvml.write()
     with sidecar("--worker", "w0", "--pids", str(os.getpid()), env=fake_nvml.env) as base:
         text = http_get(base + "/metrics")[1]
-        names = {name for name, _ in scrape(base + "/metrics")}
+        names = set(scrape(base + "/metrics").samples)
     documented = {spec.name for spec in contract.GPU_SPECS}
     ours = {n for n in names if n.startswith("dask_")}
     assert ours - {"dask_gpu_exporter_nvml_errors_total"} <= documented
@@ -189,7 +187,7 @@ def test_gpu_lost_then_back(fake_nvml):
 def test_nvml_init_failure_is_one_line_and_exit_3(fake_nvml, init_error, needle):
     fake_nvml.init_error = init_error
     fake_nvml.write()
-    result = run_exporter("--listen", f"127.0.0.1:{free_port()}", env=fake_nvml.env)
+    result = exporter_process("--listen", f"127.0.0.1:{free_port()}", env=fake_nvml.env)
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "--simulate" in lines[0]
@@ -197,8 +195,7 @@ def test_nvml_init_failure_is_one_line_and_exit_3(fake_nvml, init_error, needle)
 
 
 def test_no_nvml_library_at_all():
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
-    result = run_exporter("--listen", f"127.0.0.1:{free_port()}", env=env)
+    result = exporter_process("--listen", f"127.0.0.1:{free_port()}", env=no_nvml_env())
     assert result.returncode == 3
     assert "libnvidia-ml.so.1" in result.stderr and "Traceback" not in result.stderr
 
@@ -209,7 +206,7 @@ def test_no_nvml_library_at_all():
      (["--config", "/nonexistent.yaml"], "cannot read config file")],
 )
 def test_bad_options_exit_2_with_one_line(fake_nvml, args, needle):
-    result = run_exporter(*args, env=fake_nvml.env)
+    result = exporter_process(*args, env=fake_nvml.env)
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
@@ -217,7 +214,7 @@ def test_bad_options_exit_2_with_one_line(fake_nvml, args, needle):
 def test_listen_address_in_use(fake_nvml):
     port = free_port()
     with sidecar("--worker", "w0", env=fake_nvml.env, port=port):
-        result = run_exporter("--listen", f"127.0.0.1:{port}", env=fake_nvml.env)
+        result = exporter_process("--listen", f"127.0.0.1:{port}", env=fake_nvml.env)
     assert result.returncode == 1 and "cannot listen" in result.stderr
 
 
@@ -263,9 +260,7 @@ def test_worker_info_file_written_after_start(fake_nvml, tmp_path):
     path.parent.mkdir()
     fake_nvml.gpus[1].processes = [(4242, 5 * GiB)]
     fake_nvml.write()
-    env = {k: v for k, v in fake_nvml.env.items() if k not in ("CUDA_VISIBLE_DEVICES",
-                                                                "DASK_WORKER_NAME")}
-    with sidecar("--worker-info-file", str(path), *FAST, env=env) as base:
+    with sidecar("--worker-info-file", str(path), *FAST, env=clean_env(fake_nvml.env)) as base:
         assert not values(scrape(base + "/metrics"), "dask_gpu_up")  # only the worker's GPUs
         identity = WorkerIdentity("w-9", "tcp://10.1.2.3:40000", 4242, "node-a",
                                   (GpuRef(0, fake_nvml.uuid(1)),))
@@ -300,6 +295,6 @@ def test_tls(fake_nvml, tmp_path):
         assert status == 200 and "dask_gpu_up" in text
         with pytest.raises(OSError):  # plain HTTP gets no answer from a TLS port
             http_get(base.replace("https://", "http://") + "/metrics")
-    result = run_exporter("--tls-cert-file", str(cert), "--tls-key-file", str(cert),
+    result = exporter_process("--tls-cert-file", str(cert), "--tls-key-file", str(cert),
                           "--listen", f"127.0.0.1:{free_port()}", env=fake_nvml.env)
     assert result.returncode == 2 and "TLS" in result.stderr

@@ -5,15 +5,14 @@ worker-info file, and a worker that starts fine without any NVML."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
 from distributed import Client, LocalCluster
 from prometheus_client import REGISTRY
 
-from tests.exporter_helpers import free_port, processes, scrape, value, values, wait_for
 from tests.fake_nvml import GiB
+from tests.helpers import free_port, no_nvml_env, processes, scrape, value, values, wait_for
 
 DASK = [sys.executable, "-m", "dask"]  # this interpreter's Dask, not whatever is on PATH
 pytestmark = pytest.mark.integration
@@ -62,8 +61,7 @@ def test_worker_preload_serves_its_gpus_and_publishes_its_identity(fake_nvml, tm
 
 
 def test_worker_without_nvml_runs_and_says_so(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
-    cluster, sched_port, worker_http = start_cluster(env)
+    cluster, sched_port, worker_http = start_cluster(no_nvml_env())
     with cluster as procs, Client(f"tcp://127.0.0.1:{sched_port}", timeout=30) as client:
         client.wait_for_workers(1, timeout=60)
         assert client.submit(sum, [2, 3]).result(timeout=30) == 5

@@ -49,6 +49,7 @@ def run_pynvml(fake: FakeNVML, code: str, *, init: bool = True, timeout: float =
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_identity_and_telemetry(fake_nvml: FakeNVML) -> None:
     """Every static field comes back through pynvml, per GPU."""
     g0, g1 = fake_nvml.gpus
@@ -115,6 +116,7 @@ def test_identity_and_telemetry(fake_nvml: FakeNVML) -> None:
     assert (b["sm"], b["mem"]) == (1980, 2619)
 
 
+@pytest.mark.integration
 def test_struct_versions_checked(fake_nvml: FakeNVML) -> None:
     """A wrong struct version is refused as real NVML does (v2 memory, TemperatureV)."""
     out = run_pynvml(
@@ -131,6 +133,7 @@ def test_struct_versions_checked(fake_nvml: FakeNVML) -> None:
     assert out == ["NVMLError_ArgumentVersionMismatch", 25]
 
 
+@pytest.mark.integration
 def test_handle_lookups(fake_nvml: FakeNVML) -> None:
     """Handles by UUID and PCI bus id (any spelling) are the GPUs'; unknown ones NotFound."""
     fake_nvml.gpus[1].pci_bus_id = "0000:3b:00.0"
@@ -152,6 +155,7 @@ def test_handle_lookups(fake_nvml: FakeNVML) -> None:
                    "NVMLError_InvalidArgument"]  # fmt: skip
 
 
+@pytest.mark.integration
 def test_processes(fake_nvml: FakeNVML) -> None:
     """The two-call INSUFFICIENT_SIZE protocol pynvml drives returns every process."""
     many = [(10_000 + i, i * MiB) for i in range(40)]
@@ -177,6 +181,7 @@ def test_processes(fake_nvml: FakeNVML) -> None:
     assert out[3] == []
 
 
+@pytest.mark.integration
 def test_mig_children(fake_nvml: FakeNVML) -> None:
     """MIG children have their own UUID, name, memory and processes; no utilisation."""
     fake_nvml.gpus[1].mig = [
@@ -231,6 +236,7 @@ def test_mig_children(fake_nvml: FakeNVML) -> None:
                              "NVMLError_InvalidArgument"]  # fmt: skip
 
 
+@pytest.mark.integration
 def test_unsupported_and_lost(fake_nvml: FakeNVML) -> None:
     """Unsupported calls raise NotSupported on that device only; a lost GPU still counts."""
     fake_nvml.gpus[0].unsupported = {"GetPowerUsage", "GetTemperature", "GetMemoryInfo_v2"}
@@ -262,6 +268,7 @@ def test_unsupported_and_lost(fake_nvml: FakeNVML) -> None:
         (fn.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "NVMLError_LibRmVersionMismatch"),
     ],
 )
+@pytest.mark.integration
 def test_init_error(fake_nvml: FakeNVML, code: int, error: str) -> None:
     """A scripted init error surfaces as pynvml's matching exception class."""
     fake_nvml.init_error = code
@@ -269,6 +276,7 @@ def test_init_error(fake_nvml: FakeNVML, code: int, error: str) -> None:
     assert run_pynvml(fake_nvml, "out = err(nv.nvmlInit)", init=False) == error
 
 
+@pytest.mark.integration
 def test_missing_or_malformed_state(fake_nvml: FakeNVML) -> None:
     """No file: DriverNotLoaded. Garbage: Unknown, reported once on stderr, no crash."""
     fake_nvml.state_path.unlink()
@@ -285,6 +293,7 @@ def test_missing_or_malformed_state(fake_nvml: FakeNVML) -> None:
     assert len(lines) == 1 and "line 2" in lines[0] and "memory_used" in lines[0], proc.stderr
 
 
+@pytest.mark.integration
 def test_refcounted_init(fake_nvml: FakeNVML) -> None:
     """Init is reference counted; calls after the last shutdown are Uninitialized."""
     out = run_pynvml(
@@ -327,6 +336,7 @@ out = {{"runs": runs, "energy": energy}}
 """
 
 
+@pytest.mark.integration
 def test_timeline(fake_nvml: FakeNVML) -> None:
     """Timeline entries take effect at epoch + t: a memory spike, a utilisation step, a GPU
     lost and back, energy following power. Every sample is checked against its time bounds."""
@@ -360,6 +370,7 @@ def test_timeline(fake_nvml: FakeNVML) -> None:
         assert energy(before) - 1 <= e <= energy(after) + 1, (before, after, e)
 
 
+@pytest.mark.integration
 def test_rewrite_seen_by_running_process(fake_nvml: FakeNVML) -> None:
     """A state rewrite (atomic replace) reaches a process that already initialised NVML."""
     script = PRELUDE + textwrap.dedent(
@@ -388,6 +399,7 @@ def test_rewrite_seen_by_running_process(fake_nvml: FakeNVML) -> None:
     assert json.loads(stdout) == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", 3]
 
 
+@pytest.mark.integration
 def test_in_process(fake_nvml: FakeNVML, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """load_in_process makes pynvml's CDLL("libnvidia-ml.so.1") the fake; rapid rewrites and
     a changed FAKE_NVML_STATE are seen at the next call."""
@@ -413,6 +425,7 @@ def test_in_process(fake_nvml: FakeNVML, tmp_path: Path, monkeypatch: pytest.Mon
         pynvml.nvmlDeviceGetCount()
 
 
+@pytest.mark.integration
 def test_harness_env_and_validation(fake_nvml: FakeNVML, monkeypatch: pytest.MonkeyPatch) -> None:
     """env prepends the fake to LD_LIBRARY_PATH; bad scripts fail in Python, not in C."""
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/elsewhere")

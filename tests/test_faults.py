@@ -44,21 +44,10 @@ from distributed import Client, LocalCluster
 
 from dask_metrics import Monitor, contract
 from dask_metrics.collector import watch
-from dask_metrics.collector.connection import ENV_URL
-from dask_metrics.demo.localstack import free_port
-from tests.exporter_helpers import wait_for
+from tests.helpers import clean_env, collector_process, free_port, wait_for
 from tests.prometheus_helpers import OpenMetrics, create_blocks, run_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_collector(*args: str, timeout: float = 60, **kwargs: object
-                  ) -> subprocess.CompletedProcess[str]:
-    """``python -m dask_metrics.collector ARGS`` with no Prometheus URL from the environment."""
-    env = {k: v for k, v in os.environ.items() if k != ENV_URL}
-    return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          check=False, **kwargs)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
@@ -152,7 +141,7 @@ def test_echoed_credentials_never_reach_the_output(how: str, status: int, tmp_pa
         else:
             (tmp_path / "token").write_text(TOKEN + "\n")
             conn = ["--prometheus", url, "--bearer-token-file", str(tmp_path / "token")]
-        result = run_collector("export", "--since", "1h", "--out", str(tmp_path / "out"),
+        result = collector_process("export", "--since", "1h", "--out", str(tmp_path / "out"),
                                "--retries", "0", *conn)
     assert seen, "the server was asked"
     sent = seen[0].get("Authorization", "")
@@ -201,7 +190,7 @@ def test_watch_exports_later_sessions_after_a_failed_one(tmp_path: Path):
                                tmp_path / "blocks")
         out = tmp_path / "archive"
         with run_prometheus(tmp_path / "prom", blocks=blocks) as prom:
-            runs = [run_collector("watch", "--scheduler", lc.scheduler_address, "--out",
+            runs = [collector_process("watch", "--scheduler", lc.scheduler_address, "--out",
                                   str(out), "--once", "--prometheus", prom.url)
                     for _ in range(watch.MAX_TRIES + 1)]
     done = out / watch.session_folder(second)
@@ -229,7 +218,7 @@ def test_watch_says_prometheus_is_down_once(tmp_path: Path):
         monitor = Monitor(client)
         monitor.start()
         monitor.stop()
-        result = run_collector("watch", "--scheduler", lc.scheduler_address, "--out",
+        result = collector_process("watch", "--scheduler", lc.scheduler_address, "--out",
                                str(tmp_path / "archive"), "--once", "--prometheus",
                                f"http://127.0.0.1:{free_port()}", "--retries", "2")
     assert result.returncode == 1
@@ -267,8 +256,7 @@ def test_a_signal_during_an_export_leaves_nothing(sig: signal.Signals, tmp_path:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dask_metrics.collector", "export", "--since", "1h", "--out",
              str(work / "out"), "--prometheus", url], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env={k: v for k, v in os.environ.items()
-                                                    if k != ENV_URL})
+            stderr=subprocess.PIPE, text=True, env=clean_env())
         try:
             wait_for(lambda: list(work.iterdir()), timeout=30)  # the staging folder
             proc.send_signal(sig)
@@ -310,8 +298,7 @@ def http_peer() -> Iterator[str]:
 ], ids=["none", "silent", "dashboard", "malformed", "scheme"])
 def test_monitor_status_without_a_scheduler_is_one_line(peer, code: int, says: str,
                                                         tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
-    env["DASK_CONFIG"] = str(tmp_path)  # no scheduler-address from a user's config files
+    env = clean_env(DASK_CONFIG=str(tmp_path))  # no scheduler-address from config files
     with (peer() if callable(peer) else nullcontext(peer)) as address:
         started = time.monotonic()
         args = ["--scheduler", address] if address else []
@@ -355,7 +342,7 @@ def test_cost_follows_the_data_not_the_range(tmp_path: Path):
                            "100y": ["--since", "100y"],
                            "2099": ["--since", "1y", "--until", "2099-01-01T00:00:00Z"]}.items():
             before = api_requests(prom)
-            result = run_collector("export", *span, "--out", str(tmp_path / name),
+            result = collector_process("export", *span, "--out", str(tmp_path / name),
                                    "--prometheus", prom.url, "--quiet", timeout=120)
             assert result.returncode == 0, result.stderr
             exported[name] = (rows_without_offsets(tmp_path / name), api_requests(prom) - before)
@@ -370,7 +357,7 @@ def test_times_out_of_range_are_usage_errors(tmp_path: Path):
     for when, says in (("0000-01-01T00:00:00Z", "year 0 is out of range"),
                        ("1969-12-31T23:59:59Z", "before 1970"),
                        ("9999-12-31T23:59:59Z", "must be before the end")):
-        result = run_collector("export", "--since", when, "--out", str(tmp_path / "out"),
+        result = collector_process("export", "--since", when, "--out", str(tmp_path / "out"),
                                "--prometheus", "http://127.0.0.1:1")
         assert says in one_line_error(result, 2), when
     assert list(tmp_path.iterdir()) == []
@@ -386,7 +373,7 @@ def test_times_out_of_range_are_usage_errors(tmp_path: Path):
 def test_steps_that_make_no_sense_are_refused(since: str, step: str, says: str,
                                               tmp_path: Path):
     with fake_api(lambda _form, _headers: (200, EMPTY)) as url:
-        result = run_collector("export", "--since", since, "--until", "now", "--step", step,
+        result = collector_process("export", "--since", since, "--until", "now", "--step", step,
                                "--out", str(tmp_path / "out"), "--prometheus", url)
     assert says in one_line_error(result, 2)
     assert list(tmp_path.iterdir()) == []
@@ -432,7 +419,7 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(options: str, says:
     blocks = create_blocks(gpu_data(now - 900, now - 600), tmp_path / "blocks")
     with (run_prometheus(tmp_path / "prom", blocks=blocks) as prom,
           small_filesystem(tmp_path / "small", options) as small):
-        result = run_collector("export", "--since", "20m", "--out", str(small / "out"),
+        result = collector_process("export", "--since", "20m", "--out", str(small / "out"),
                                "--prometheus", prom.url, "--quiet")
         left = list(small.iterdir())
     line = one_line_error(result)
@@ -464,7 +451,7 @@ def test_a_bad_preload_setting_stops_the_scheduler_with_one_line(args: list[str]
              "--port", "0", "--dashboard-address", "127.0.0.1:0", "--preload",
              "dask_metrics.scheduler", *args],
             capture_output=True, text=True, timeout=60, check=False,
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("DASK_")}, **env})
+            env=clean_env(**env))
     log = result.stdout + result.stderr
     lines = [line for line in log.splitlines() if "dask-metrics:" in line]
     assert len(lines) == 1 and says in lines[0], log

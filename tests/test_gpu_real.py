@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
-from tests.exporter_helpers import http_get, scrape, sidecar, value, values
+from tests.helpers import http_get, scrape, sidecar, value, values
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.integration]  # real NVML, a sidecar process
 
 
 @pytest.fixture(scope="module")

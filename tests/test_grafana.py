@@ -11,24 +11,21 @@ from __future__ import annotations
 import importlib.util
 import json
 import operator
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
-import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
-from tests.exporter_helpers import free_port, wait_for
+from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from tests.fake_nvml import FakeNVML, GiB
-from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
+from tests.helpers import clean_env, wait_for
+from tests.prometheus_helpers import requires_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -205,16 +202,15 @@ def test_provisioning_points_at_the_dashboards():
 
 @dataclass
 class Live:
-    prometheus: PrometheusServer
+    stack: LocalStack
     start: float
     end: float = 0.0
-    log_dir: Path = field(default_factory=Path)
 
     def api(self, path: str, **params: Any) -> Any:
-        status, body = self.prometheus.get(f"{path}?{urllib.parse.urlencode(params, doseq=True)}",
-                                           timeout=30)
-        reply = json.loads(body)
-        assert status == 200 and reply["status"] == "success", f"{path} {params}: {body[:500]}"
+        resp = requests.get(self.stack.prometheus_url + path, params=params, timeout=30)
+        reply = resp.json()
+        assert resp.status_code == 200 and reply["status"] == "success", (
+            f"{path} {params}: {resp.text[:500]}")
         return reply["data"]
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
@@ -242,33 +238,15 @@ def substitute(expr: str, values: dict[str, str]) -> str:
     return out
 
 
-def _start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _has(live: Live, expr: str) -> bool:
     return bool(live.query(expr))
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iterator[Live]:
-    """Scheduler (preload) + workers w1, w2 (worker preload publishing identity only) + one GPU
-    sidecar per worker + Prometheus scraping every second, after a workload of three DAGs in
-    two jobs (one DAG errs) and a monitor session.
+    """The local stack (what the demo runs): scheduler (preload) + workers w1, w2 (worker
+    preload publishing identity only) + one GPU sidecar per worker + Prometheus scraping every
+    second, after a workload of three DAGs in two jobs (one DAG errs) and a monitor session.
 
     w1's GPUs are simulated; w2 runs the real pynvml over the fake libnvidia-ml with GPU 0
     carrying the same UUID as w1's GPU 0 (a shared GPU) and GPU 1 lost mid-run (dask_gpu_up 0,
@@ -277,95 +255,58 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
     from distributed import Client
 
     work = tmp_path_factory.mktemp("grafana_live")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("DASK_METRICS_PROMETHEUS_URL", None)
     fake = FakeNVML(work / "nvml_state", fake_nvml_lib, gpus=2)
     fake.gpus[0].uuid = SIMULATED_UUID0
     fake.gpus[0].gpu_util, fake.gpus[0].memory_util = 70, 30
     fake.gpus[0].memory_used = 20 * GiB
     fake.write()
-    fake_env = {**env, **{k: v for k, v in fake.env.items() if k in ("LD_LIBRARY_PATH",
-                                                                      "FAKE_NVML_STATE")}}
-    sched_port, dash_port = free_port(), free_port()
-    sidecar_ports = {"w1": free_port(), "w2": free_port()}
-    scrape_configs = [
-        {"job_name": "dask-gpu", "static_configs": [
-            {"targets": [f"127.0.0.1:{p}" for p in sidecar_ports.values()]}]},
-        {"job_name": "dask-scheduler", "static_configs": [
-            {"targets": [f"127.0.0.1:{dash_port}"]}]},
-    ]
-    dask = [sys.executable, "-m", "dask"]
-    procs: list[subprocess.Popen[bytes]] = []
-    workers: dict[str, subprocess.Popen[bytes]] = {}
-    with run_prometheus(work / "prometheus", scrape_configs=scrape_configs) as prom:
-        live = Live(prom, start=time.time(), log_dir=work)
-        try:
-            procs.append(_start(
-                [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
-                 "--dashboard-address", f"127.0.0.1:{dash_port}", "--preload",
-                 "dask_metrics.scheduler"], work / "scheduler.log", env))
-            address = f"tcp://127.0.0.1:{sched_port}"
-            for name in ("w1", "w2"):
-                simulate = ["--simulate", "2"] if name == "w1" else []
-                worker_env = env if name == "w1" else fake_env
-                info = str(work / f"{name}.json")
-                workers[name] = _start(
-                    [*dask, "worker", address, "--name", name, "--nthreads", "1",
-                     "--no-nanny", "--no-dashboard", "--preload", "dask_metrics.worker",
-                     "--worker-info-file", info, "--serve-metrics", "false", *simulate],
-                    work / f"{name}.log", worker_env)
-                procs.append(_start(
-                    [sys.executable, "-m", "dask_metrics.exporter", "--worker", name,
-                     "--worker-info-file", info, "--listen",
-                     f"127.0.0.1:{sidecar_ports[name]}", "--interval", "0.2", *simulate],
-                    work / f"sidecar-{name}.log", worker_env))
-            # The worker's processes on w2's healthy GPU, as NVML would list them.
-            fake.gpus[0].processes = [(workers["w2"].pid, 3 * GiB)]
+    fake_env = {k: v for k, v in fake.env.items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    options = StackOptions(work / "stack", env=clean_env(), worker_specs=[
+        WorkerSpec("w1", simulate=2), WorkerSpec("w2", env=fake_env)])
+    with LocalStack(options) as stack:
+        live = Live(stack, start=stack.started)
+        # The worker's processes on w2's healthy GPU, as NVML would list them.
+        fake.gpus[0].processes = [(stack.pid("w2"), 3 * GiB)]
+        fake.write()
+        address = stack.scheduler_address
+        with Client(address, name="etl", timeout=60) as etl, \
+                Client(address, name="train", timeout=60) as train:
+            wait_for(lambda: _has(live, 'dask_gpu_up{worker="w2", gpu="1"} == 1'), timeout=60,
+                     interval=0.5, what="w2's GPU 1 scraped up")
+            fake.gpus[1].lost = True  # w2's GPU 1 falls off the bus from now on
             fake.write()
-            with Client(address, name="etl", timeout=60) as etl, \
-                    Client(address, name="train", timeout=60) as train:
-                etl.wait_for_workers(2, timeout=60)
-                wait_for(lambda: _has(live, 'dask_gpu_up{worker="w2", gpu="1"} == 1')
-                         and _has(live, 'dask_gpu_info{worker="w1"}'), timeout=60,
-                         interval=0.5, what="both sidecars scraped")
-                fake.gpus[1].lost = True  # w2's GPU 1 falls off the bus from now on
-                fake.write()
-                reply = etl.sync(etl.scheduler.dask_metrics_monitor_start, metrics=["mem-util"])
-                assert reply["ok"], reply
-                first = etl.map(time.sleep, [1.5] * 4, pure=False)            # job 0, DAG 0
-                # Two clients' graphs reach the scheduler in either order: let etl's arrive
-                # first, so that etl is job 0 and train job 1.
-                wait_for(lambda: etl.sync(etl.scheduler.dask_metrics_dags), timeout=30,
-                         interval=0.05, what="etl's graph at the scheduler")
-                second = train.map(time.sleep, [1.5] * 2, pure=False)         # job 1, DAG 0
-                wait_for(lambda: {r["metric"]["worker"] for r in live.query(
-                    "dask_job_worker_tasks")} == {"w1", "w2"}, timeout=30, interval=0.2,
-                    what="Prometheus sees both workers busy")
-                etl.gather(first), train.gather(second)
-                erred = etl.submit(operator.truediv, 1, 0, pure=False)       # job 0, DAG 1
-                with pytest.raises(ZeroDivisionError):
-                    erred.result()
-                third = etl.map(time.sleep, [1.0] * 2, pure=False)           # job 0, DAG 2
-                etl.gather(third)
-                reply = etl.sync(etl.scheduler.dask_metrics_monitor_stop, timeout=30)
-                assert reply["ok"], reply
-                ready = [
-                    'dask_job_dag_status{job_id="0", dag_id="1"} == 3',
-                    'dask_job_dag_status{job_id="0", dag_id="2"} == 2',
-                    "dask_job_monitor_stop_timestamp_seconds > 0",
-                    'dask_gpu_up{worker="w2", gpu="1"} == 0',
-                    "dask_gpu_exporter_nvml_errors_total > 0",
-                    'dask_gpu_process_memory_used_bytes{worker="w2"}',
-                    'count(count by (worker) (dask_job_worker_gpu_info)) == 2',
-                ]
-                wait_for(lambda: [e for e in ready if not _has(live, e)], lambda x: not x,
-                         timeout=60, interval=0.5, what="every series in Prometheus")
-                live.end = time.time()
-                yield live
-        finally:
-            _stop(list(workers.values()))  # workers first: a clean goodbye to the scheduler
-            _stop(procs)
+            reply = etl.sync(etl.scheduler.dask_metrics_monitor_start, metrics=["mem-util"])
+            assert reply["ok"], reply
+            first = etl.map(time.sleep, [1.5] * 4, pure=False)            # job 0, DAG 0
+            # Two clients' graphs reach the scheduler in either order: let etl's arrive
+            # first, so that etl is job 0 and train job 1.
+            wait_for(lambda: etl.sync(etl.scheduler.dask_metrics_dags), timeout=30,
+                     interval=0.05, what="etl's graph at the scheduler")
+            second = train.map(time.sleep, [1.5] * 2, pure=False)         # job 1, DAG 0
+            wait_for(lambda: {r["metric"]["worker"] for r in live.query(
+                "dask_job_worker_tasks")} == {"w1", "w2"}, timeout=30, interval=0.2,
+                what="Prometheus sees both workers busy")
+            etl.gather(first), train.gather(second)
+            erred = etl.submit(operator.truediv, 1, 0, pure=False)       # job 0, DAG 1
+            with pytest.raises(ZeroDivisionError):
+                erred.result()
+            third = etl.map(time.sleep, [1.0] * 2, pure=False)           # job 0, DAG 2
+            etl.gather(third)
+            reply = etl.sync(etl.scheduler.dask_metrics_monitor_stop, timeout=30)
+            assert reply["ok"], reply
+            ready = [
+                'dask_job_dag_status{job_id="0", dag_id="1"} == 3',
+                'dask_job_dag_status{job_id="0", dag_id="2"} == 2',
+                "dask_job_monitor_stop_timestamp_seconds > 0",
+                'dask_gpu_up{worker="w2", gpu="1"} == 0',
+                "dask_gpu_exporter_nvml_errors_total > 0",
+                'dask_gpu_process_memory_used_bytes{worker="w2"}',
+                'count(count by (worker) (dask_job_worker_gpu_info)) == 2',
+            ]
+            wait_for(lambda: [e for e in ready if not _has(live, e)], lambda x: not x,
+                     timeout=60, interval=0.5, what="every series in Prometheus")
+            live.end = time.time()
+            yield live
 
 
 def _check_result(where: str, expr: str, legend: str, result: list[dict[str, Any]]) -> None:

@@ -209,6 +209,7 @@ def test_prometheusrule_is_the_rules_file(chart):
 
 
 @requires_promtool
+@pytest.mark.integration
 def test_rules_pass_promtool_check_as_rendered(chart, tmp_path):
     values = {"rules": {"disabled": ["DaskGPUSharedByWorkers"],
                         "additionalLabels": {"team": "ml"},
@@ -229,6 +230,7 @@ def test_rules_pass_promtool_check_as_rendered(chart, tmp_path):
 
 
 @requires_promtool
+@pytest.mark.integration
 def test_alert_unit_tests_pass():
     assert RULE_TESTS
     result = _promtool("test", "rules", *map(str, RULE_TESTS))

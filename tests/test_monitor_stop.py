@@ -16,7 +16,7 @@ from distributed import Client, Event, LocalCluster
 
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.monitor import STOP_TIMEOUT, Monitor, MonitorError
-from tests.exporter_helpers import wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

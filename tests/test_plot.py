@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import csv
 import math
-import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from dask_metrics.collector.plotdata import (
     read_export,
     read_worker_file,
 )
+from tests.helpers import collector_process, png_size
 
 GiB = 2**30
 HEADER = [*FIXED, "total-mem", "mem-util", "compute-util", "peak-mem"]
@@ -99,21 +97,10 @@ def test_read_export_refuses_what_is_not_a_tidy_export(tmp_path, export_dir):
         read_export(tmp_path / "missing")
 
 
-def collector(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
-                          capture_output=True,
-                          text=True, timeout=120)
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
-    return struct.unpack(">II", head[16:24])
-
-
+@pytest.mark.integration
 def test_plot_command_on_an_export_folder(export_dir, tmp_path):
     out = tmp_path / "plots"
-    done = collector("plot", "--csv", str(export_dir), "--out", str(out), "--format", "png",
+    done = collector_process("plot", "--csv", str(export_dir), "--out", str(out), "--format", "png",
                      "svg")
     assert done.returncode == 0, done.stderr
     assert "wrote 6 picture(s)" in done.stderr
@@ -122,7 +109,7 @@ def test_plot_command_on_an_export_folder(export_dir, tmp_path):
     assert png_size(out / "a.png") == png_size(out / "cluster.png") == (1200, 650)
     svg = (out / "a.svg").read_text()
     assert "<svg" in svg and "job 0" in svg and "GPU 1 used" in svg  # labels are text in SVG
-    only = collector("plot", "--csv", str(export_dir), "--out", str(tmp_path / "b"),
+    only = collector_process("plot", "--csv", str(export_dir), "--out", str(tmp_path / "b"),
                      "--workers", "b*", "--quiet")
     assert only.returncode == 0 and only.stderr == ""
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["b.png", "cluster.png"]
@@ -135,10 +122,11 @@ def test_plot_command_on_an_export_folder(export_dir, tmp_path):
     (["--csv", "EXPORT", "--out", "x", "--workers", "zz"], 1, "no worker in"),
     (["--csv", "EXPORT", "--out", "FILE/sub"], 1, "cannot write the output"),
 ])
+@pytest.mark.integration
 def test_plot_errors_are_one_line(export_dir, tmp_path, args, code, needle):
     (tmp_path / "file").write_text("")
     args = [a.replace("EXPORT", str(export_dir)).replace("FILE", str(tmp_path / "file"))
             for a in args]
-    done = collector("plot", *args)
+    done = collector_process("plot", *args)
     assert done.returncode == code and needle in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -21,8 +21,7 @@ from dask_metrics.exporter.job_tracker import JobMode
 from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
 from dask_metrics.exporter.scheduler.preload import dask_setup
 from dask_metrics.exporter.scheduler.settings import Settings
-from tests.exporter_helpers import wait_for
-from tests.scheduler_helpers import Scrape, scrape
+from tests.helpers import Scrape, scrape, wait_for
 
 RUNNING, FINISHED, ERRED = 1.0, 2.0, 3.0
 
@@ -114,6 +113,7 @@ def slow(x: int, delay: float) -> int:
     return x
 
 
+@pytest.mark.integration
 def test_several_clients_at_once_get_jobs_in_order_of_first_submission():
     with cluster() as lc:
         clients = {name: Client(lc, name=name) for name in ("c0", "c1", "c2")}
@@ -154,6 +154,7 @@ def test_several_clients_at_once_get_jobs_in_order_of_first_submission():
                 c.close()
 
 
+@pytest.mark.integration
 def test_graphs_submitted_from_tasks_count_toward_the_submitting_tasks_job():
     with cluster() as lc, Client(lc, name="alice") as alice, Client(lc, name="bob") as bob:
         # In-process workers hand get_client() the newest client (bob) even inside alice's
@@ -168,6 +169,7 @@ def test_graphs_submitted_from_tasks_count_toward_the_submitting_tasks_job():
         assert set(statuses(s).values()) == {FINISHED}
 
 
+@pytest.mark.integration
 def test_span_mode_takes_the_job_from_the_top_level_span():
     with cluster(argv=("--job-mode", "span")) as lc, Client(lc) as client:
         assert plugin_of(lc).tracker.mode is JobMode.SPAN
@@ -191,6 +193,7 @@ def test_span_mode_takes_the_job_from_the_top_level_span():
         }
 
 
+@pytest.mark.integration
 def test_manual_mode_starts_a_job_when_a_monitor_asks():
     config = {"dask-metrics.scheduler.job-mode": "manual"}
     with cluster(config=config) as lc, Client(lc, name="a") as a, Client(lc, name="b") as b:
@@ -206,12 +209,14 @@ def test_manual_mode_starts_a_job_when_a_monitor_asks():
         }
 
 
+@pytest.mark.integration
 def test_new_job_is_refused_outside_manual_mode():
     with cluster() as lc, Client(lc) as client:
         reply = client.sync(client.scheduler.dask_metrics_new_job)
         assert reply["ok"] is False and "manual" in reply["error"]
 
 
+@pytest.mark.integration
 def test_errors_retries_and_erred_dependents():
     with cluster() as lc, Client(lc) as client:
         with pytest.raises(ValueError, match="on purpose"):
@@ -238,6 +243,7 @@ def processing_truth(dask_scheduler: Any) -> tuple[str, dict[str, int]]:
     return text, dict(truth)
 
 
+@pytest.mark.integration
 def test_a_stolen_task_counts_on_the_thief():
     config = {"distributed.scheduler.worker-saturation": float("inf")}  # no queuing
     with cluster(n_workers=1, config=config) as lc, Client(lc) as client:
@@ -258,6 +264,7 @@ def test_a_stolen_task_counts_on_the_thief():
         assert statuses(s) == {("0", "0"): FINISHED}
 
 
+@pytest.mark.integration
 def test_a_worker_lost_mid_dag_loses_its_series_and_the_dag_still_finishes():
     config = {"distributed.scheduler.worker-saturation": float("inf")}
     with cluster(config=config) as lc, Client(lc) as client:
@@ -281,6 +288,7 @@ def gpu_identity(worker: Any) -> dict[str, Any]:
     return WorkerIdentity(str(worker.name), worker.address, os.getpid(), "host", gpus).to_dict()
 
 
+@pytest.mark.integration
 def test_worker_gpu_info_comes_from_the_published_identity_and_leaves_with_the_worker():
     with cluster(startup_information={STARTUP_KEY: gpu_identity}) as lc:
         addresses = {w.name: w.address for w in lc.workers.values()}
@@ -296,6 +304,7 @@ def test_worker_gpu_info_comes_from_the_published_identity_and_leaves_with_the_w
         assert {w for (w,) in s.rows("dask_job_worker_gpu_info", "worker")} == {"0"}
 
 
+@pytest.mark.integration
 def test_monitor_sessions_live_on_the_scheduler_across_clients():
     url = "http://prometheus.example:9090/prefix"
     with cluster(config={"dask-metrics.scheduler.prometheus-url": url}) as lc:
@@ -342,6 +351,7 @@ def test_monitor_sessions_live_on_the_scheduler_across_clients():
             assert single["session"]["metrics"] == ["power"] and single["session"]["id"] == 1
 
 
+@pytest.mark.integration
 def test_a_failing_hook_is_counted_and_the_scheduler_carries_on(caplog):
     with cluster() as lc, Client(lc) as client:
         tracker = plugin_of(lc).tracker
@@ -364,6 +374,7 @@ def test_a_failing_hook_is_counted_and_the_scheduler_carries_on(caplog):
         assert not s["dask_job_dag_info"]
 
 
+@pytest.mark.integration
 def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
     with cluster() as one, Client(one) as c1:
         c1.submit(inc, 1).result()
@@ -383,6 +394,7 @@ def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
     assert "dask_job_" not in generate_latest(REGISTRY).decode()
 
 
+@pytest.mark.integration
 def test_metrics_port_serves_the_series_instead_of_the_scheduler():
     with cluster(config={"dask-metrics.scheduler.metrics-port": 0}) as lc, Client(lc) as client:
         client.submit(inc, 1).result()
@@ -418,6 +430,7 @@ def test_settings_come_from_dask_config_and_the_command_line():
         dask_setup.make_context("dask_setup", ["--job-mode", "bogus"])
 
 
+@pytest.mark.integration
 def test_many_small_dags_keep_retained_dags_and_series_bounded():
     config = {
         "dask-metrics.scheduler.max-finished-dags": 20,
@@ -442,6 +455,7 @@ def test_many_small_dags_keep_retained_dags_and_series_bounded():
         assert max(series_counts[2:]) <= max(series_counts[:2]) + 20  # levelled off
 
 
+@pytest.mark.integration
 def test_job_and_client_label_values_are_capped_and_survive_escaping():
     name = 'we"ird\\name ' + "x" * 300
     config = {"dask-metrics.scheduler.label-max-length": 64}

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, worker_client
 
-from tests.exporter_helpers import free_port, wait_for
-from tests.scheduler_helpers import Scrape, scrape
+from tests.helpers import Scrape, free_port, scrape, wait_for
 
 pytestmark = pytest.mark.integration
 

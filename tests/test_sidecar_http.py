@@ -18,7 +18,7 @@ from dask_metrics.exporter.gpu_source import DeviceInfo, Reading
 from dask_metrics.exporter.http import make_app
 from dask_metrics.exporter.identity import GpuRef
 from dask_metrics.exporter.sampler import GpuSnapshot, Snapshot
-from tests.exporter_helpers import http_get, sidecar
+from tests.helpers import http_get, sidecar
 
 FAST = ("--interval", "0.1")
 WANTED = ("dask_gpu_up", "dask_gpu_busy_seconds_total", "dask_gpu_exporter_nvml_up",

@@ -12,7 +12,7 @@ import sys
 import pytest
 from distributed import Client
 
-from tests.exporter_helpers import free_port, processes, scrape, sidecar, values, wait_for
+from tests.helpers import free_port, processes, scrape, sidecar, values, wait_for
 
 DASK = [sys.executable, "-m", "dask"]
 pytestmark = pytest.mark.integration

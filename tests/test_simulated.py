@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from dask_metrics.exporter.simulated import SimulatedSource, process_usage, simulated_uuid
 
 GiB = 2**30
@@ -36,6 +38,7 @@ def test_mirrors_memory_and_cpu_of_the_worker_process():
     assert during.energy_joules > before.energy_joules >= 0
 
 
+@pytest.mark.integration
 def test_gone_process_is_an_idle_gpu_and_no_process_a_wave():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()

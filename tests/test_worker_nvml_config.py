@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from tests.exporter_helpers import free_port, processes, scrape, values, wait_for
 from tests.fake_nvml import LIBRARY_NAME
+from tests.helpers import free_port, processes, scrape, values, wait_for
 
 DASK = [sys.executable, "-m", "dask"]
 pytestmark = pytest.mark.integration

@@ -2,7 +2,8 @@
 workers with the worker preload and one sidecar exporter each, and a real Prometheus
 scraping them every second with its data in a folder of the user's.
 
-It is what the demo runs, and a way to try dask-metrics on a workstation or one HPC node.
+It is what the demo runs, what every end-to-end test runs (StackOptions.worker_specs and env
+shape its workers), and a way to try dask-metrics on a workstation or one HPC node.
 Every process is stopped when the ``with`` block ends, however it ends; each one's output
 is in ``<folder>/logs/``.
 """
@@ -36,6 +37,16 @@ class StackError(CollectorError):
 
 
 @dataclass(frozen=True)
+class WorkerSpec:
+    """One worker of the stack, with its sidecar exporter."""
+
+    name: str
+    gpus: str | None = None  # CUDA_VISIBLE_DEVICES of the worker and its sidecar (None: as is)
+    simulate: int = 0  # simulated GPUs (of StackOptions.simulate_memory each); 0: GPUs via NVML
+    env: Mapping[str, str] = field(default_factory=dict)  # more environment for both
+
+
+@dataclass(frozen=True)
 class StackOptions:
     folder: Path
     workers: int = 3
@@ -43,6 +54,18 @@ class StackOptions:
     simulate_memory: str = "4GiB"  # per simulated GPU, when ``gpus`` is empty
     prometheus_port: int = 0  # 0: any free port
     ready_timeout: float = 90.0
+    env: Mapping[str, str] | None = None  # every process's environment (None: this process's)
+    worker_specs: Sequence[WorkerSpec] = ()  # the workers exactly; (): from workers and gpus
+    sample_interval: float = 0.2  # the sidecars' --interval, seconds
+
+    def worker_list(self) -> list[WorkerSpec]:
+        """``worker_specs``, or ``workers`` workers named worker-0, worker-1, ... with the
+        ``gpus`` dealt round-robin, or one simulated GPU each when there are none."""
+        if self.worker_specs:
+            return list(self.worker_specs)
+        gpus = self.gpus
+        return [WorkerSpec(f"worker-{i}", gpus[i % len(gpus)] if gpus else None,
+                           0 if gpus else 1) for i in range(self.workers)]
 
 
 def free_port(host: str = HOST) -> int:
@@ -100,6 +123,16 @@ class LocalStack:
     _started: float = 0.0
 
     @property
+    def started(self) -> float:
+        """When start() began (Unix time): every series of this run is newer."""
+        return self._started
+
+    def pid(self, name: str) -> int:
+        """The process id of ``name``: "prometheus", "scheduler", a worker's name, or
+        "<worker>-exporter"."""
+        return next(p.popen.pid for p in self._processes if p.name == name)
+
+    @property
     def logs(self) -> Path:
         return self.options.folder / "logs"
 
@@ -130,7 +163,8 @@ class LocalStack:
         self.scheduler_address = f"tcp://{HOST}:{sched_port}"
         self.dashboard_url = f"http://{HOST}:{dash_port}"
         self.prometheus_url = f"http://{HOST}:{prom_port}"
-        self.worker_names = [f"worker-{i}" for i in range(opts.workers)]
+        specs = opts.worker_list()
+        self.worker_names = [spec.name for spec in specs]
         sidecars = {name: free_port() for name in self.worker_names}
 
         config = opts.folder / "prometheus.yml"
@@ -145,12 +179,15 @@ class LocalStack:
             "--dashboard-address", f"{HOST}:{dash_port}", "--pid-file",
             str(self.logs / "scheduler.pid"), "--preload", "dask_metrics.scheduler",
             "--prometheus-url", self.prometheus_url])
-        for i, name in enumerate(self.worker_names):
+        for spec in specs:
+            name = spec.name
             info = self.logs / f"{name}.identity.json"
             info.unlink(missing_ok=True)  # an earlier run's: its pid is gone
-            env = {"CUDA_VISIBLE_DEVICES": opts.gpus[i % len(opts.gpus)]} if opts.gpus else {}
-            simulate = [] if opts.gpus else ["--simulate", "1", "--simulate-memory",
-                                             opts.simulate_memory]
+            env = dict(spec.env)
+            if spec.gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = spec.gpus
+            simulate = ["--simulate", str(spec.simulate), "--simulate-memory",
+                        opts.simulate_memory] if spec.simulate else []
             self._spawn(name, [
                 *dask, "worker", self.scheduler_address, "--name", name, "--nthreads", "1",
                 "--nworkers", "1", "--no-nanny", "--host", HOST, "--dashboard-address",
@@ -158,17 +195,18 @@ class LocalStack:
                 "--worker-info-file", str(info), "--serve-metrics", "false", *simulate], env)
             self._spawn(f"{name}-exporter", [
                 sys.executable, "-m", "dask_metrics.exporter",
-                "--listen", f"{HOST}:{sidecars[name]}",
-                "--worker-info-file", str(info), "--interval", "0.2", *simulate], env)
+                "--listen", f"{HOST}:{sidecars[name]}", "--worker-info-file", str(info),
+                "--interval", f"{opts.sample_interval:g}", *simulate], env)
         self.wait(f"Prometheus at {self.prometheus_url}", self._prometheus_ready)
-        self.wait(f"{opts.workers} worker(s) with their GPU series in Prometheus",
+        self.wait(f"{len(specs)} worker(s) with their GPU series in Prometheus",
                    self._all_scraped)
 
     def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> None:
         log = self.logs / f"{name}.log"
+        base = os.environ if self.options.env is None else self.options.env
         with open(log, "wb") as out:
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+                                     stdin=subprocess.DEVNULL, env={**base, **(env or {})})
         self._processes.append(_Process(name, popen, log))
 
     def wait(self, what: str, ready: Callable[[], bool]) -> None:

@@ -1,0 +1,218 @@
+"""The helpers every test file shares, each in one place: ports, polling, HTTP, /metrics
+parsing, clean environments for subprocesses, the collector and exporter as programs, and
+PNG sizes. Prometheus' own helpers are in tests/prometheus_helpers.py, the fake NVML driver
+in tests/fake_nvml.py, the whole local stack in dask_metrics.demo.localstack."""
+
+from __future__ import annotations
+
+import io
+import os
+import ssl
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from dask_metrics.demo.localstack import free_port
+
+__all__ = ["Run", "Scrape", "clean_env", "collector", "collector_process", "exporter_process",
+           "free_port", "http_get", "no_nvml_env", "png_size", "processes", "scrape",
+           "sidecar", "value", "values", "wait_for"]
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- polling and HTTP ------------------------------------------------------------------------
+
+
+def wait_for(probe: Callable[[], T], check: Callable[[T], object] = bool,
+             timeout: float = 30.0, what: str = "condition", interval: float = 0.05) -> T:
+    """Call ``probe`` until ``check`` accepts its result (by default: until it is truthy) and
+    return that result; a probe that cannot connect yet is retried. Fails with ``what`` and
+    the last result or error at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+            if check(result):
+                return result
+            last = result
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}")
+
+
+def http_get(url: str, timeout: float = 5.0, ca_file: str | None = None) -> tuple[int, str]:
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+# ---- /metrics pages ----------------------------------------------------------------------------
+
+Series = dict[tuple[tuple[str, str], ...], float]
+
+
+class Scrape:
+    """One parsed /metrics page: ``scrape["dask_job_dag_status"]`` maps sorted label tuples to
+    values; ``samples`` holds every sample name."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.samples: dict[str, Series] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = tuple(sorted(sample.labels.items()))
+                self.samples.setdefault(sample.name, {})[labels] = sample.value
+
+    def __getitem__(self, name: str) -> Series:
+        return self.samples.get(name, {})
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The sample with exactly these labels, or None."""
+        return self[name].get(tuple(sorted(labels.items())))
+
+    def rows(self, name: str, *label_names: str) -> dict[tuple[str, ...], float]:
+        """The series of ``name`` keyed by the values of ``label_names`` (in that order)."""
+        return {tuple(dict(labels)[n] for n in label_names): value
+                for labels, value in self[name].items()}
+
+
+def scrape(where: int | str) -> Scrape:
+    """The /metrics page at a URL, or at ``http://127.0.0.1:PORT/metrics`` for a port."""
+    url = f"http://127.0.0.1:{where}/metrics" if isinstance(where, int) else where
+    status, text = http_get(url, timeout=10)
+    if status != 200:
+        raise ValueError(f"{url} answered {status}")
+    return Scrape(text)
+
+
+def values(s: Scrape, name: str, **labels: str) -> Series:
+    """The samples of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return {lab: v for lab, v in s[name].items() if want <= set(lab)}
+
+
+def value(s: Scrape, name: str, **labels: str) -> float:
+    """The one sample of ``name`` whose labels include ``labels`` (KeyError if not one)."""
+    found = values(s, name, **labels)
+    if len(found) != 1:
+        raise KeyError(f"{name}{labels}: {len(found)} samples")
+    return next(iter(found.values()))
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+
+def clean_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """``base`` (by default this process's environment) for a subprocess, without what would
+    change what a dask-metrics program or Dask does behind a test's back (DASK_METRICS_*,
+    DASK_* and CUDA_VISIBLE_DEVICES), plus ``extra``."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith("DASK_") and k != "CUDA_VISIBLE_DEVICES"}
+    return {**env, **extra}
+
+
+def no_nvml_env() -> dict[str, str]:
+    """A clean environment in which no NVML library, fake or real, can be found."""
+    return {k: v for k, v in clean_env().items()
+            if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+
+
+@contextmanager
+def processes(*cmds: tuple[list[str], Mapping[str, str]]) -> Iterator[list[subprocess.Popen]]:
+    """Run commands (argv, env) in the background; stop them all, whatever happens.
+
+    Each process's output is in ``proc.output`` once the block has ended.
+    """
+    procs: list[subprocess.Popen] = []
+    try:
+        for argv, env in cmds:
+            procs.append(subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout:
+                proc.output = proc.stdout.read()  # type: ignore[attr-defined]
+                proc.stdout.close()
+
+
+def exporter_process(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m dask_metrics.exporter ARGS`` to its end (for options that make it exit)."""
+    return subprocess.run([sys.executable, "-m", "dask_metrics.exporter", *args], env=dict(env),
+                          capture_output=True, text=True, timeout=60)
+
+
+@contextmanager
+def sidecar(*args: str, env: Mapping[str, str] | None = None, port: int | None = None,
+            ca_file: str | None = None) -> Iterator[str]:
+    """Run ``python -m dask_metrics.exporter`` on a loopback port; yields its base URL once
+    healthy (https, trusting ``ca_file``, when that is given)."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "dask_metrics.exporter", "--listen", f"127.0.0.1:{port}", *args]
+    base = f"{'https' if ca_file else 'http'}://{'localhost' if ca_file else '127.0.0.1'}:{port}"
+    with processes((cmd, {**os.environ, **(env or {})})) as (proc,):
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"exporter exited {proc.returncode}: {proc.stdout.read()}")
+            return http_get(base + "/healthz", ca_file=ca_file)[0] == 200
+
+        wait_for(healthy, what="the exporter's /healthz")
+        yield base
+
+
+class Run(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+def collector(*args: str) -> Run:
+    """``collector ARGS`` in this process, its stdout and stderr captured."""
+    from dask_metrics.collector.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def collector_process(*args: str, env: Mapping[str, str] | None = None,
+                      timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m dask_metrics.collector ARGS`` as a program, in a clean environment (by
+    default) from the repository's root."""
+    return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=clean_env() if env is None else dict(env), check=False)
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking the signature."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return struct.unpack(">II", head[16:24])
