@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Run the test suite (and the linter) the way CI does. Extra arguments go to pytest.
+# Run the test suite (and the linter) the way CI does: installs what it needs first, then
+#   1. the fast tier: pure logic, no servers (under a minute),
+#   2. the integration tier: real Prometheus, Dask, sidecars over the fake NVML driver,
+#   3. the Dask-facing tests again on the oldest distributed that pyproject.toml allows.
+# Extra arguments run pytest with them instead (e.g. a file, -k EXPR, -m integration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-.venv/bin/python -m pytest "$@"
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+.venv/bin/python -m pytest -m "not integration" -q
+bash scripts/test-dask-oldest.sh -q
+.venv/bin/python -m pytest -m integration

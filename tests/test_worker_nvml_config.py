@@ -53,7 +53,7 @@ def test_dask_nvml_false_keeps_nvml_out_and_says_how_to_force_it(fake_nvml, tmp_
         assert published["gpus"] == [] and published["name"] == "w1"
         assert json.loads(info_file.read_text())["pid"] == published["pid"]
         s = scrape(f"http://127.0.0.1:{worker_http}/metrics")
-        assert not [name for name, _ in s if name.startswith("dask_gpu_")]
+        assert not [name for name in s.samples if name.startswith("dask_gpu_")]
         assert not nvml_loaded(published["pid"], fake_nvml.lib_dir)
     lines = [line for line in procs[1].output.splitlines() if "NVML not started" in line]
     assert len(lines) == 1, procs[1].output
@@ -88,5 +88,5 @@ def test_nvml_false_keeps_it_out_even_when_dask_allows_it(fake_nvml):
         client.wait_for_workers(1, timeout=60)
         assert identity(client)["gpus"] == []
         s = scrape(f"http://127.0.0.1:{worker_http}/metrics")
-        assert not [name for name, _ in s if name.startswith("dask_gpu_")]
+        assert not [name for name in s.samples if name.startswith("dask_gpu_")]
     assert "NVML not started (dask-metrics.exporter nvml is false)" in procs[1].output
