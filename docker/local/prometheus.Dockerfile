@@ -7,6 +7,8 @@
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 # wget: the compose file's healthcheck, as in the official image (busybox's there).
+# The versions are the base's Debian release's (a test image, rebuilt with its base).
+# hadolint ignore=DL3008
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus wget \
  && rm -rf /var/lib/apt/lists/* \
