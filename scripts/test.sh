@@ -2,7 +2,8 @@
 # Run the test suite (and the linter) the way CI does: installs what it needs first, then
 #   1. the fast tier: pure logic, no servers (under a minute),
 #   2. the integration tier: real Prometheus, Dask, sidecars over the fake NVML driver,
-#   3. the Dask-facing tests again on the oldest distributed that pyproject.toml allows.
+#   3. the Dask-facing tests again on the oldest distributed that pyproject.toml allows,
+#   4. the containers tier: the image built and the compose stack run with podman.
 # Extra arguments run pytest with them instead (e.g. a file, -k EXPR, -m integration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,6 @@ if [ $# -gt 0 ]; then
 fi
 .venv/bin/python -m pytest -m "not integration" -q
 bash scripts/test-dask-oldest.sh -q
-.venv/bin/python -m pytest -m integration
+.venv/bin/python -m pytest -m integration -q
+bash scripts/setup-containers.sh
+.venv/bin/python -m pytest -m containers tests/test_containers.py

@@ -83,7 +83,7 @@ Account = Run | Mapped | NotHere
 
 DEMO = "tests/test_demo.py::test_demo_end_to_end"
 HELM = "tests/test_helm.py::"
-DOCKER = "tests/test_docker.py::"
+CONTAINERS = "tests/test_containers.py::"
 
 ACCOUNTS: dict[str, Account] = {
     # ---- README.md: the two commands ----
@@ -154,24 +154,26 @@ ACCOUNTS: dict[str, Account] = {
         Mapped("tests/test_monitor_e2e.py::test_monitor_command_line"),
     # ---- the demo ----
     "bash scripts/demo.sh --workers 2 --out /tmp/gpu-demo --keep-running": Mapped(DEMO),
-    # ---- Docker: no engine here; the files are checked ----
+    # ---- Docker: run with podman by the containers tier (tests/test_containers.py) ----
     "docker compose -f docker/compose.yaml up --build":
-        Mapped(DOCKER + "test_compose_file_follows_the_compose_specification"),
+        Mapped(CONTAINERS + "test_prometheus_scrapes_every_target_of_the_stack"),
     "COMPOSE_PROFILES=gpu docker compose -f docker/compose.yaml up --build":
-        Mapped(DOCKER + "test_each_profile_is_a_complete_stack"),
+        NotHere("needs an NVIDIA GPU in a Docker engine; the gpu profile is checked as a "
+                "complete stack by tests/test_docker.py::test_each_profile_is_a_complete_stack"),
     "docker build -f docker/Dockerfile -t dask-metrics:0.1.0 .":
-        Mapped(DOCKER + "test_hadolint"),
+        Mapped(CONTAINERS + "test_the_image_has_no_compiler_no_pip_and_a_documented_size"),
     "docker run --rm -p 9446:9446 dask-metrics:0.1.0 --simulate 2":
-        Mapped(DOCKER + "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
+        Mapped(CONTAINERS
+               + "test_sidecar_serves_read_only_as_uid_10001_and_its_healthcheck_passes"),
     "docker run --rm --gpus all -p 9446:9446 dask-metrics:0.1.0":
         NotHere("needs a Docker engine and an NVIDIA GPU; the entry point's dispatch is "
                 "tests/test_docker.py::"
                 "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
     "docker run --rm dask-metrics:0.1.0 dask scheduler --preload dask_metrics.scheduler":
-        Mapped(DOCKER + "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
+        Mapped(CONTAINERS + "test_scheduler_and_worker_roles_start_from_the_same_image"),
     "docker run --rm dask-metrics:0.1.0 dask worker tcp://scheduler:8786 --preload "
     "dask_metrics.worker":
-        Mapped(DOCKER + "test_entrypoint_runs_the_exporter_for_options_and_commands_as_given"),
+        Mapped(CONTAINERS + "test_scheduler_and_worker_roles_start_from_the_same_image"),
     # ---- Kubernetes: no cluster here; the charts are rendered with Helm's engine ----
     "helm repo add dask https://helm.dask.org":
         NotHere("needs the helm binary and helm.dask.org (the Dask chart's keys and labels "

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What the containers test tier (pytest -m containers, tests/test_containers.py) needs on a
+# Debian/Ubuntu machine: podman with runc and netavark, debootstrap for the base image, and
+# podman-compose (PyPI, into ./.venv: Debian's 1.0.3 ignores profiles). Run after setup.sh.
+# Quiet and quick when everything is there. Your containers.conf is not touched: the tests
+# pass docker/local/containers.conf as CONTAINERS_CONF (runc, no default ulimits, no systemd)
+# unless CONTAINERS_CONF is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for cmd in podman:podman runc:runc debootstrap:debootstrap netavark:netavark \
+           aardvark-dns:aardvark-dns catatonit:catatonit iptables:iptables; do
+  name="${cmd%%:*}" package="${cmd#*:}"
+  case "$name" in
+    netavark|aardvark-dns) [ -x "/usr/lib/podman/$name" ] || need+=("$package") ;;
+    catatonit) [ -x /usr/bin/catatonit ] || [ -x /usr/libexec/podman/catatonit ] \
+                 || need+=("$package") ;;
+    *) command -v "$name" >/dev/null || need+=("$package") ;;
+  esac
+done
+if [ "$(id -u)" != 0 ]; then  # rootless podman: user namespaces and their id maps
+  command -v newuidmap >/dev/null || need+=(uidmap)
+  command -v slirp4netns >/dev/null || need+=(slirp4netns)
+  command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+    echo "setup-containers: please install: ${need[*]} (apt-get install -y" \
+      "--no-install-recommends ${need[*]}), or run this as root or with sudo" >&2
+    exit 1
+  fi
+  echo "setup-containers: installing ${need[*]} with apt-get" >&2
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup-containers: no ./.venv: run scripts/setup.sh first" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/podman-compose ]; then
+  .venv/bin/python -m pip install -q "podman-compose>=1.6,<2"
+fi
+
+if [ "$(id -u)" != 0 ] && ! grep -q "^$(id -un):" /etc/subuid 2>/dev/null; then
+  echo "setup-containers: rootless podman needs a range for $(id -un) in /etc/subuid and" \
+    "/etc/subgid (usermod --add-subuids 100000-165535 --add-subgids 100000-165535" \
+    "$(id -un), as root)" >&2
+  exit 1
+fi
+CONTAINERS_CONF="${CONTAINERS_CONF:-docker/local/containers.conf}" podman info >/dev/null
