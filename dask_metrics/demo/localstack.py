@@ -250,16 +250,20 @@ class LocalStack:
                 and self.scraped_since(WORKER_GPU_INFO.name, self._started))
 
     def stop(self) -> None:
-        """SIGTERM to all, the last started first (Prometheus keeps its data), then SIGKILL
-        for what is still there after 15 s."""
-        for proc in reversed(self._processes):
-            if proc.popen.poll() is None:
-                proc.popen.terminate()
-        deadline = time.monotonic() + 15
-        for proc in reversed(self._processes):
-            try:
-                proc.popen.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.popen.kill()
-                proc.popen.wait()
+        """Workers and sidecars first, then the scheduler, then Prometheus (which keeps its
+        data): a worker that outlives its scheduler logs connection errors, and one that
+        goes first says goodbye. SIGTERM, then SIGKILL for what is still there after 15 s."""
+        first = [p for p in self._processes if p.name not in ("scheduler", "prometheus")]
+        for wave in (first, *([p for p in self._processes if p.name == name]
+                              for name in ("scheduler", "prometheus"))):
+            for proc in wave:
+                if proc.popen.poll() is None:
+                    proc.popen.terminate()
+            deadline = time.monotonic() + 15
+            for proc in wave:
+                try:
+                    proc.popen.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.popen.kill()
+                    proc.popen.wait()
         self._processes.clear()
