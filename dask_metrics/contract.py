@@ -26,6 +26,16 @@ CLIENT = "client"
 ADDRESS = "address"
 PID = "pid"
 SIMULATED = "simulated"  # "true" on synthetic GPUs
+# Which Dask cluster a series is from: one Prometheus often scrapes many. Not ``cluster``,
+# which multi-cluster Prometheus setups use for the Kubernetes cluster. Every series of every
+# part carries it; its value is set by one name in all three places below, else a default
+# that the scheduler decides and the workers and sidecars learn from it.
+DASK_CLUSTER = "dask_cluster"
+CLUSTER_OPTION = "--dask-cluster"  # the sidecar's and both preloads' option
+CLUSTER_ENV = "DASK_METRICS_CLUSTER"
+CLUSTER_CONFIG = "dask-metrics.cluster"  # Dask config key
+# Labels that tell Prometheus HA replicas apart (dropped when series are merged).
+REPLICA_LABELS = ("prometheus_replica", "replica")
 INFO_LABELS = ("name", "pci_bus_id", "driver_version", "hostname", SIMULATED)
 
 # -- scheduler preload: values and handlers -------------------------------------------------
