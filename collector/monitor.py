@@ -22,9 +22,12 @@ from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.export import ExportResult, export
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.contract import CURRENT_JOB, UP, Handler
+from dask_metrics.contract import CURRENT_JOB, UP, DagStatus, Handler
 
-DAG_FINISHED, DAG_ERRED = 2, 3
+DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
+#: connection options Monitor takes as keyword arguments
+CONNECTION_OPTIONS = ("user", "password_file", "bearer_token_file", "header", "ca_file", "cert",
+                      "key", "timeout", "retries", "compression")
 STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
 MAX_LISTED = 10  # unfinished DAGs a stop timeout names; the rest are counted
 # Series whose newest sample shows how far Prometheus has scraped the cluster.
@@ -51,7 +54,12 @@ class Monitor:
     def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,
                  scrape_wait: float = 30.0, stop_timeout: float = STOP_TIMEOUT,
                  **connection: Any) -> None:
+        unknown = sorted(set(connection) - set(CONNECTION_OPTIONS))
+        if unknown:
+            raise MonitorUsageError(f"Monitor({unknown[0]}=...): unknown connection option "
+                                    f"(known: {', '.join(CONNECTION_OPTIONS)})")
         self.client = client
+        self._address = _address_of(client)
         self.metrics: list[str] = list(NAMES)
         self.scrape_wait = scrape_wait
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
@@ -62,9 +70,24 @@ class Monitor:
     # ---- sessions (on the scheduler) -------------------------------------------------------
 
     def attach(self, metrics: Sequence[str] | str) -> Monitor:
-        """Choose the metric columns that ``start`` records and ``to_csv`` writes."""
+        """Choose the metric columns that the next ``start`` records and ``to_csv`` writes.
+
+        Refused (MonitorError) while a session runs: ``start`` recorded the session's
+        columns on the scheduler, and every export of it — this Monitor's, another client's,
+        ``collector monitor``/``collector watch`` — writes those, so changing them here
+        alone would give one session two different exports. Stop the session first; the
+        columns then apply to the next one."""
         names = [metrics] if isinstance(metrics, str) else list(metrics)
-        self.metrics = [c.name for c in select(names)]
+        chosen = [c.name for c in select(names)]
+        status = self.status()
+        session = status.get("session") or {}
+        if status.get("running"):
+            recorded = ", ".join(session.get("metrics") or ()) or "all metrics"
+            raise MonitorError(
+                f"monitor session {session.get('id', '?')} is already running and records "
+                f"{recorded}: attach() chooses the columns of the next start(); stop() the "
+                "session first")
+        self.metrics = chosen
         return self
 
     def start(self) -> dict[str, Any]:
@@ -103,6 +126,7 @@ class Monitor:
                        layout: str = "tidy", step: float | None = None,
                        workers: Sequence[str] | None = None) -> ExportResult:
         """Export one session (as ``session()`` or ``sessions()`` return them)."""
+        self._require_open()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
             metrics = [m for m in session.get("metrics") or self.metrics if m in NAMES]
@@ -122,25 +146,52 @@ class Monitor:
             by_worker.setdefault(p.worker, []).append(round(p.peak_percent or 0))
         return list(by_worker.values())
 
-    def successful_jobs(self) -> list[list[bool]]:
-        """Per job, per DAG of the last session: True when the DAG finished, False when it
-        erred; DAGs still waiting or running are left out.
+    def jobs(self) -> list[dict[str, Any]]:
+        """The jobs of the running or last session, each with the DAGs it submitted while the
+        session ran, in job-id and DAG-id order::
 
-        A DAG that ended just before the stop is first scraped just after it, so outcomes
-        are read at the scheduler's first scrape after the stop.
+            [{"job_id": 3, "job_name": "alice",
+              "dags": [{"dag_id": 0, "status": "finished"}, {"dag_id": 1, "status": "erred"}]}]
+
+        ``status``: ``finished`` or ``erred``; ``running`` or ``waiting`` when the DAG had not
+        ended at the stop (``stop(force=True)``), or is running now; ``unknown`` when no
+        scrape saw it. The scheduler records which DAGs were submitted during the session;
+        their outcomes come from ``dask_job_dag_status``, read at the scheduler's first
+        scrape after the stop (a DAG that ended just before the stop is first scraped just
+        after it). DAGs of earlier sessions, still in the series for their TTL, are not in.
         """
         session = self.session()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
             settled = _first_scrape_after(prom, until)
             window = max(int(settled - since) + 1, 1)
-            outcome: dict[int, dict[int, bool]] = {}
+            seen: dict[tuple[int, int], int] = {}
             for series in prom.query(f"last_over_time(dask_job_dag_status[{window}s])", settled):
-                status = series.values[-1]
-                if status in (DAG_FINISHED, DAG_ERRED):
-                    job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
-                    outcome.setdefault(job, {})[dag] = status == DAG_FINISHED
-        return [[ok for _, ok in sorted(dags.items())] for _, dags in sorted(outcome.items())]
+                job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
+                seen[(job, dag)] = int(series.values[-1])
+        recorded = session.get("jobs")
+        if recorded is None:
+            warnings.warn("the scheduler's dask-metrics preload is older than this Monitor "
+                          "and does not record which DAGs a session ran: these are all the "
+                          "DAGs Prometheus holds from the session's start, earlier sessions' "
+                          "included", stacklevel=2)
+            recorded = _ended_dags(seen)
+        if session.get("unrecorded_dags"):
+            warnings.warn(f"monitor session {session['id']} ran DAGs of more jobs than the "
+                          f"scheduler records: {session['unrecorded_dags']} DAG(s) are left "
+                          "out", stacklevel=2)
+        return [{"job_id": int(job["job_id"]), "job_name": str(job.get("job_name") or ""),
+                 "dags": [{"dag_id": dag,
+                           "status": _status_name(seen.get((int(job["job_id"]), dag)))}
+                          for dag in range(int(job["first_dag"]), int(job["last_dag"]) + 1)]}
+                for job in sorted(recorded, key=lambda j: int(j["job_id"]))]
+
+    def successful_jobs(self) -> list[list[bool]]:
+        """Per job, per DAG it submitted during the running or last session (as ``jobs()``
+        lists them, in the same order): True when the DAG finished, False when it erred;
+        DAGs that had not ended at the stop are left out (a job with none ended: ``[]``)."""
+        return [[dag["status"] == "finished" for dag in job["dags"]
+                 if dag["status"] in ("finished", "erred")] for job in self.jobs()]
 
     def sessions(self) -> list[dict[str, Any]]:
         """The stopped sessions the scheduler still remembers, oldest first."""
@@ -158,6 +209,7 @@ class Monitor:
     def _call(self, handler: str, **kwargs: Any) -> Any:
         """Call a scheduler preload handler; every one of them answers something, and a
         scheduler without the preload answers None (and logs the unknown handler)."""
+        self._require_open()
         reply = self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
         if reply is None:
             raise MonitorError("the scheduler has no dask-metrics preload: start it with "
@@ -192,6 +244,14 @@ class Monitor:
                 "(math.inf: no limit), or at once with stop(force=True) "
                 "(collector monitor stop --force)")
 
+    def _require_open(self) -> None:
+        """A closed Client has no scheduler to call (an AttributeError deep in Dask)."""
+        if getattr(self.client, "status", None) in ("closing", "closed"):
+            again = f"Client({self._address!r})" if self._address else "Client(address)"
+            raise MonitorError(f"the client is closed: make a Monitor of an open one "
+                               f"(Monitor({again})); sessions live on the scheduler, so the "
+                               "new one sees the same session")
+
     @staticmethod
     def _checked(reply: dict[str, Any]) -> dict[str, Any]:
         if not reply.get("ok"):
@@ -204,9 +264,10 @@ class Monitor:
         if not (url or os.environ.get(ENV_URL) or (config or {}).get("prometheus")):
             url = self.status().get("prometheus_url")
             if not url:
-                raise MonitorError(
-                    f"no Prometheus URL: pass Monitor(client, prometheus=URL), set {ENV_URL}, "
-                    "or start the scheduler preload with --prometheus-url")
+                in_config = f", put 'prometheus:' in {self._config}" if self._config else ""
+                raise MonitorUsageError(
+                    f"no Prometheus URL: pass Monitor(client, prometheus=URL), set {ENV_URL}"
+                    f"{in_config}, or start the scheduler preload with --prometheus-url")
         settings = resolve({**self._connection, "prometheus": url}, os.environ, config)
         return PrometheusClient(settings, on_warning=lambda m: warnings.warn(m, stacklevel=3))
 
@@ -270,3 +331,29 @@ def _first_scrape_after(prom: PrometheusClient, t: float) -> float:
     times = [ms / 1000 for series in prom.query(f"dask_job_current_job[{span}s]", time.time())
              for ms in series.times if ms / 1000 >= t]
     return min(times, default=t)
+
+
+def _status_name(value: int | None) -> str:
+    try:
+        return DagStatus(value).name.lower() if value is not None else "unknown"
+    except ValueError:
+        return "unknown"
+
+
+def _ended_dags(seen: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
+    """A session record from what Prometheus saw (a preload that records none): per job,
+    the range of its ended DAGs."""
+    ended: dict[int, list[int]] = {}
+    for (job, dag), status in sorted(seen.items()):
+        if status in (DAG_FINISHED, DAG_ERRED):
+            ended.setdefault(job, []).append(dag)
+    return [{"job_id": job, "job_name": "", "first_dag": dags[0], "last_dag": dags[-1]}
+            for job, dags in ended.items()]
+
+
+def _address_of(client: Any) -> str | None:
+    """The scheduler address of ``client`` while it is open (for messages)."""
+    try:
+        return str(client.scheduler.address)
+    except Exception:  # not connected (yet): the messages do without it
+        return None

@@ -75,18 +75,51 @@ class Dag:
 
 
 @dataclass(slots=True)
+class SessionJob:
+    """The DAGs one job submitted while a monitor session ran: DAG ids grow with submission
+    time within a job and a session is one stretch of time, so they are one range."""
+
+    name: str
+    first_dag: int
+    last_dag: int
+
+
+@dataclass(slots=True)
 class MonitorSession:
     id: int
     start: float
     metrics: tuple[str, ...]
     stop: float | None = None
+    max_jobs: int = 10_000  # jobs recorded; DAGs of further jobs are only counted
+    jobs: dict[int, SessionJob] = field(default_factory=dict)  # by job id, first seen first
+    unrecorded_dags: int = 0  # DAGs of the jobs beyond max_jobs
+
+    def record(self, dag: Dag) -> None:
+        """``dag`` was submitted while this session ran."""
+        job = dag.job
+        seen = self.jobs.get(job.id)
+        if seen is not None:
+            seen.last_dag = dag.id
+        elif len(self.jobs) < self.max_jobs:
+            self.jobs[job.id] = SessionJob(job.name, dag.id, dag.id)
+        else:
+            self.unrecorded_dags += 1
 
     def to_dict(self) -> dict[str, object]:
+        """``jobs``: the DAGs submitted while the session ran, per job in job-id order, as
+        ``{"job_id", "job_name", "first_dag", "last_dag"}`` (every DAG id from first to
+        last); ``unrecorded_dags``: DAGs of jobs beyond the recording limit, left out."""
         return {
             "id": self.id,
             "start": self.start,
             "stop": self.stop,
             "metrics": list(self.metrics),
+            "jobs": [
+                {"job_id": job_id, "job_name": j.name, "first_dag": j.first_dag,
+                 "last_dag": j.last_dag}
+                for job_id, j in sorted(self.jobs.items())
+            ],
+            "unrecorded_dags": self.unrecorded_dags,
         }
 
 
@@ -128,6 +161,7 @@ class JobTracker:
         finished_dag_ttl: float = 300.0,
         max_jobs: int = 1000,
         max_sessions: int = 100,
+        max_session_jobs: int = 10_000,
         label_max_length: int = 128,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -135,6 +169,7 @@ class JobTracker:
         self.max_finished_dags = max_finished_dags
         self.finished_dag_ttl = finished_dag_ttl
         self.max_jobs = max_jobs
+        self.max_session_jobs = max_session_jobs
         self.label_max_length = label_max_length
         self._clock = clock
 
@@ -196,6 +231,9 @@ class JobTracker:
             dag.pending += 1
 
         self._unfinished[dag] = None
+        session = self._session
+        if session is not None and session.stop is None:
+            session.record(dag)
         if not dag.pending:
             self._finish(dag, now)
         return dag
@@ -355,7 +393,9 @@ class JobTracker:
     def start_session(self, metrics: Iterable[str] = ()) -> MonitorSession:
         if self._session is not None and self._session.stop is None:
             raise SessionError(f"monitor session {self._session.id} is already running")
-        self._session = MonitorSession(self._session_ids, self._clock(), tuple(metrics))
+        self._session = MonitorSession(
+            self._session_ids, self._clock(), tuple(metrics), max_jobs=self.max_session_jobs
+        )
         self._session_ids += 1
         return self._session
 

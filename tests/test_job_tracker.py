@@ -355,6 +355,29 @@ def test_monitor_sessions_start_stop_and_history():
     assert [s.id for s in sim.tracker.sessions(since=1)] == [2]
 
 
+def test_a_session_records_the_dags_submitted_while_it_ran():
+    sim = Sim(max_session_jobs=2)
+    sim.submit("Client-a", ["a0"], name="alice")  # before the session: not its DAG
+    session = sim.tracker.start_session()
+    sim.submit("Client-b", ["b0"], name="bob")
+    sim.submit("Client-a", ["a1"], name="alice")
+    sim.submit("Client-a", ["a2"], name="alice")
+    sim.submit("Client-c", ["c0", "c1"], name="carol")  # beyond max_session_jobs: counted
+    sim.submit("Client-c", ["c2"], name="carol")
+    sim.tracker.stop_session()
+    sim.submit("Client-b", ["b1"], name="bob")  # after the stop: not its DAG
+    later = sim.tracker.start_session()
+    sim.submit("Client-b", ["b2"], name="bob")
+    assert session.to_dict()["jobs"] == [
+        {"job_id": 0, "job_name": "alice", "first_dag": 1, "last_dag": 2},
+        {"job_id": 1, "job_name": "bob", "first_dag": 0, "last_dag": 0},
+    ]
+    assert session.to_dict()["unrecorded_dags"] == 2
+    assert later.to_dict()["jobs"] == [
+        {"job_id": 1, "job_name": "bob", "first_dag": 2, "last_dag": 2}]
+    assert sim.tracker.sessions()[0].to_dict() == session.to_dict()
+
+
 def test_labels_are_printable_and_capped():
     assert clean_label('a"b\\c\nd\x00', 128) == 'a"b\\c?d?'
     capped = clean_label("x" * 500, 20)
