@@ -409,6 +409,10 @@ def _run_monitor(args: argparse.Namespace) -> int:
     with _scheduler_client(args) as client:
         monitor = Monitor(client)
         if args.action == "start":
+            running = (monitor.status().get("session") or {})
+            if running and not running.get("stop"):  # say it before attach() would
+                raise CollectorError(f"{_describe(running)} is already running: "
+                                     "'collector monitor stop' it first")
             if metrics:
                 monitor.attach(metrics)
             reply = monitor.start()

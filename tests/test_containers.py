@@ -44,7 +44,7 @@ from tests.container_helpers import (
     require_containers,
     tool,
 )
-from tests.exporter_helpers import free_port, http_get, processes, scrape, wait_for
+from tests.helpers import Scrape, free_port, http_get, processes, scrape, wait_for
 
 pytestmark = pytest.mark.containers
 COMPOSE = DOCKER / "compose.yaml"
@@ -103,8 +103,9 @@ def fetch_inside(container: str, url: str) -> str:
     return result.stdout
 
 
-def families(samples: dict) -> set[tuple[str, tuple[str, ...]]]:
-    return {(name, tuple(k for k, _ in labels)) for name, labels in samples}
+def families(page: Scrape) -> set[tuple[str, tuple[str, ...]]]:
+    return {(name, tuple(k for k, _ in labels)) for name, series in page.samples.items()
+            for labels in series}
 
 
 # ---- the image -------------------------------------------------------------------------
@@ -124,14 +125,14 @@ def test_sidecar_serves_read_only_as_uid_10001_and_its_healthcheck_passes(image)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{logs(label)}") from None
         samples = scrape(base + "/metrics")
-        ups = {labels: v for (n, labels), v in samples.items() if n == UP.name}
+        ups = dict(samples[UP.name])
         assert len(ups) == 2 and set(ups.values()) == {1.0}, ups
         # The same series and label names as the exporter of this checkout: the image is
         # built from the current sources (renamed modules, new labels and all).
         with processes(([sys.executable, "-m", "dask_metrics.exporter", "--simulate", "2",
                          "--listen", f"127.0.0.1:{(host := free_port())}"], os.environ)):
             here = wait_for(lambda: scrape(f"http://127.0.0.1:{host}/metrics"),
-                            lambda s: any(n == UP.name for n, _ in s), timeout=60,
+                            lambda s: bool(s[UP.name]), timeout=60,
                             what="the host's exporter")
         assert families(samples) == families(here)
 

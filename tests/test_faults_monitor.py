@@ -25,7 +25,7 @@ from distributed import Client, LocalCluster, wait
 from dask_metrics.collector.connection import ENV_URL
 from dask_metrics.collector.monitor import Monitor, MonitorError, MonitorUsageError
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
-from tests.exporter_helpers import wait_for
+from tests.helpers import wait_for
 from tests.prometheus_helpers import run_prometheus
 
 pytestmark = pytest.mark.integration
