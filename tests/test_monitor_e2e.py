@@ -15,7 +15,7 @@ import dask
 import pytest
 from distributed import Client, wait
 
-from dask_metrics.collector import Monitor
+from dask_metrics import Monitor
 from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from tests.fake_nvml import FakeNVML, GiB
 from tests.helpers import clean_env, collector_process, free_port, wait_for

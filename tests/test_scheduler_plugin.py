@@ -418,7 +418,7 @@ def test_settings_come_from_dask_config_and_the_command_line():
         assert Settings.from_config(job_mode="manual").job_mode is JobMode.MANUAL
     with (
         dask.config.set({"dask-metrics.scheduler.job-mode": "bogus"}),
-        pytest.raises(ValueError, match="job-mode must be one of client, span, manual"),
+        pytest.raises(ValueError, match="job-mode: 'bogus' is not one of client, span, manual"),
     ):
         Settings.from_config()
     ctx = dask_setup.make_context(
