@@ -261,12 +261,9 @@ class Monitor:
 
     @staticmethod
     def _scraped_past(prom: PrometheusClient, until: float, scope: Scope) -> bool:
-        # Raw samples of the last minute, not timestamp(): VictoriaMetrics' timestamp() is
-        # the evaluation time, not the sample's.
         for metric in _FRESHNESS:
-            recent = prom.query(f"{scope.of(metric)}[1m]", time.time())
-            newest = max((s.times[-1] for s in recent if s.times), default=None)
-            if newest is not None and newest / 1000 < until:
+            newest = prom.query(f"max(timestamp({scope.of(metric)}))", time.time())
+            if newest and newest[0].values and newest[0].values[-1] < until:
                 return False
         return True
 
