@@ -302,11 +302,13 @@ class PrometheusClient:
             error_type, error = str(body.get("errorType", "")), str(body.get("error", ""))
             text = error.lower()
             splittable = status in (422, 503) and (
-                error_type == "timeout" or any(w in text for w in ("too many", "timeout",
-                                                                   "timed out", "exceed")))
+                error_type == "timeout" or any(w in text for w in (
+                    "too many", "timeout", "timed out", "exceed",
+                    "cannot select more than")))  # VictoriaMetrics' -search.maxSamplesPerQuery
             raise self._error(f"Prometheus rejected {_one_line(what)} ({error_type}: "
                               f"{self._snippet(error)})", status, error_type, splittable)
-        if status == 404:
+        if status == 404 or (status == 400 and "unsupported path" in resp.text):
+            # VictoriaMetrics answers 400 "unsupported path requested" outside its prefix
             raise self._error(f"{self.url}/api/v1/... not found ({reason}): give --prometheus "
                               "the API's base URL, with its path prefix if it has one "
                               "(e.g. http://host/prometheus)", status)

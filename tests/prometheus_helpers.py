@@ -350,7 +350,8 @@ def import_data(server: VictoriaMetricsServer, data: OpenMetrics) -> None:
     """Import ``data`` and wait until every one of its series can be queried."""
     _post(server, "/api/v1/import/prometheus", prometheus_text(data).encode())
     server.get("/internal/force_flush")
-    expected = sum(len(series) for _, series in data.families.values())
+    expected = len({(family, tuple(sorted(labels.items())))
+                    for family, (_, series) in data.families.items() for labels, _ in series})
     query = urllib.parse.urlencode({"match[]": '{__name__=~".+"}', "start": "0"})
 
     def count() -> int:

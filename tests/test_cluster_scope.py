@@ -37,6 +37,7 @@ from tests.prometheus_helpers import (
     create_blocks,
     requires_prometheus,
     run_prometheus,
+    run_victoria_metrics,
 )
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
@@ -59,9 +60,15 @@ def data() -> ClusterDataset:
     return make_cluster_dataset()
 
 
-@pytest.fixture(scope="module")
-def prom(data: ClusterDataset, tmp_path_factory: pytest.TempPathFactory
-         ) -> Iterator[PrometheusServer]:
+@pytest.fixture(scope="module", params=["prometheus", "victoriametrics"])
+def prom(request: pytest.FixtureRequest, data: ClusterDataset,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """The same data in Prometheus (backfilled) and in VictoriaMetrics (imported)."""
+    if request.param == "victoriametrics":
+        with run_victoria_metrics(tmp_path_factory.mktemp("vm"), data=data.openmetrics()
+                                  ) as server:
+            yield server
+        return
     blocks = create_blocks(data.openmetrics(), tmp_path_factory.mktemp("blocks"))
     with run_prometheus(tmp_path_factory.mktemp("prom"), blocks=blocks) as server:
         yield server
