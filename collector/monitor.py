@@ -23,7 +23,7 @@ from dask_metrics.collector.export import ExportResult, export
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.contract import CURRENT_JOB, REPLICA_LABELS, UP, Handler
+from dask_metrics.contract import CURRENT_JOB, DAG_STATUS, REPLICA_LABELS, UP, Handler
 
 DAG_FINISHED, DAG_ERRED = 2, 3
 STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
@@ -148,7 +148,7 @@ class Monitor:
             settled = _first_scrape_after(prom, until, scope)
             window = max(int(settled - since) + 1, 1)
             outcome: dict[int, dict[int, bool]] = {}
-            status_of = scope.of("dask_job_dag_status")
+            status_of = scope.of(DAG_STATUS.name)
             for series in prom.query(f"last_over_time({status_of}[{window}s])", settled):
                 status = series.values[-1]
                 if status in (DAG_FINISHED, DAG_ERRED):
