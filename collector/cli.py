@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -29,10 +30,10 @@ from dask_metrics.collector.errors import (
     raise_on_termination,
 )
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
-from dask_metrics.collector.fetch import last_monitor_session
+from dask_metrics.collector.fetch import Scope, last_monitor_session
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
-from dask_metrics.collector.peaks import BY, format_table, peaks
+from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, format_table, peaks
 from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
 from dask_metrics.collector.promapi import COMPRESSIONS, PrometheusClient
 from dask_metrics.collector.timespec import (
@@ -44,6 +45,7 @@ from dask_metrics.collector.timespec import (
     to_ms,
 )
 from dask_metrics.collector.watch import WatchOptions, watch
+from dask_metrics.contract import REPLICA_LABELS
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -70,6 +72,9 @@ def _span_parent(required: bool) -> argparse.ArgumentParser:
                        "monitor)")
     group.add_argument("--workers", metavar="NAME", nargs="+",
                        help="only these workers (names or globs such as 'gpu-*'; commas work)")
+    group.add_argument("--cluster", metavar="NAME",
+                       help="the Dask cluster (its dask_cluster label; '' for series without "
+                       "one); needed when the range holds several")
     group.add_argument("--max-age", metavar="DURATION", default=format_duration(DEFAULT_MAX_AGE),
                        help="how old a sample may be and still describe a later time: a "
                        "--step grid point, or the scheduler's job/DAG (default %(default)s)")
@@ -104,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--compression", choices=COMPRESSIONS,
                        help="response compression: gzip (default) or none, faster where the "
                        "network is fast (loopback, a LAN)")
+    group.add_argument("--replica-label", metavar="NAME", action="append",
+                       help="a label that tells HA replicas apart, besides prometheus_replica "
+                       "and replica (repeatable): series differing only by these are one")
     group.add_argument("--quiet", action="store_true",
                        help="no progress and no summary (warnings and errors still show)")
 
@@ -134,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     pk.add_argument("--json", action="store_true", help="a JSON list instead of a table")
     pk.add_argument("--by", choices=BY, default="gpu",
                     help="gpu: one peak per worker and GPU (default); job: one per job too")
+    pk.add_argument("--peak-window", metavar="DURATION",
+                    default=format_duration(DEFAULT_PEAK_WINDOW),
+                    help="the exporters' --peak-window: in that long after --since, used "
+                    "memory is taken, so no peak is from before it (default %(default)s)")
 
     plt = commands.add_parser(
         "plot", parents=[span_or_csv, conn], help="PNG/SVG pictures per worker and of the cluster",
@@ -181,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     wat.add_argument("--layout", choices=LAYOUTS, default="tidy", help="as for export")
     wat.add_argument("--step", metavar="DURATION", help="as for export")
     wat.add_argument("--workers", metavar="NAME", nargs="+", help="as for export")
+    wat.add_argument("--cluster", metavar="NAME",
+                     help="the Dask cluster's name (default: the scheduler tells)")
     wat.add_argument("--poll", metavar="SECONDS", type=float, default=5.0,
                      help="how often to ask the scheduler (default %(default)s)")
     wat.add_argument("--once", action="store_true",
@@ -247,11 +261,15 @@ def _when(text: str | None, option: str, now: float) -> float | str | None:
         raise UsageError(f"{option}: {exc}") from None
 
 
-def _span(client: PrometheusClient, since: float | str, until: float | str | None,
-          now: float) -> tuple[float, float]:
-    """Resolve ``monitor`` in Prometheus and check that the range is not empty."""
+def _span(client: PrometheusClient, opts: dict[str, Any]) -> tuple[float, float]:
+    """Resolve ``monitor`` in Prometheus (the last session of --cluster, or of the one cluster
+    that has sessions, which --cluster then defaults to) and check that the range is not
+    empty."""
+    since, until, now = opts["since"], opts["until"], opts["now"]
     if MONITOR in (since, until):
-        start, stop = last_monitor_session(client, now)
+        scope = Scope(opts["cluster"], opts["replica_labels"])
+        start, stop, cluster = last_monitor_session(client, now, scope)
+        opts["cluster"] = cluster
         end = stop if stop is not None else now
         if until == MONITOR or (until is None and since == MONITOR):
             until = end
@@ -267,16 +285,18 @@ def _span(client: PrometheusClient, since: float | str, until: float | str | Non
 
 def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
                 ui: Terminal) -> int:
-    since, until = _span(client, opts["since"], opts["until"], opts["now"])
+    since, until = _span(client, opts)
     stamp = format_rfc3339(to_ms(since))[:19].replace("-", "").replace(":", "")
     out = args.out or f"dask-metrics-{stamp}Z"
     asked = {"since": args.since, "until": args.until, "metrics": opts["metrics"],
              "step": args.step, "max_age": args.max_age, "layout": args.layout,
-             "workers": opts["workers"], "chunk": args.chunk}
+             "workers": opts["workers"], "chunk": args.chunk, "cluster": args.cluster}
     result = export(client, since, until, out, metrics=opts["metrics"], step=opts["step"],
                     max_age=opts["max_age"], layout=args.layout, workers=opts["workers"],
-                    chunk=opts["chunk"], progress=ui.progress, asked=asked)
-    ui.info(f"wrote {len(result.files)} worker file(s), {result.rows} rows, "
+                    chunk=opts["chunk"], progress=ui.progress, asked=asked,
+                    cluster=opts["cluster"], replica_labels=opts["replica_labels"])
+    of = f" of Dask cluster {result.cluster!r}" if result.cluster else ""
+    ui.info(f"wrote {len(result.files)} worker file(s){of}, {result.rows} rows, "
             f"{format_rfc3339(to_ms(since))} to {format_rfc3339(to_ms(until))}, "
             f"into {result.out}")
     return 0
@@ -284,9 +304,11 @@ def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
 
 def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
                ui: Terminal) -> int:
-    since, until = _span(client, opts["since"], opts["until"], opts["now"])
+    since, until = _span(client, opts)
     found = peaks(client, since, until, workers=opts["workers"], by=args.by,
-                  max_age=opts["max_age"], chunk=opts["chunk"], progress=ui.progress)
+                  max_age=opts["max_age"], chunk=opts["chunk"], progress=ui.progress,
+                  cluster=opts["cluster"], replica_labels=opts["replica_labels"],
+                  peak_window=_duration(args.peak_window, "--peak-window"))
     if args.json:
         print(json.dumps([p.to_json() for p in found], indent=2))
     else:
@@ -304,11 +326,12 @@ def _plot_files(folder: str | Path, args: argparse.Namespace, workers: list[str]
 def _run_plot(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
               ui: Terminal) -> int:
     require_matplotlib()  # before an export whose pictures could not be drawn
-    since, until = _span(client, opts["since"], opts["until"], opts["now"])
+    since, until = _span(client, opts)
     with tempfile.TemporaryDirectory(prefix="collector-plot-") as tmp:
         export(client, since, until, Path(tmp) / "export", metrics=list(PLOT_METRICS),
                max_age=opts["max_age"], workers=opts["workers"], chunk=opts["chunk"],
-               progress=ui.progress)
+               progress=ui.progress, cluster=opts["cluster"],
+               replica_labels=opts["replica_labels"])
         return _plot_files(Path(tmp) / "export", args, None, ui)
 
 
@@ -329,7 +352,18 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "workers": _words(args.workers),
             "step": _duration(getattr(args, "step", None), "--step"),
             "max_age": _duration(args.max_age, "--max-age"),
-            "chunk": _duration(args.chunk, "--chunk")}
+            "chunk": _duration(args.chunk, "--chunk"),
+            "cluster": getattr(args, "cluster", None),
+            "replica_labels": _replica_labels(args)}
+
+
+def _replica_labels(args: argparse.Namespace) -> tuple[str, ...]:
+    """The built-in replica labels and those of --replica-label (commas work)."""
+    given = _words(getattr(args, "replica_label", None)) or []
+    bad = [name for name in given if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name)]
+    if bad:
+        raise UsageError(f"--replica-label: {bad[0]!r} is not a label name")
+    return tuple(dict.fromkeys([*REPLICA_LABELS, *given]))
 
 
 def _fail(code: int, message: object) -> int:
@@ -440,8 +474,10 @@ def _run_watch(args: argparse.Namespace, settings_cli: dict[str, Any]) -> int:
                            poll=args.poll)
     stop = threading.Event()  # SIGINT, SIGTERM and SIGHUP stop it by raising (see watch)
     connection = {k: v for k, v in settings_cli.items() if k in CONNECTION_KEYS}
+    replica_labels = _replica_labels(args)
     return watch(lambda: _scheduler_client(args),
-                 lambda client: Monitor(client, config=args.config, **connection),
+                 lambda client: Monitor(client, config=args.config, cluster=args.cluster,
+                                        replica_labels=replica_labels, **connection),
                  options, stop, once=args.once)
 
 

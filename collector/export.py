@@ -26,11 +26,14 @@ from dask_metrics import __version__
 from dask_metrics.collector.columns import NAMES, select, source_metrics
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.fetch import (
+    Scope,
+    clusters_of,
     data_span,
-    discover_workers,
+    discover,
     fetch_cluster,
     fetch_gpu_series,
     fetch_worker_activity,
+    in_cluster,
 )
 from dask_metrics.collector.layouts import (
     LAYOUTS,
@@ -44,8 +47,14 @@ from dask_metrics.collector.layouts import (
     workers_rows,
 )
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.series import WorkerInfo, select_workers, worker_table
+from dask_metrics.collector.series import (
+    WorkerInfo,
+    select_workers,
+    worker_inventory,
+    worker_table,
+)
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
+from dask_metrics.contract import DASK_CLUSTER, REPLICA_LABELS
 
 DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or
@@ -63,23 +72,52 @@ class ExportResult:
     files: list[str]
     rows: int
     warnings: list[str]
+    cluster: str | None = None
+
+
+def cluster_names(clusters: Sequence[str]) -> str:
+    """``'ml-a', 'ml-b'`` for a message; "" reads as the series without the label."""
+    return ", ".join(repr(c) if c else f"'' (series without a {DASK_CLUSTER} label)"
+                     for c in clusters)
 
 
 def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
-                 patterns: Sequence[str] | None) -> list[WorkerInfo]:
-    """The workers with GPU series in [start, end] (ms) that ``patterns`` select.
+                 patterns: Sequence[str] | None, cluster: str | None = None,
+                 replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False
+                 ) -> tuple[Scope, list[WorkerInfo]]:
+    """The Dask cluster of [start, end] (ms) and its workers with GPU series that
+    ``patterns`` select.
 
-    Raises CollectorError when there is none, or when a pattern matches none.
+    ``cluster`` names the cluster (its dask_cluster label; "" for series without one); when
+    None, the range must hold one cluster, which is then taken. ``any_cluster``: no scoping at
+    all (every series, whatever its cluster). The clusters are the dask_cluster values of
+    dask_gpu_info in the range, read by the same queries that find the workers.
+
+    Raises UsageError when several clusters are found and none is named (the message lists
+    them), CollectorError when there is no GPU series, no such cluster or no such worker.
     """
-    found = discover_workers(client, start, end, chunk)
+    gpus, addresses = discover(client, start, end, chunk, Scope(None, tuple(replica_labels)))
     span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
-    if not found:
+    if not gpus:
         raise CollectorError(f"no GPU series (dask_gpu_info) {span} at {client.url}: is "
                              "Prometheus scraping the GPU exporters, and is the time range right?")
+    found = clusters_of(gpus)
+    if any_cluster:
+        cluster = None
+    elif cluster is None:
+        if len(found) > 1:
+            raise UsageError(f"Prometheus holds GPU series of {len(found)} Dask clusters {span}: "
+                             f"{cluster_names(found)}; choose one with --cluster NAME")
+        cluster = found[0]
+    elif cluster not in found:
+        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
+                             f"{cluster_names(found)})")
+    scope = Scope(cluster, tuple(replica_labels))
+    workers = worker_inventory(in_cluster(gpus, cluster), in_cluster(addresses, cluster))
     try:
-        return select_workers(found, patterns)
+        return scope, select_workers(workers, patterns)
     except LookupError as exc:
-        known = ", ".join(w.name for w in found[:10]) + (", …" if len(found) > 10 else "")
+        known = ", ".join(w.name for w in workers[:10]) + (", …" if len(workers) > 10 else "")
         raise CollectorError(f"no worker matches {exc.args[0]!r} {span} (workers: {known})"
                              ) from None
 
@@ -128,14 +166,16 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            *, metrics: Sequence[str] | None = None, step: float | None = None,
            max_age: float = DEFAULT_MAX_AGE, layout: str = "tidy",
            workers: Sequence[str] | None = None, chunk: float = DEFAULT_CHUNK,
-           progress: Progress | None = None, asked: Mapping[str, Any] | None = None
-           ) -> ExportResult:
+           progress: Progress | None = None, asked: Mapping[str, Any] | None = None,
+           cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
+           any_cluster: bool = False) -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
     samples by default); ``layout``: "tidy" or "seed"; ``workers``: names or globs;
     ``progress(done, total, worker)`` is called before each worker; ``asked`` is recorded in
-    export.json as what the user asked (the command line's own words). Raises ValueError for
+    export.json as what the user asked (the command line's own words); ``cluster``,
+    ``replica_labels`` and ``any_cluster`` as for ``find_workers``. Raises ValueError for
     bad arguments and CollectorError (PrometheusError included) when the export fails.
     """
     check_range(since, until)
@@ -151,9 +191,11 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         raise CollectorError(f"{target} exists and is not a folder: choose another --out")
     warnings_before = len(client.warnings)
 
-    lo, hi = data_span(client, start, end, chunk_ms, step_ms)  # the data, not the range asked
-    chosen = find_workers(client, lo, hi, chunk_ms, workers)
-    cluster = fetch_cluster(client, lo - age, hi, chunk_ms)
+    named = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    lo, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data, not the range
+    scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
+                                 any_cluster)
+    timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
     rows_written = 0
     with _staging(target) as stage:
@@ -161,9 +203,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             if progress:
                 progress(i, len(chosen), info.name)
             series = fetch_gpu_series(client, info.name, source_metrics(columns), lo, hi,
-                                      chunk_ms, step_ms, age)
-            activity = fetch_worker_activity(client, info.name, cluster, lo - age, hi, chunk_ms)
-            table = worker_table(series, columns, cluster, activity, age)
+                                      chunk_ms, step_ms, age, scope)
+            activity = fetch_worker_activity(client, info.name, timeline, lo - age, hi,
+                                             chunk_ms, scope)
+            table = worker_table(series, columns, timeline, activity, age)
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:
@@ -180,7 +223,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "asked": dict(asked) if asked is not None else {
                 "since": since, "until": until, "metrics": list(metrics or NAMES),
                 "step": step, "max_age": max_age, "layout": layout,
-                "workers": list(workers) if workers else None, "chunk": chunk},
+                "workers": list(workers) if workers else None, "chunk": chunk,
+                "cluster": cluster},
             "since": format_rfc3339(start),
             "until": format_rfc3339(end),
             "since_unix": start / 1000,
@@ -191,6 +235,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "metrics": [c.name for c in columns],
             "units": {c.name: c.unit for c in columns},
             "prometheus": client.url,
+            "cluster": scope.cluster,
+            "replica_labels": list(scope.replica_labels),
             "workers": [w.name for w in chosen],
             "files": files,
             "rows": rows_written,
@@ -201,7 +247,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         }
         (stage / "export.json").write_text(json.dumps(record, indent=2) + "\n",
                                            encoding="utf-8")
-    return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings)
+    return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
+                        scope.cluster)
 
 
 def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
@@ -212,13 +259,27 @@ def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> Non
         os.fsync(fh.fileno())
 
 
+def previous_files(out: Path) -> set[str]:
+    """The files an earlier export wrote into ``out``, as its export.json lists them (plain
+    names only: a name with a path in it is not ours to remove)."""
+    try:
+        record = json.loads((out / "export.json").read_text(encoding="utf-8"))
+        names = [*record.get("files", []), "workers.csv", "export.json"]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return set()
+    return {n for n in names if isinstance(n, str) and n not in ("", ".", "..")
+            and Path(n).name == n}
+
+
 @contextmanager
 def _staging(out: Path) -> Iterator[Path]:
     """A hidden folder beside ``out`` whose files are moved into ``out`` on success.
 
     A new ``out`` appears whole, by one rename; into an existing one each file is moved by
-    its own atomic rename (files of an earlier export that this one does not write are left).
-    On any failure the staging folder is removed and ``out`` is untouched.
+    its own atomic rename, export.json last, so that it never lists a file not yet in place;
+    then the files of an earlier export (as its export.json listed them) that this one did
+    not write are removed. Files that no export.json listed are left. On any failure the
+    staging folder is removed and ``out`` is untouched.
     """
     anchor = out.absolute().parent
     while not anchor.exists():
@@ -228,9 +289,13 @@ def _staging(out: Path) -> Iterator[Path]:
         yield stage
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.exists():
-            for item in stage.iterdir():
+            old = previous_files(out)
+            items = sorted(stage.iterdir(), key=lambda item: item.name == "export.json")
+            for item in items:
                 os.replace(item, out / item.name)
             stage.rmdir()
+            for name in old - {item.name for item in items}:
+                (out / name).unlink(missing_ok=True)
         else:
             stage.chmod(0o755)  # mkdtemp made it private
             os.rename(stage, out)

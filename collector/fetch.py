@@ -8,8 +8,9 @@ query engine finds too big (timeout, too many samples) is split in halves and as
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -26,7 +27,17 @@ from dask_metrics.collector.series import (
     worker_inventory,
     worker_timeline,
 )
-from dask_metrics.contract import CURRENT_DAG, CURRENT_JOB, INFO, WORKER_GPU_INFO, WORKER_TASKS
+from dask_metrics.contract import (
+    CURRENT_DAG,
+    CURRENT_JOB,
+    DASK_CLUSTER,
+    INFO,
+    MONITOR_START,
+    MONITOR_STOP,
+    REPLICA_LABELS,
+    WORKER_GPU_INFO,
+    WORKER_TASKS,
+)
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
 MAX_SPLITS = 8  # a chunk is halved at most this often (1/256 of it) before giving up
@@ -41,12 +52,36 @@ def label(value: str) -> str:
     return f'"{escaped}"'
 
 
-def selector(metrics: Sequence[str], worker: str | None = None) -> str:
-    """``{__name__=~"a|b",worker="w"}``: one query for several metrics of one worker."""
+@dataclass(frozen=True)
+class Scope:
+    """Which series a query may see: those of one Dask cluster (``cluster``; "" is the
+    series without a dask_cluster label, from exporters older than the label; None: every
+    cluster, unscoped), with ``replica_labels`` left out of a series' identity (HA replicas'
+    copies of one series are one series). Every selector the collector sends is built here,
+    so no query forgets the cluster."""
+
+    cluster: str | None = None
+    replica_labels: tuple[str, ...] = REPLICA_LABELS
+
+    def matchers(self) -> list[str]:
+        return [] if self.cluster is None else [f"{DASK_CLUSTER}={label(self.cluster)}"]
+
+    def of(self, metric: str, **labels: str) -> str:
+        """``metric{worker="w",dask_cluster="c"}``: one metric, scoped."""
+        found = [f"{k}={label(v)}" for k, v in labels.items()] + self.matchers()
+        return metric + ("{" + ",".join(found) + "}" if found else "")
+
+
+UNSCOPED = Scope()
+
+
+def selector(metrics: Sequence[str], worker: str | None = None, scope: Scope = UNSCOPED) -> str:
+    """``{__name__=~"a|b",worker="w",dask_cluster="c"}``: one query for several metrics of
+    one worker of one cluster."""
     matchers = [f'__name__=~{label("|".join(metrics))}']
     if worker is not None:
         matchers.append(f"worker={label(worker)}")
-    return "{" + ",".join(matchers) + "}"
+    return "{" + ",".join(matchers + scope.matchers()) + "}"
 
 
 def _attempt(run: Callable[[int, int], list[Series]], lo: int, hi: int, halve: Halver,
@@ -73,34 +108,35 @@ def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int
     return run
 
 
-def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
-              ) -> list[Series]:
-    """Every raw sample of ``sel`` in [start, end] (ms), each exactly once."""
+def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
+              scope: Scope = UNSCOPED) -> list[Series]:
+    """Every raw sample of ``sel`` in [start, end] (ms), each exactly once (HA replicas'
+    copies of a series made one by ``scope``'s replica labels)."""
     run = _raw_run(client, lambda rng: sel + rng, start)
-    return merge(s for lo, hi in plan_chunks(start, end, chunk)
-                 for s in _attempt(run, lo, hi, halve_range))
+    return merge((s for lo, hi in plan_chunks(start, end, chunk)
+                  for s in _attempt(run, lo, hi, halve_range)), scope.replica_labels)
 
 
-def fetch_label_sets(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
-                     ) -> list[dict[str, str]]:
+def fetch_label_sets(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
+                     scope: Scope = UNSCOPED) -> list[dict[str, str]]:
     """The label sets of the series of ``sel`` with a sample in [start, end], without
     transferring their samples (``last_over_time`` keeps one per series and chunk)."""
     run = _raw_run(client, lambda rng: f"last_over_time({sel}{rng})", start)
-    found = merge(s for lo, hi in plan_chunks(start, end, chunk)
-                  for s in _attempt(run, lo, hi, halve_range))
+    found = merge((s for lo, hi in plan_chunks(start, end, chunk)
+                   for s in _attempt(run, lo, hi, halve_range)), scope.replica_labels)
     return [s.labels for s in found]
 
 
-def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step: int
-                ) -> list[Series]:
+def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step: int,
+                scope: Scope = UNSCOPED) -> list[Series]:
     """``expr`` on the grid start + k*step within [start, end], in query_range chunks under
     the 11,000-points limit."""
 
     def run(lo: int, hi: int) -> list[Series]:
         return client.query_range(expr, lo / 1000, hi / 1000, step / 1000)
 
-    return merge(s for lo, hi in plan_step_chunks(start, end, step, MAX_POINTS)
-                 for s in _attempt(run, lo, hi, grid_halver(step)))
+    return merge((s for lo, hi in plan_step_chunks(start, end, step, MAX_POINTS)
+                  for s in _attempt(run, lo, hi, grid_halver(step))), scope.replica_labels)
 
 
 TRIM_ABOVE_CHUNKS = 4
@@ -109,7 +145,7 @@ samples: ``--since 1y`` over a week of data costs a week's queries, not a year's
 
 
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
-              step: int | None = None) -> tuple[int, int]:
+              step: int | None = None, scope: Scope = UNSCOPED) -> tuple[int, int]:
     """[start, end] (ms) narrowed to the first and last GPU sample in it, give or take a
     resolution of chunk/64, found by bisection with instant queries whose cost follows the
     samples they cover. A ``step`` grid keeps its points on start + k*step. The range is
@@ -117,9 +153,10 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     if end - start <= TRIM_ABOVE_CHUNKS * chunk:
         return start, end
     resolution = max(chunk // 64, 1000)
+    info = scope.of(INFO.name)
 
     def any_in(lo: int, hi: int) -> bool:  # a sample in (lo, hi]
-        return bool(client.query(f"count(last_over_time({INFO.name}[{hi - lo}ms]))", hi / 1000))
+        return bool(client.query(f"count(last_over_time({info}[{hi - lo}ms]))", hi / 1000))
 
     if not any_in(start - 1, end):
         return start, end
@@ -138,32 +175,54 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     return first, last
 
 
-def discover_workers(client: PrometheusClient, start: int, end: int, chunk: int
-                     ) -> list[WorkerInfo]:
+def discover_workers(client: PrometheusClient, start: int, end: int, chunk: int,
+                     scope: Scope = UNSCOPED) -> list[WorkerInfo]:
     """Workers with GPU series in [start, end], with addresses from the scheduler preload."""
-    gpus = fetch_label_sets(client, INFO.name, start, end, chunk)
-    addresses = fetch_label_sets(client, WORKER_GPU_INFO.name, start, end, chunk)
+    gpus, addresses = discover(client, start, end, chunk, scope)
     return worker_inventory(gpus, addresses)
 
 
-def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int) -> Timeline:
+def discover(client: PrometheusClient, start: int, end: int, chunk: int,
+             scope: Scope = UNSCOPED) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The label sets of dask_gpu_info and dask_job_worker_gpu_info in [start, end]: the
+    clusters (their dask_cluster labels) and their workers, from the same two queries."""
+    return (fetch_label_sets(client, scope.of(INFO.name), start, end, chunk, scope),
+            fetch_label_sets(client, scope.of(WORKER_GPU_INFO.name), start, end, chunk, scope))
+
+
+def clusters_of(label_sets: Sequence[dict[str, str]]) -> list[str]:
+    """The dask_cluster values among ``label_sets``, sorted; "" for series without one."""
+    return sorted({labels.get(DASK_CLUSTER, "") for labels in label_sets})
+
+
+def in_cluster(label_sets: Sequence[dict[str, str]], cluster: str | None
+               ) -> list[dict[str, str]]:
+    if cluster is None:
+        return list(label_sets)
+    return [labels for labels in label_sets if labels.get(DASK_CLUSTER, "") == cluster]
+
+
+def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
+                  scope: Scope = UNSCOPED) -> Timeline:
     """The cluster-wide job/DAG at each scheduler scrape in [start, end]."""
-    series = by_metric(fetch_raw(client, selector([CURRENT_JOB.name,
-                                                   CURRENT_DAG.name]), start, end, chunk))
+    series = by_metric(fetch_raw(client, selector([CURRENT_JOB.name, CURRENT_DAG.name],
+                                                  scope=scope), start, end, chunk, scope))
     return cluster_timeline(series.get(CURRENT_JOB.name, []),
                             series.get(CURRENT_DAG.name, []))
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
-                          start: int, end: int, chunk: int) -> Timeline:
+                          start: int, end: int, chunk: int, scope: Scope = UNSCOPED
+                          ) -> Timeline:
     """What ``worker`` ran at each scheduler scrape in [start, end]."""
-    tasks = fetch_raw(client, selector([WORKER_TASKS.name], worker), start, end, chunk)
+    tasks = fetch_raw(client, selector([WORKER_TASKS.name], worker, scope), start, end, chunk,
+                      scope)
     return worker_timeline(cluster.times, tasks)
 
 
 def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[str], start: int,
-                     end: int, chunk: int, step: int | None, max_age: int
-                     ) -> dict[str, list[Series]]:
+                     end: int, chunk: int, step: int | None, max_age: int,
+                     scope: Scope = UNSCOPED) -> dict[str, list[Series]]:
     """{metric: series} of one worker: raw samples, or with ``step`` a grid in which a point
     takes the last raw sample at or before it only when that is at most ``max_age`` old.
 
@@ -172,37 +231,50 @@ def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[st
     whose stale markers are missing (a Prometheus restart, backfilled or downsampled data).
     """
     if step is None:
-        return by_metric(fetch_raw(client, selector(metrics, worker), start, end, chunk))
+        return by_metric(fetch_raw(client, selector(metrics, worker, scope), start, end, chunk,
+                                   scope))
     out = {}
     for metric in metrics:
-        expr = f"last_over_time({metric}{{worker={label(worker)}}}[{max_age}ms])"
-        out[metric] = fetch_steps(client, expr, start, end, step)
+        expr = f"last_over_time({scope.of(metric, worker=worker)}[{max_age}ms])"
+        out[metric] = fetch_steps(client, expr, start, end, step, scope)
     return out
 
 
-def _without_name(labels: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in labels.items() if k != "__name__"}
+def _without(labels: dict[str, str], names: set[str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k not in names}
 
 
-def last_monitor_session(client: PrometheusClient, now: float) -> tuple[float, float | None]:
-    """(start, stop) of the last monitor session in unix seconds; stop is None while it runs.
+def last_monitor_session(client: PrometheusClient, now: float, scope: Scope = UNSCOPED
+                         ) -> tuple[float, float | None, str]:
+    """(start, stop, cluster) of the last monitor session in unix seconds; stop is None while
+    it runs; cluster is its scheduler's dask_cluster label ("" without one).
 
-    Looks back further and further (up to 31 days) so a short look-back stays cheap.
+    Looks back further and further (up to 31 days) so a short look-back stays cheap. Unscoped,
+    the sessions found must all be of one cluster, else UsageError lists the clusters.
     """
     for window in MONITOR_LOOKBACK:
         starts = [s for s in client.query(
-            f"last_over_time(dask_job_monitor_start_timestamp_seconds[{window}])", now)
+            f"last_over_time({scope.of(MONITOR_START.name)}[{window}])", now)
             if s.values and s.values[-1] > 0]
         if starts:
             break
     else:
-        raise CollectorError("no monitor session in the last 31 days "
-                             "(dask_job_monitor_start_timestamp_seconds): give --since a time")
+        where = f" of cluster {scope.cluster!r}" if scope.cluster else ""
+        raise CollectorError(f"no monitor session{where} in the last 31 days "
+                             f"({MONITOR_START.name}): give --since a time")
+    found = sorted({s.labels.get(DASK_CLUSTER, "") for s in starts})
+    if scope.cluster is None and len(found) > 1:
+        names = ", ".join(repr(c) if c else "'' (no dask_cluster label)" for c in found)
+        raise UsageError(f"monitor sessions of {len(found)} Dask clusters in the last "
+                         f"{window}: {names}; choose one with --cluster NAME")
     latest = max(starts, key=lambda s: s.values[-1])
     start = latest.values[-1]
-    stops = client.query(f"last_over_time(dask_job_monitor_stop_timestamp_seconds[{window}])",
-                         now)
-    # The same scheduler's series; whether last_over_time keeps __name__ differs by version.
-    stop = next((s.values[-1] for s in stops
-                 if _without_name(s.labels) == _without_name(latest.labels)), None)
-    return start, (stop if stop is not None and stop >= start else None)
+    stops = client.query(f"last_over_time({scope.of(MONITOR_STOP.name)}[{window}])", now)
+    # The same scheduler's series; whether last_over_time keeps __name__ differs by version
+    # (and by store), and HA replicas' copies differ by their replica label only.
+    ignore = {"__name__", *scope.replica_labels}
+    same = _without(latest.labels, ignore)
+    stop = max((s.values[-1] for s in stops if _without(s.labels, ignore) == same),
+               default=None)
+    return (start, stop if stop is not None and stop >= start else None,
+            latest.labels.get(DASK_CLUSTER, ""))

@@ -20,9 +20,10 @@ from dask_metrics.collector.columns import NAMES, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.export import ExportResult, export
+from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.contract import CURRENT_JOB, UP, DagStatus, Handler
+from dask_metrics.contract import CURRENT_JOB, DAG_STATUS, REPLICA_LABELS, UP, DagStatus, Handler
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
 #: connection options Monitor takes as keyword arguments
@@ -49,10 +50,16 @@ class Monitor:
     Python names (``user``, ``password_file``, ``bearer_token_file``, ``header`` (a list of
     ``"Name: value"``), ``ca_file``, ``cert``, ``key``, ``timeout``, ``retries``,
     ``compression``).
+
+    Every query is scoped to the Monitor's own Dask cluster (the ``dask_cluster`` label),
+    whatever else Prometheus holds: ``cluster`` names it, else the scheduler tells
+    (``Handler.CLUSTER``); a scheduler that does not leaves the queries unscoped, with a
+    warning. ``replica_labels`` are added to the HA replica labels the merge ignores.
     """
 
     def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,
                  scrape_wait: float = 30.0, stop_timeout: float = STOP_TIMEOUT,
+                 cluster: str | None = None, replica_labels: Sequence[str] = (),
                  **connection: Any) -> None:
         unknown = sorted(set(connection) - set(CONNECTION_OPTIONS))
         if unknown:
@@ -66,6 +73,8 @@ class Monitor:
         self._prometheus = prometheus
         self._config = config
         self._connection = connection
+        self._replica_labels = tuple(dict.fromkeys([*REPLICA_LABELS, *replica_labels]))
+        self._scope = None if cluster is None else Scope(cluster, self._replica_labels)
 
     # ---- sessions (on the scheduler) -------------------------------------------------------
 
@@ -127,20 +136,23 @@ class Monitor:
                        workers: Sequence[str] | None = None) -> ExportResult:
         """Export one session (as ``session()`` or ``sessions()`` return them)."""
         self._require_open()
+        scope = self.scope()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
             metrics = [m for m in session.get("metrics") or self.metrics if m in NAMES]
             return export(prom, since, until, path, metrics=metrics or None, step=step,
                           layout=layout, workers=workers,
-                          asked={"monitor_session": session["id"], "layout": layout})
+                          asked={"monitor_session": session["id"], "layout": layout},
+                          **_scoping(scope))
 
     def peak_memory(self) -> list[list[int]]:
         """Peak memory of the last session, % of capacity: per worker (in name order, as in
         workers.csv), per GPU — the original dask-metrics format."""
         session = self.session()
+        scope = self.scope()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
-            found = peaks(prom, since, until)
+            found = peaks(prom, since, until, **_scoping(scope))
         by_worker: dict[str, list[int]] = {}
         for p in found:  # peaks come in worker order, then GPU order
             by_worker.setdefault(p.worker, []).append(round(p.peak_percent or 0))
@@ -161,12 +173,14 @@ class Monitor:
         after it). DAGs of earlier sessions, still in the series for their TTL, are not in.
         """
         session = self.session()
+        scope = self.scope()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
-            settled = _first_scrape_after(prom, until)
+            settled = _first_scrape_after(prom, until, scope)
             window = max(int(settled - since) + 1, 1)
             seen: dict[tuple[int, int], int] = {}
-            for series in prom.query(f"last_over_time(dask_job_dag_status[{window}s])", settled):
+            for series in prom.query(f"last_over_time({scope.of(DAG_STATUS.name)}[{window}s])",
+                                     settled):
                 job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
                 seen[(job, dag)] = int(series.values[-1])
         recorded = session.get("jobs")
@@ -205,6 +219,26 @@ class Monitor:
         return session
 
     # ---- plumbing --------------------------------------------------------------------------
+
+    def scope(self) -> Scope:
+        """The queries' scope: this Monitor's cluster, asked of the scheduler once (its
+        ``Handler.CLUSTER`` answers the name); unscoped, with a warning, where it does not."""
+        if self._scope is None:
+            try:
+                reply = self.client.sync(getattr(self.client.scheduler, Handler.CLUSTER))
+            except Exception:  # an older preload: an unknown handler may raise or answer None
+                reply = None
+            if isinstance(reply, dict):
+                reply = reply.get("cluster")
+            if isinstance(reply, str):
+                self._scope = Scope(reply, self._replica_labels)
+            else:
+                warnings.warn("the scheduler does not tell its Dask cluster's name "
+                              f"({Handler.CLUSTER}): results are not scoped to one cluster "
+                              "and include every cluster this Prometheus holds; pass "
+                              "Monitor(client, cluster=NAME) to scope them", stacklevel=3)
+                self._scope = Scope(None, self._replica_labels)
+        return self._scope
 
     def _call(self, handler: str, **kwargs: Any) -> Any:
         """Call a scheduler preload handler; every one of them answers something, and a
@@ -277,7 +311,7 @@ class Monitor:
         start = float(session["start"])
         until = float(session["stop"]) if session.get("stop") else time.time()
         deadline = time.monotonic() + self.scrape_wait
-        while not self._scraped_past(prom, until):
+        while not self._scraped_past(prom, until, self.scope()):
             if time.monotonic() > deadline:
                 warnings.warn(f"Prometheus has not scraped up to the session's end after "
                               f"{self.scrape_wait:g} s: the last samples may be missing",
@@ -287,9 +321,9 @@ class Monitor:
         return start, until
 
     @staticmethod
-    def _scraped_past(prom: PrometheusClient, until: float) -> bool:
+    def _scraped_past(prom: PrometheusClient, until: float, scope: Scope) -> bool:
         for metric in _FRESHNESS:
-            newest = prom.query(f"max(timestamp({metric}))", time.time())
+            newest = prom.query(f"max(timestamp({scope.of(metric)}))", time.time())
             if newest and newest[0].values and newest[0].values[-1] < until:
                 return False
         return True
@@ -325,10 +359,11 @@ def _describe_dag(dag: dict[str, Any]) -> str:
             f"({', '.join(details)})")
 
 
-def _first_scrape_after(prom: PrometheusClient, t: float) -> float:
+def _first_scrape_after(prom: PrometheusClient, t: float, scope: Scope) -> float:
     """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
     span = max(int(time.time() - t) + 2, 2)
-    times = [ms / 1000 for series in prom.query(f"dask_job_current_job[{span}s]", time.time())
+    times = [ms / 1000 for series in prom.query(f"{scope.of(CURRENT_JOB.name)}[{span}s]",
+                                                time.time())
              for ms in series.times if ms / 1000 >= t]
     return min(times, default=t)
 
@@ -357,3 +392,9 @@ def _address_of(client: Any) -> str | None:
         return str(client.scheduler.address)
     except Exception:  # not connected (yet): the messages do without it
         return None
+
+
+def _scoping(scope: Scope) -> dict[str, Any]:
+    """export's and peaks' arguments for ``scope``: its cluster, or none at all."""
+    return {"cluster": scope.cluster, "any_cluster": scope.cluster is None,
+            "replica_labels": scope.replica_labels}

@@ -5,12 +5,17 @@ That gauge is the maximum of every internal exporter sample over its trailing pe
 (30 s by default), so a spike between two scrapes still counts; the maximum over its raw
 samples is ``max_over_time`` without the step grid that would skip samples. A GPU without it
 (an older exporter) falls back to ``dask_gpu_memory_used_bytes``.
+
+The gauge's samples in the first peak window after ``since`` may hold a spike from before
+``since`` (the end of the session before): there the raw ``dask_gpu_memory_used_bytes``
+samples are taken instead, so no peak comes from before the start (a spike between two of
+those first scrapes is missed).
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -26,6 +31,7 @@ from dask_metrics.collector.export import (
     gc_paused,
 )
 from dask_metrics.collector.fetch import (
+    Scope,
     data_span,
     fetch_cluster,
     fetch_gpu_series,
@@ -34,8 +40,11 @@ from dask_metrics.collector.fetch import (
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
+from dask_metrics.contract import REPLICA_LABELS
 
 BY = ("gpu", "job")
+DEFAULT_PEAK_WINDOW = 30.0
+"""Seconds: the exporter's default trailing window of dask_gpu_memory_peak_bytes."""
 
 
 @dataclass(frozen=True)
@@ -88,18 +97,36 @@ def _total_at(totals: Sequence[tuple[int, float]], t: int) -> float | None:
     return totals[max(i, 0)][1]
 
 
+def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
+             peak_window: int) -> list[tuple[int, float]]:
+    """(time, bytes) to take the peak of: the peak gauge, except in the first peak window
+    after ``since``, where the used memory's raw samples are taken."""
+    peak, used = metrics.get(PEAK_METRIC), metrics.get(USED_METRIC)
+    if not peak:
+        return list(zip(*(used or ([], [])), strict=True))
+    if since is None:
+        return list(zip(*peak, strict=True))
+    cut = since + peak_window
+    i, j = bisect_left(peak[0], cut), bisect_left(used[0], cut) if used else 0
+    early = list(zip(used[0][:j], used[1][:j], strict=True)) if used else []
+    return early + list(zip(peak[0][i:], peak[1][i:], strict=True))
+
+
 def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
-              activity: Timeline, max_age: int, by_job: bool = False) -> list[Peak]:
+              activity: Timeline, max_age: int, by_job: bool = False,
+              since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW)
+              ) -> list[Peak]:
     """Peaks of one worker's GPUs (pure). The first sample at the maximum is reported.
 
     With ``by_job`` there is one peak per GPU and job that ran on the worker (samples while it
-    was idle are left out); the DAG is the one running at the peak.
+    was idle are left out); the DAG is the one running at the peak. With ``since`` (ms), the
+    peak gauge's samples before ``since + peak_window`` are replaced by used memory's.
     """
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
-        source = metrics.get(PEAK_METRIC) or metrics.get(USED_METRIC) or ([], [])
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
-        samples = [(t, v) for t, v in zip(*source, strict=True) if not math.isnan(v)]
+        samples = [(t, v) for t, v in _sources(metrics, since, peak_window)
+                   if not math.isnan(v)]
         states = activity.at_each([t for t, _ in samples], max_age)
         tagged = [(state[0] if by_job else "", t, v, state)
                   for (t, v), state in zip(samples, states, strict=True) if state[0] or not by_job]
@@ -116,24 +143,32 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
 def peaks(client: PrometheusClient, since: float, until: float, *,
           workers: Sequence[str] | None = None, by: str = "gpu",
           max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK,
-          progress: Progress | None = None) -> list[Peak]:
+          progress: Progress | None = None, cluster: str | None = None,
+          replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False,
+          peak_window: float = DEFAULT_PEAK_WINDOW) -> list[Peak]:
     """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
-    worker, GPU and job. One worker's samples are in memory at a time."""
+    worker, GPU and job. One worker's samples are in memory at a time. ``cluster``,
+    ``replica_labels``, ``any_cluster`` as for ``export.find_workers``; ``peak_window``: the
+    exporters' peak window (seconds), in which after ``since`` used memory is taken."""
     check_range(since, until)
     if by not in BY:
         raise ValueError(f"unknown grouping {by!r} (known: {', '.join(BY)})")
-    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
-    start, end = data_span(client, start, end, chunk_ms)  # the data, not the range asked
-    chosen = find_workers(client, start, end, chunk_ms, workers)
-    cluster = fetch_cluster(client, start - age, end, chunk_ms)
+    begin, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    named = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    start, end = data_span(client, begin, end, chunk_ms, None, named)  # the data, not the range
+    scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
+                                 replica_labels, any_cluster)
+    timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
     found: list[Peak] = []
     for i, info in enumerate(chosen):
         if progress:
             progress(i, len(chosen), info.name)
         series = fetch_gpu_series(client, info.name, [PEAK_METRIC, USED_METRIC, TOTAL_METRIC],
-                                  start, end, chunk_ms, None, age)
-        activity = fetch_worker_activity(client, info.name, cluster, start - age, end, chunk_ms)
-        found += gpu_peaks(info.name, series, activity, age, by_job=by == "job")
+                                  start, end, chunk_ms, None, age, scope)
+        activity = fetch_worker_activity(client, info.name, timeline, start - age, end,
+                                         chunk_ms, scope)
+        found += gpu_peaks(info.name, series, activity, age, by_job=by == "job", since=begin,
+                           peak_window=to_ms(peak_window))
     if progress:
         progress(len(chosen), len(chosen), "")
     return found

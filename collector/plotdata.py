@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -163,11 +164,25 @@ def _gpu_key(gpu: str) -> tuple[int, str]:
 
 
 def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
-    """Every worker file of an export folder (tidy layout), in name order."""
+    """Every worker file of an export folder (tidy layout), in name order.
+
+    The files are those export.json lists, not whatever a directory listing finds: a folder
+    exported into twice may still hold an earlier export's files. A folder without
+    export.json (CSV files from elsewhere) is read by listing its CSV files.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise CollectorError(f"{folder} is not a folder written by 'collector export'")
-    files = sorted(p for p in folder.glob("*.csv") if p.name not in NOT_WORKER_FILES)
+    record = folder / "export.json"
+    if record.exists():
+        try:
+            names = json.loads(record.read_text(encoding="utf-8"))["files"]
+            files = sorted(folder / str(name) for name in names)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CollectorError(f"{record} is not an export.json of 'collector export' "
+                                 f"({type(exc).__name__}: {exc})") from None
+    else:
+        files = sorted(p for p in folder.glob("*.csv") if p.name not in NOT_WORKER_FILES)
     if not files:
         raise CollectorError(f"{folder} holds no worker CSV files")
     return [read_worker_file(p) for p in files]

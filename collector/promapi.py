@@ -32,6 +32,12 @@ COMPRESSIONS = ("gzip", "none")
 """``compression``: gzip (requests' default, good over a slow network) or none, which saves
 the server's and our CPU time where the network is fast (loopback, a LAN)."""
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+STORE_PARAMS = {"nocache": "1", "latency_offset": "0"}
+"""Sent with every query so that VictoriaMetrics answers as Prometheus does (Prometheus,
+Thanos and Mimir ignore them): ``nocache=1``, else its response cache rounds a query_range's
+start down to a multiple of the step (grid points before --since, off since + k*step);
+``latency_offset=0``, else instant queries do not see the last 30 s (-search.latencyOffset),
+and a worker or a monitor session that started seconds ago is not found."""
 _BACKOFF = 0.5
 _SNIPPET = 200
 
@@ -224,12 +230,13 @@ class PrometheusClient:
 
     def query(self, expr: str, at: float) -> list[Series]:
         """An instant query at unix time ``at``: a vector, or raw samples for ``metric[5m]``."""
-        data = self._api("query", {"query": expr, "time": f"{at:.3f}"}, expr)
+        data = self._api("query", {"query": expr, "time": f"{at:.3f}", **STORE_PARAMS}, expr)
         return self._series(data, expr)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         """A range query on the grid start + k*step (at most 11,000 points per series)."""
-        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}",
+                **STORE_PARAMS}
         return self._series(self._api("query_range", form, expr), expr)
 
     def build_version(self) -> str | None:
@@ -295,11 +302,13 @@ class PrometheusClient:
             error_type, error = str(body.get("errorType", "")), str(body.get("error", ""))
             text = error.lower()
             splittable = status in (422, 503) and (
-                error_type == "timeout" or any(w in text for w in ("too many", "timeout",
-                                                                   "timed out", "exceed")))
+                error_type == "timeout" or any(w in text for w in (
+                    "too many", "timeout", "timed out", "exceed",
+                    "cannot select more than")))  # VictoriaMetrics' -search.maxSamplesPerQuery
             raise self._error(f"Prometheus rejected {_one_line(what)} ({error_type}: "
                               f"{self._snippet(error)})", status, error_type, splittable)
-        if status == 404:
+        if status == 404 or (status == 400 and "unsupported path" in resp.text):
+            # VictoriaMetrics answers 400 "unsupported path requested" outside its prefix
             raise self._error(f"{self.url}/api/v1/... not found ({reason}): give --prometheus "
                               "the API's base URL, with its path prefix if it has one "
                               "(e.g. http://host/prometheus)", status)

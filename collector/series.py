@@ -99,28 +99,69 @@ def clip(series: Iterable[Series], lo: int, hi: int, include_lo: bool) -> list[S
     return out
 
 
-def merge(series: Iterable[Series]) -> list[Series]:
+def merge(series: Iterable[Series], replica_labels: Sequence[str] = ()) -> list[Series]:
     """Join the pieces of each label set, oldest first, one sample per timestamp (the first
     piece's where pieces overlap).
 
     Pieces in time order that do not overlap (clipped chunks, the usual case) are simply
     concatenated; a label set of one piece is taken as it is: one series of one answer is
     already in time order with one sample per timestamp.
+
+    ``replica_labels`` (Prometheus HA pairs, federation) are not part of a series' identity:
+    series that differ only by them are one series, deduplicated by ``dedup_replicas``.
     """
-    groups: dict[tuple[tuple[str, str], ...], list[Series]] = defaultdict(list)
+    drop = frozenset(replica_labels)
+    groups: dict[tuple[tuple[str, str], ...], dict[tuple[str, ...], list[Series]]] = (
+        defaultdict(lambda: defaultdict(list)))
     for s in series:
-        groups[tuple(sorted(s.labels.items()))].append(s)
-    merged = []
-    for key, pieces in groups.items():
-        if len(pieces) == 1:
-            times, values = pieces[0].times, pieces[0].values
-        elif all(a.times and b.times and a.times[-1] < b.times[0] for a, b in pairwise(pieces)):
-            times = list(chain.from_iterable(p.times for p in pieces))
-            values = list(chain.from_iterable(p.values for p in pieces))
+        labels = s.labels
+        if drop and not drop.isdisjoint(labels):
+            key = tuple(sorted((k, v) for k, v in labels.items() if k not in drop))
+            groups[key][tuple(labels.get(k, "") for k in replica_labels)].append(s)
         else:
-            times, values = join(pieces)
+            groups[tuple(sorted(labels.items()))][()].append(s)
+    merged = []
+    for key, replicas in groups.items():
+        if len(replicas) == 1:
+            times, values = _pieces(next(iter(replicas.values())))
+        else:
+            times, values = dedup_replicas([_pieces(replicas[r]) for r in sorted(replicas)])
         merged.append(Series(dict(key), times, values))
     return merged
+
+
+def _pieces(pieces: list[Series]) -> Samples:
+    if len(pieces) == 1:
+        return pieces[0].times, pieces[0].values
+    if all(a.times and b.times and a.times[-1] < b.times[0] for a, b in pairwise(pieces)):
+        return (list(chain.from_iterable(p.times for p in pieces)),
+                list(chain.from_iterable(p.values for p in pieces)))
+    return join(pieces)
+
+
+def dedup_replicas(replicas: Sequence[Samples]) -> Samples:
+    """One series from the copies that HA replicas scraped of it, in replica-label order.
+
+    The first replica is taken whole; another one's sample is added only where no sample
+    kept so far lies within half the first replica's usual (median) scrape interval: it fills
+    the first one's gaps (a replica down or restarting) without doubling the samples of two
+    scrapers a fraction of an interval apart. Where replicas disagree at the same time, the
+    first replica's value is kept (the same replica for every series, so that a row's
+    columns come from one scraper).
+    """
+    times, values = replicas[0]
+    steps = sorted(b - a for a, b in pairwise(times))
+    tolerance = steps[len(steps) // 2] // 2 if steps else 0
+    kept = dict(zip(times, values, strict=True))
+    for other_times, other_values in replicas[1:]:
+        order = sorted(kept)
+        for t, v in zip(other_times, other_values, strict=True):
+            i = bisect_left(order, t - tolerance)
+            if i < len(order) and order[i] <= t + tolerance:
+                continue
+            kept[t] = v
+    ordered = sorted(kept)
+    return ordered, list(map(kept.__getitem__, ordered))
 
 
 def join(pieces: Iterable[Series]) -> Samples:

@@ -59,6 +59,9 @@ class Handler:
     NEW_JOB = "dask_metrics_new_job"
     DAGS = "dask_metrics_dags"
     PROMETHEUS_URL = "dask_metrics_prometheus_url"
+    # The cluster's name (the dask_cluster label's value) as a plain string; a scheduler
+    # that does not answer it leaves a Monitor unscoped, with a warning.
+    CLUSTER = "dask_metrics_cluster"
 
 
 # -- GPU exporter series --------------------------------------------------------------------

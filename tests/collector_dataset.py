@@ -257,3 +257,131 @@ class Dataset:
 def make_dataset() -> Dataset:
     """T0: a whole hour between 7 and 6 hours ago."""
     return Dataset((int(time.time()) - 6 * 3600) // 3600 * 3600)
+
+
+# ---- many Dask clusters, one Prometheus (issue #11) ------------------------------------------
+#
+# Windows relative to B (a whole hour about five hours ago), each 300 s, every 5 s:
+# - CLUSTERS [B, B+300]: clusters ml-a and ml-b, each with workers w-0 and w-1 (same names,
+#   different GPUs), their own scheduler, monitor session and DAG outcomes.
+# - UNLABELLED [B+1000, ...]: one worker w-0 and its scheduler without a dask_cluster label.
+# - MIXED [B+2000, ...]: ml-a's w-0 and an unlabelled w-9.
+# - HA [B+3000, ...]: cluster ml-ha's w-0 and scheduler scraped by two replicas
+#   (prometheus_replica a and b): b 0.4 s later, its values 1 higher, and a down in (100, 160).
+# - DC [B+4000, ...]: cluster ml-dc's w-0 with a user's replica label dc_replica (x, y) on
+#   the same timestamps, y's values 1 higher.
+
+CLUSTERS = ("ml-a", "ml-b")
+SCOPE_WORKERS = ("w-0", "w-1")
+UNLABELLED_OFFSET, MIXED_OFFSET, HA_OFFSET, DC_OFFSET = 1000, 2000, 3000, 4000
+SCOPE_TIMES = [float(t) for t in range(0, 301, 5)]
+HA_GAP = (100, 160)  # replica a has no sample strictly between these
+SESSIONS = {"ml-a": (10, 290), "ml-b": (20, 280)}
+OUTCOMES = {"ml-a": {("0", "0"): (150, 2.0), ("0", "1"): (200, 3.0)},
+            "ml-b": {("0", "0"): (250, 3.0), ("1", "0"): (260, 2.0)}}
+BUSY = {"ml-a": (50, 150), "ml-b": (150, 250)}  # job 0 DAG 0 runs on w-0
+
+
+def scope_used(k: int, i: int, t: float) -> float:
+    """Memory used by worker w-<i> of cluster CLUSTERS[k] (k=2: the unlabelled/HA/DC ones)."""
+    return (2 + 3 * k + i) * GiB + t * MiB
+
+
+def scope_peak(k: int, i: int, t: float) -> float:
+    """The peak gauge: ml-a's w-0 starts with 15 GiB left from before the window (within the
+    first 30 s) and spikes to 12 GiB at 100-125; ml-b's w-0 spikes to 9 GiB at 200-225."""
+    if (k, i) == (0, 0):
+        if t <= 25:
+            return 15 * GiB
+        if 100 <= t <= 125:
+            return 12 * GiB
+    if (k, i) == (1, 0) and 200 <= t <= 225:
+        return 9 * GiB
+    return scope_used(k, i, t) + 256 * MiB
+
+
+def ha_times(replica: str) -> list[float]:
+    if replica == "a":
+        return [t for t in SCOPE_TIMES if not HA_GAP[0] < t < HA_GAP[1]]
+    return [t + 0.4 for t in SCOPE_TIMES]
+
+
+def ha_expected() -> list[tuple[float, float]]:
+    """(time, used memory) the collector must read from the HA pair: a whole, b in a's gap
+    only where no sample of a is within 2.5 s (half the 5 s interval)."""
+    a = {t: scope_used(2, 0, t) for t in ha_times("a")}
+    b = {t: scope_used(2, 0, t - 0.4) + 1 for t in ha_times("b")
+         if all(abs(t - s) > 2.5 for s in a)}
+    return sorted({**a, **b}.items())
+
+
+@dataclass(frozen=True)
+class ClusterDataset:
+    base: int
+
+    def openmetrics(self) -> OpenMetrics:
+        om = OpenMetrics()
+        for k, cluster in enumerate(CLUSTERS):
+            self._cluster(om, self.base, k, {"dask_cluster": cluster}, SCOPE_WORKERS)
+        self._cluster(om, self.base + UNLABELLED_OFFSET, 2, {}, ("w-0",))
+        self._cluster(om, self.base + MIXED_OFFSET, 0, {"dask_cluster": "ml-a"}, ("w-0",))
+        self._gpu(om, self.base + MIXED_OFFSET, 2, {}, "w-9", SCOPE_TIMES)
+        for replica in ("a", "b"):
+            extra = {"dask_cluster": "ml-ha", "prometheus_replica": replica}
+            self._gpu(om, self.base + HA_OFFSET, 2, extra, "w-0", ha_times(replica),
+                      shift=0.4 if replica == "b" else 0.0, plus=1.0 if replica == "b" else 0.0)
+        for replica, plus in (("x", 0.0), ("y", 1.0)):
+            self._gpu(om, self.base + DC_OFFSET, 2, {"dask_cluster": "ml-dc",
+                                                     "dc_replica": replica}, "w-0",
+                      SCOPE_TIMES, plus=plus)
+        return om
+
+    @staticmethod
+    def _gpu(om: OpenMetrics, at: int, k: int, extra: dict[str, str], worker: str,
+             times: list[float], shift: float = 0.0, plus: float = 0.0) -> None:
+        i = int(worker[2:]) % 2
+        name = extra.get("dask_cluster", "none")
+        uuid = f"GPU-{name}-{worker}"
+        labels = {"worker": worker, "gpu": "0", "uuid": uuid, "instance": f"{name}-{worker}:9446",
+                  "job": "dask-gpu", **extra}
+        om.add("dask_gpu_info", {**labels, "hostname": f"{name}-{worker}", "name": "Fake GPU"},
+               [(at + t, 1.0) for t in times])
+        om.add("dask_gpu_up", labels, [(at + t, 1.0) for t in times])
+        om.add("dask_gpu_memory_used_bytes", labels,
+               [(at + t, scope_used(k, i, t - shift) + plus) for t in times])
+        om.add("dask_gpu_memory_peak_bytes", labels,
+               [(at + t, scope_peak(k, i, t - shift) + plus) for t in times])
+        om.add("dask_gpu_memory_total_bytes", labels, [(at + t, float(TOTAL)) for t in times])
+        om.add("dask_gpu_utilization_ratio", labels, [(at + t, 0.1 * (k + 1)) for t in times])
+
+    def _cluster(self, om: OpenMetrics, at: int, k: int, extra: dict[str, str],
+                 workers: tuple[str, ...]) -> None:
+        cluster = extra.get("dask_cluster", "ml-a" if k == 0 else "ml-b")
+        for worker in workers:
+            self._gpu(om, at, k, extra, worker, SCOPE_TIMES)
+        sched = {"instance": f"{extra.get('dask_cluster', 'none')}-scheduler:8787",
+                 "job": "dask-scheduler", **extra}
+        lo, hi = BUSY.get(cluster, (50, 150))
+        busy = [t for t in SCOPE_TIMES if lo <= t < hi]
+        for name in ("dask_job_current_job", "dask_job_current_dag"):
+            om.add(name, sched, [(at + t, 0.0 if t in busy else -1.0) for t in SCOPE_TIMES])
+        om.add("dask_job_worker_tasks", {**sched, "worker": "w-0", "job_id": "0", "dag_id": "0"},
+               [(at + t, 2.0) for t in busy])
+        for i, worker in enumerate(workers):
+            om.add("dask_job_worker_gpu_info",
+                   {**sched, "worker": worker, "address": f"tcp://10.{k}.0.{i}:4000",
+                    "gpu": "0", "uuid": f"GPU-{extra.get('dask_cluster', 'none')}-{worker}"},
+                   [(at + t, 1.0) for t in SCOPE_TIMES])
+        start, stop = SESSIONS.get(cluster, (10, 290))
+        om.add("dask_job_monitor_start_timestamp_seconds", sched,
+               [(at + t, float(at + start) if t >= start else 0.0) for t in SCOPE_TIMES])
+        om.add("dask_job_monitor_stop_timestamp_seconds", sched,
+               [(at + t, float(at + stop) if t >= stop else 0.0) for t in SCOPE_TIMES])
+        for (job, dag), (done, status) in OUTCOMES.get(cluster, {}).items():
+            om.add("dask_job_dag_status", {**sched, "job_id": job, "dag_id": dag},
+                   [(at + t, status if t >= done else 1.0) for t in SCOPE_TIMES])
+
+
+def make_cluster_dataset() -> ClusterDataset:
+    """B: a whole hour between 6 and 5 hours ago."""
+    return ClusterDataset((int(time.time()) - 5 * 3600) // 3600 * 3600)

@@ -21,6 +21,7 @@ import signal
 import ssl
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -268,3 +269,161 @@ def _wait_ready(server: PrometheusServer, timeout: float) -> None:
         wait_for(ready, timeout=timeout, what="prometheus' /-/ready")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{server.log_tail()}") from None
+
+
+# ---- VictoriaMetrics and a Thanos/Mimir-style front ------------------------------------------
+
+
+VICTORIA_METRICS = shutil.which("victoria-metrics")
+requires_victoria_metrics = pytest.mark.skipif(
+    not VICTORIA_METRICS,
+    reason="needs victoria-metrics (Debian package 'victoria-metrics')")
+
+
+def prometheus_text(data: OpenMetrics) -> str:
+    """``data`` as Prometheus text with millisecond timestamps, for VictoriaMetrics'
+    /api/v1/import/prometheus. A NaN sample is sent as NaN: VictoriaMetrics drops it."""
+    lines = []
+    for family, (kind, series) in data.families.items():
+        sample = family + "_total" if kind == "counter" else family
+        for labels, points in series:
+            lines += [f"{sample}{_labels(labels)} {_value(v)} {round(t * 1000)}"
+                      for t, v in points]
+    return "\n".join([*lines, ""])
+
+
+@dataclass
+class VictoriaMetricsServer(PrometheusServer):
+    """A single-node VictoriaMetrics: the API under ``prefix`` (-http.pathPrefix), one basic
+    auth user (-httpAuth.*) if given."""
+
+
+@contextmanager
+def run_victoria_metrics(workdir: Path, *, data: OpenMetrics | None = None,
+                         users: Mapping[str, str] | None = None, prefix: str = "",
+                         extra_args: Sequence[str] = (), ready_timeout: float = 60.0
+                         ) -> Iterator[VictoriaMetricsServer]:
+    """VictoriaMetrics on a free loopback port, ``data`` imported through its import API and
+    visible to queries when this yields (polled: its in-memory buffers are flushed first)."""
+    if not VICTORIA_METRICS:
+        pytest.skip("needs victoria-metrics (Debian package 'victoria-metrics')")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    args = [str(VICTORIA_METRICS), f"-storageDataPath={workdir / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=100y", "-loggerLevel=ERROR",
+            *extra_args]
+    if prefix:
+        args.append(f"-http.pathPrefix={prefix}")
+    if users:
+        (user, password), = users.items()
+        args += [f"-httpAuth.username={user}", f"-httpAuth.password={password}"]
+    log = workdir / "victoria-metrics.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, cwd=workdir)
+    auth = next(iter(users.items())) if users else None
+    server = VictoriaMetricsServer(port, prefix, workdir / "data", log, process, auth)
+    try:
+        def healthy() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"victoria-metrics exited: {server.log_tail()}")
+            return server.get("/health", timeout=2)[0] == 200
+
+        wait_for(healthy, timeout=ready_timeout, what="victoria-metrics' /health")
+        if data is not None:
+            import_data(server, data)
+        yield server
+    finally:
+        server.stop()
+
+
+def _post(server: PrometheusServer, path: str, body: bytes) -> int:
+    request = urllib.request.Request(server.url + path, data=body, method="POST")
+    if server.auth:
+        token = base64.b64encode(":".join(server.auth).encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        return resp.status
+
+
+def import_data(server: VictoriaMetricsServer, data: OpenMetrics) -> None:
+    """Import ``data`` and wait until every one of its series can be queried."""
+    _post(server, "/api/v1/import/prometheus", prometheus_text(data).encode())
+    server.get("/internal/force_flush")
+    expected = len({(family, tuple(sorted(labels.items())))
+                    for family, (_, series) in data.families.items() for labels, _ in series})
+    query = urllib.parse.urlencode({"match[]": '{__name__=~".+"}', "start": "0"})
+
+    def count() -> int:
+        import json
+
+        status, body = server.get(f"/api/v1/series?{query}", timeout=30)
+        return len(json.loads(body)["data"]) if status == 200 else -1
+
+    wait_for(count, lambda n: n >= expected, timeout=60, what="the imported series")
+
+
+class TenantProxy:
+    """A Thanos/Mimir-style front: the API under ``prefix`` (e.g. /prometheus), answering
+    401 without an ``X-Scope-OrgID: <tenant>`` header, forwarding everything else (basic
+    auth included) to ``backend``; ``requests`` counts what it forwarded."""
+
+    def __init__(self, backend: str, prefix: str = "/prometheus", tenant: str = "tenant-1"
+                 ) -> None:
+        import http.server
+        import threading
+
+        proxy = self
+        self.backend, self.prefix, self.tenant, self.requests = backend, prefix, tenant, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                if self.headers.get("X-Scope-OrgID") != proxy.tenant:
+                    self._reply(401, b"no org id\n", "text/plain")
+                    return
+                if not self.path.startswith(proxy.prefix + "/"):
+                    self._reply(404, b"404 page not found\n", "text/plain")
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                request = urllib.request.Request(
+                    proxy.backend + self.path[len(proxy.prefix):], data=body,
+                    method=self.command)
+                for name in ("Authorization", "Content-Type", "Accept-Encoding"):
+                    if self.headers.get(name):
+                        request.add_header(name, self.headers[name])
+                proxy.requests += 1
+                try:
+                    with urllib.request.urlopen(request, timeout=120) as resp:
+                        self._reply(resp.status, resp.read(), resp.headers.get("Content-Type"),
+                                    resp.headers.get("Content-Encoding"))
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, err.read(), err.headers.get("Content-Type"),
+                                err.headers.get("Content-Encoding"))
+
+            def _reply(self, status: int, body: bytes, kind: str | None,
+                       encoding: str | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind or "application/octet-stream")
+                if encoding:
+                    self.send_header("Content-Encoding", encoding)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{self.prefix}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

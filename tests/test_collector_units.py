@@ -388,3 +388,24 @@ def test_progress_only_on_a_terminal_and_not_quiet() -> None:
         ui.progress(0, 2, "w-1")
         ui.info("done")
         assert "worker" not in stream.getvalue()
+
+
+# ---- HA replicas ---------------------------------------------------------------------------
+
+
+def test_replica_copies_merge_into_one_series_the_first_replica_winning() -> None:
+    a = Series({"m": "x", "prometheus_replica": "a"}, [0, 5000, 10000, 30000], [1.0, 2.0, 3.0, 4.0])
+    b = Series({"m": "x", "prometheus_replica": "b"}, [400, 5400, 15400, 20400, 30000],
+               [9.0, 9.0, 9.5, 9.6, 9.9])
+    # b's samples near a's are dropped (a scraper 0.4 s later), those in a's gap are kept,
+    # and where both have a time a's value wins
+    assert merge([b, a], ("prometheus_replica",)) == [
+        Series({"m": "x"}, [0, 5000, 10000, 15400, 20400, 30000], [1.0, 2.0, 3.0, 9.5, 9.6, 4.0])]
+    # without the replica label they are two series
+    assert len(merge([a, b])) == 2
+
+
+def test_series_without_replica_labels_merge_as_before() -> None:
+    pieces = [Series({"a": "1"}, [0, 1000], [1.0, 2.0]), Series({"a": "1"}, [2000], [3.0])]
+    assert merge(pieces, ("prometheus_replica", "replica")) == [
+        Series({"a": "1"}, [0, 1000, 2000], [1.0, 2.0, 3.0])]
