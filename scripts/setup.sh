@@ -2,7 +2,8 @@
 # Install what dask-metrics needs on a fresh Debian/Ubuntu machine, into ./.venv.
 # Usage: setup.sh [EXTRA] -- the package extra to install: test (default: the test suite) or
 # plot (the demo). System packages (prometheus, python3-venv; for the tests also gcc for the
-# fake NVML driver and openssl for TLS tests) are installed with apt-get when this user may.
+# fake NVML driver, openssl for TLS tests and victoria-metrics, the second Prometheus-compatible
+# store the collector is tested on) are installed with apt-get when this user may.
 # A second run with nothing changed (same pyproject.toml, same extra) installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ need=()
 if [ "$extra" = test ]; then
   command -v gcc >/dev/null || need+=(gcc libc6-dev)
   command -v openssl >/dev/null || need+=(openssl)
+  command -v victoria-metrics >/dev/null || need+=(victoria-metrics)  # a second store
 fi
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
