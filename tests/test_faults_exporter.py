@@ -11,10 +11,12 @@
 | options | --interval inf, --peak-window 1e12, port http | bounds_of_numeric_options (+ above) |
 | GPUs | every simulated GPU has the same UUID | simulated_uuids_are_distinct_and_stable |
 | GPUs | ... in every sidecar | simulated_uuids_differ_per_worker_and_index |
+| load | the whole page encoded again for every scrape | page_is_reused_per_sampling_round |
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -219,7 +221,12 @@ def test_sigterm_under_load_exits_promptly(tmp_path):
             t.start()
         wait_for(lambda: answered[0] >= 50, timeout=60, what="50 scrapes under load")
         silent = connect(port)
-        proc.send_signal(signal.SIGTERM)
+        seen = answered[0]
+        wait_for(lambda: answered[0] >= seen + 50, timeout=30,
+                 what="50 more scrapes with a silent client connected")
+        # The kernel hands a process's signal to any of its threads: under load, seldom the
+        # main one. Send it to another thread, as it lands most of the time.
+        signal_a_thread(proc.pid, signal.SIGTERM)
         try:
             code = proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -237,6 +244,50 @@ def test_sigterm_under_load_exits_promptly(tmp_path):
         for t in threads:
             t.join(10)
     assert "Traceback" not in output, output
+
+
+def test_page_is_reused_per_sampling_round(monkeypatch):
+    """Under load the unfiltered page is encoded once per snapshot, and never served older
+    than PAGE_MAX_AGE: a new snapshot or the age limit makes a new one."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    from dask_metrics.exporter import http as sidecar_http
+
+    class Gpu:
+        collected = 0
+
+        def collect(self):
+            Gpu.collected += 1
+            return []
+
+    rest = CollectorRegistry()
+    scrapes = Counter("scrapes_seen", "changes between two scrapes", registry=rest)
+    snapshot = [object()]
+    clock = [1000.0]
+    monkeypatch.setattr(sidecar_http.time, "monotonic", lambda: clock[0])
+    app = sidecar_http.make_app(Gpu(), rest, lambda: (True, "ok"), version=lambda: snapshot[0])
+
+    def get() -> bytes:
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": ""}
+        return b"".join(app(environ, lambda status, headers: None))
+
+    first = get()
+    scrapes.inc()
+    assert [get() for _ in range(50)] == [first] * 50 and Gpu.collected == 1
+    snapshot[0] = object()  # the sampler's next round
+    assert get() != first and Gpu.collected == 2
+    scrapes.inc()
+    clock[0] += sidecar_http.PAGE_MAX_AGE  # the sampler stalled: the page still ages out
+    assert b"scrapes_seen_total 2.0" in get() and Gpu.collected == 3
+
+
+def signal_a_thread(pid: int, sig: int) -> None:
+    """``sig`` to one thread of ``pid`` other than its main thread (tgkill)."""
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    assert tids, "the sidecar has no thread besides its main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tids[-1], int(sig)) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill failed")
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -272,7 +323,7 @@ def test_absurd_numbers_are_one_line_errors(args, needle):
     ({"max_connections": "100001"}, "--max-connections"),
     ({"connection_timeout": "0"}, "--connection-timeout"),
     ({"connection_timeout": "3601"}, "--connection-timeout"),
-    ({"simulate_memory": "1PiB"}, "--simulate-memory"),
+    ({"simulate_memory": "2TiB"}, "--simulate-memory"),
 ])
 def test_bounds_of_numeric_options(cli, needle):
     with pytest.raises(ConfigError) as err:
