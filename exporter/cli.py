@@ -63,9 +63,18 @@ def load_config(argv: list[str] | None) -> ExporterConfig:
     return resolve(args, os.environ, file_data, origin=path or "config file")
 
 
-def make_sampler(config: ExporterConfig, target: TargetSource) -> Sampler:
-    """The sampler of the sidecar and of the worker preload: NVML, or simulated GPUs."""
-    source: GpuSource = (SimulatedSource(config.simulate, config.simulate_memory)
+def make_sampler(config: ExporterConfig, target: TargetSource, unnamed: bool = False) -> Sampler:
+    """The sampler of the sidecar and of the worker preload: NVML, or simulated GPUs.
+
+    Simulated GPUs take their UUIDs from the host and the worker label, so a worker preload
+    and its sidecar agree; ``unnamed`` (a sidecar told no worker name, whose label is only
+    the host name) adds the pid, so two such sidecars on one host still differ."""
+
+    def instance() -> tuple[str, str]:
+        t = target()
+        return t.hostname, f"{t.worker} pid {os.getpid()}" if unnamed else t.worker
+
+    source: GpuSource = (SimulatedSource(config.simulate, config.simulate_memory, instance)
                          if config.simulate else NvmlSource())
     return Sampler(source, target, interval=config.interval, peak_window=config.peak_window)
 
@@ -88,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     target = TargetSource(worker=config.worker, gpus=config.gpus,
                           pids=frozenset(config.pids), info_file=config.worker_info_file,
                           file_gpus=not config.simulate)
-    sampler = make_sampler(config, target)
+    unnamed = not (config.worker or os.environ.get("DASK_WORKER_NAME")
+                   or config.worker_info_file)
+    sampler = make_sampler(config, target, unnamed=unnamed)
     try:
         sampler.source.start()
     except SourceUnavailable as exc:
@@ -117,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ssl.SSLError) as exc:
         return fail(EXIT_USAGE, f"cannot load the TLS certificate or key: {exc}")
     try:
-        httpd, _ = serve(host, port, make_app(gpu, process, healthy), tls)
+        app = make_app(gpu, process, healthy, version=lambda: sampler.snapshot)
+        httpd, _ = serve(host, port, app, tls, max_connections=config.max_connections,
+                         timeout=config.connection_timeout)
     except OSError as exc:
         return fail(1, f"cannot listen on {config.listen}: {exc.strerror or exc}")
     sampler.start()
@@ -127,10 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    # Not a bare stop.wait(): the kernel hands SIGTERM to any thread, and Python runs the
+    # handler only in the main thread once it wakes; blocked for good, it never did (under
+    # load, with many threads, the signal rarely lands on the main one). Wake up to look.
+    while not stop.wait(0.2):
+        pass
+    # Bounded all the way: the accept loop stops within a poll (0.25 s) plus the 1 s a
+    # connection over the cap may wait; answers under way get 2 s to finish; connection
+    # threads are daemons, so a stuck client never holds the exit.
     logger.info("shutting down")
     httpd.shutdown()
-    sampler.stop()
+    httpd.server_close()
+    if not httpd.drain(timeout=2.0):
+        logger.info("leaving unfinished connections behind")
+    sampler.stop(timeout=2.0)
     return 0
 
 

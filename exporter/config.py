@@ -18,17 +18,51 @@ ENV_PREFIX = "DASK_METRICS_EXPORTER_"
 DEFAULT_PORT = 9446  # clear of Dask (8786/8787), node_exporter (9100), dcgm-exporter (9400)
 
 
-def _positive_float(value: Any) -> float:
-    number = float(value)
-    if not number > 0:
-        raise ValueError("must be a positive number of seconds")
-    return number
+# --simulate's ceiling. The largest nodes hold 8 GPUs (HGX/DGX; 16-20 in a few PCIe boxes),
+# and MIG splits one GPU into at most 7 instances: 8 x 7 = 56 devices is as many as a node
+# shows (DCGM, NVIDIA's own exporter, caps a node at 32). 64 covers all that with room; more
+# is a typo (100000 simulated GPUs would be a ~100 MB page rendered at every scrape).
+MAX_SIMULATED_GPUS = 64
+MAX_INTERVAL = 3600.0  # one sample an hour is already useless for a live dashboard
+MAX_PEAK_WINDOW = 7 * 86400.0  # a week of samples kept in memory at most
+MAX_CONNECTIONS = 10_000  # one thread each: beyond this the cap does not cap anything
+MAX_CONNECTION_TIMEOUT = 3600.0
+MAX_SIMULATED_MEMORY = 2**40  # 1 TiB: today's largest GPUs have 192-288 GB
+DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_CONNECTION_TIMEOUT = 10.0
 
 
-def _count(value: Any) -> int:
-    number = int(value)
-    if number < 0:
-        raise ValueError("must be 0 or more")
+def _seconds(high: float) -> Callable[[Any], float]:
+    def parse(value: Any) -> float:
+        number = float(value)
+        if not 0 < number <= high:  # also refuses nan and inf
+            raise ValueError(f"must be a positive number of seconds, at most {high:g}")
+        return number
+    return parse
+
+
+_positive_float = _seconds(MAX_INTERVAL)
+
+
+def _int_between(low: int, high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ValueError(f"must be a whole number {low}-{high}") from None
+        if not low <= number <= high:
+            raise ValueError(f"must be {low}-{high}")
+        return number
+    return parse
+
+
+_simulate = _int_between(0, MAX_SIMULATED_GPUS)
+
+
+def _memory(value: Any) -> float:
+    number = parse_bytes(value)
+    if number > MAX_SIMULATED_MEMORY:
+        raise ValueError("must be at most 1TiB")
     return number
 
 
@@ -58,9 +92,12 @@ def parse_listen(value: Any) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
         raise ValueError("must look like HOST:PORT, :PORT or [::1]:PORT")
-    number = int(port)
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
     if not 0 <= number <= 65535:
-        raise ValueError("port must be 0-65535")
+        raise ValueError("port must be a number 0-65535 (0: any free port)")
     return host.strip("[]") or "0.0.0.0", number
 
 
@@ -88,8 +125,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("listen", _listen, f"address to serve /metrics and /healthz on (default "
            f":{DEFAULT_PORT}, all interfaces)", "ADDR:PORT"),
     Option("interval", _positive_float, "seconds between two NVML samples (default 0.5)", "S"),
-    Option("peak_window", _positive_float, "trailing window of dask_gpu_memory_peak_bytes, "
-           "at least the scrape interval (default 30)", "S"),
+    Option("peak_window", _seconds(MAX_PEAK_WINDOW), "trailing window of "
+           "dask_gpu_memory_peak_bytes, at least the scrape interval (default 30)", "S"),
     Option("gpus", _text, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
            "(default: CUDA_VISIBLE_DEVICES, else the worker-info file, else all)", "LIST"),
     Option("worker", _text, "the worker label (default: DASK_WORKER_NAME, else the "
@@ -98,10 +135,10 @@ OPTIONS: tuple[Option, ...] = (
            "read it; worker: write it)", "PATH"),
     Option("pids", _pids, "pids whose GPU memory is exported per process, comma-separated",
            "PIDS"),
-    Option("simulate", _count, "serve N simulated GPUs instead of NVML (labelled "
-           "simulated=\"true\"); attached to a worker, they mirror its CPU and memory use",
-           "N"),
-    Option("simulate_memory", parse_bytes, "memory of each simulated GPU (default 16GiB)",
+    Option("simulate", _simulate, "serve N simulated GPUs instead of NVML (labelled "
+           f"simulated=\"true\", N at most {MAX_SIMULATED_GPUS}); attached to a worker, they "
+           "mirror its CPU and memory use", "N"),
+    Option("simulate_memory", _memory, "memory of each simulated GPU (default 16GiB)",
            "BYTES"),
     Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
            "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
@@ -113,6 +150,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_key_file", _text, "sidecar: the PEM private key of --tls-cert-file", "PATH"),
     Option("tls_client_ca_file", _text, "sidecar: require client certificates signed by these "
            "PEM CAs (mutual TLS)", "PATH"),
+    Option("max_connections", _int_between(1, MAX_CONNECTIONS), "sidecar: connections served "
+           f"at once (default {DEFAULT_MAX_CONNECTIONS}); one more waits up to 1 s for a free "
+           "slot, then gets 503 (HTTPS: is closed)", "N"),
+    Option("connection_timeout", _seconds(MAX_CONNECTION_TIMEOUT), "sidecar: seconds a "
+           "client has for the TLS handshake and its request, and for each write of the answer "
+           f"(default {DEFAULT_CONNECTION_TIMEOUT:g})", "S"),
     Option("log_level", _level, "debug, info, warning or error (default info)", "LEVEL"),
 )
 
@@ -133,6 +176,8 @@ class ExporterConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    connection_timeout: float = DEFAULT_CONNECTION_TIMEOUT
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

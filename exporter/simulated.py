@@ -6,16 +6,23 @@ memory used is its resident memory, so a task that computes or allocates shows u
 it would on a GPU (an idle GPU once the process is gone). With no process to mirror they
 follow a slow synthetic wave. Every
 series they produce is labelled ``simulated="true"``.
+
+Their UUIDs are ``GPU-5151a7ed-…``: the first group marks them simulated, the rest is a
+UUID5 of the host, the worker label and the GPU's index, so two workers never share one
+(the shared-GPU alert stays quiet on a demo) while a worker keeps its UUIDs across restarts,
+and a worker preload and its sidecar, which label the same worker, agree on them.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
 import threading
 import time
+import uuid as uuidlib
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from dask_metrics.exporter.gpu_source import DeviceInfo, Reading
@@ -53,14 +60,19 @@ def process_usage(pids: Collection[int], proc: str = "/proc") -> Usage | None:
 
 
 class SimulatedSource:
-    """``count`` synthetic GPUs of ``memory_total`` bytes each."""
+    """``count`` synthetic GPUs of ``memory_total`` bytes each; ``instance`` says whose
+    (host, worker label) they are, asked again whenever the GPUs are listed (a sidecar learns
+    its worker's name from the worker-info file after it starts)."""
 
     simulated = True
 
-    def __init__(self, count: int, memory_total: float = 16 * 2**30) -> None:
+    def __init__(self, count: int, memory_total: float = 16 * 2**30,
+                 instance: Callable[[], tuple[str, str]] | None = None) -> None:
         self.errors: Counter[tuple[str, str]] = Counter()
         self.count = count
         self.memory_total = memory_total
+        self._instance = instance or (lambda: ("", ""))
+        self._indices: dict[str, int] = {}
         self._t0 = time.time()
         self._lock = threading.Lock()
         self._last: dict[str, tuple[float, Usage]] = {}  # per GPU: the previous mirror reading
@@ -76,10 +88,19 @@ class SimulatedSource:
         return "simulated"
 
     def candidates(self) -> list[Candidate]:
-        return [Candidate(i, simulated_uuid(i)) for i in range(self.count)]
+        host, worker = self._instance()
+        found = [Candidate(i, simulated_uuid(i, host=host, worker=worker))
+                 for i in range(self.count)]
+        self._indices.update((c.uuid, i) for i, c in enumerate(found))
+        return found
+
+    def _index(self, uuid: str) -> int:
+        if uuid not in self._indices:
+            self.candidates()
+        return self._indices.get(uuid, 0)
 
     def describe(self, uuid: str) -> DeviceInfo:
-        index = _index(uuid)
+        index = self._index(uuid)
         return DeviceInfo(uuid, "Simulated GPU", f"00000000:{index + 1:02X}:00.0")
 
     def read(self, uuid: str, pids: Collection[int]) -> Reading:
@@ -87,7 +108,7 @@ class SimulatedSource:
         usage = (process_usage(pids) or Usage(0.0, 0.0)) if pids else None  # gone: an idle GPU
         with self._lock:
             if usage is None:
-                phase = 0.5 + 0.5 * math.sin((now - self._t0) / 20.0 + _index(uuid))
+                phase = 0.5 + 0.5 * math.sin((now - self._t0) / 20.0 + self._index(uuid))
                 load, used = phase, self.memory_total * (0.1 + 0.6 * phase)
             else:
                 load = self._cpu_share(uuid, now, usage)
@@ -124,9 +145,13 @@ class SimulatedSource:
         return joules
 
 
-def _index(uuid: str) -> int:
-    return int(uuid.rsplit("-", 1)[1])
+_NAMESPACE = uuidlib.UUID("5151a7ed-0000-4000-8000-000000000000")
+SIMULATED_PREFIX = "GPU-5151a7ed-"
 
 
-def simulated_uuid(index: int) -> str:
-    return f"GPU-5151a7ed-0000-4000-8000-{index:012d}"
+def simulated_uuid(index: int, host: str = "", worker: str = "") -> str:
+    """The UUID of simulated GPU ``index`` of ``worker`` on ``host``: ``GPU-5151a7ed-`` and
+    the last four groups of a UUID5 of the three, so distinct per worker and index and the
+    same every time."""
+    digest = uuidlib.uuid5(_NAMESPACE, f"{host or socket.gethostname()}/{worker}/{index}")
+    return SIMULATED_PREFIX + str(digest).split("-", 1)[1]
