@@ -44,9 +44,13 @@ _samplers: dict[int, Sampler] = {}
 _collector = GpuCollector(lambda: [s.snapshot for s in list(_samplers.values())])
 
 
+# Options of the sidecar's own HTTP server: the worker serves /metrics on Dask's server.
+SIDECAR_ONLY = frozenset({"listen", "max_connections", "connection_timeout"})
+
+
 def _options(fn: Any) -> Any:
     for option in reversed(OPTIONS):
-        if option.name == "listen" or option.name.startswith("tls_"):
+        if option.name in SIDECAR_ONLY or option.name.startswith("tls_"):
             continue  # the worker's own HTTP server serves /metrics, with Dask's TLS
         fn = click.option("--" + option.name.replace("_", "-"), option.name, default=None,
                           help=option.help)(fn)

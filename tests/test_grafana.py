@@ -12,6 +12,7 @@ import importlib.util
 import json
 import operator
 import re
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import requests
 import yaml
 
 from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
+from dask_metrics.exporter.simulated import simulated_uuid
 from tests.fake_nvml import FakeNVML, GiB
 from tests.helpers import clean_env, wait_for
 from tests.prometheus_helpers import requires_prometheus
@@ -39,7 +41,8 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 LEGEND_LABELS = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 RANGE_FUNCS = re.compile(r"\b(rate|irate|increase|delta|idelta|deriv)\(")
-SIMULATED_UUID0 = "GPU-5151a7ed-0000-4000-8000-000000000000"  # exporter.gpu_source
+# w1's first simulated GPU, given to w2's fake GPU 0 too: a shared GPU to find
+SIMULATED_UUID0 = simulated_uuid(0, host=socket.gethostname(), worker="w1")
 
 
 def load(name: str) -> dict[str, Any]:
