@@ -33,7 +33,7 @@ import pytest
 from dask_metrics.configfile import ConfigError
 from dask_metrics.exporter.config import MAX_SIMULATED_GPUS, resolve
 from dask_metrics.exporter.simulated import SimulatedSource, simulated_uuid
-from tests.exporter_helpers import free_port, http_get, scrape, sidecar, values, wait_for
+from tests.helpers import free_port, http_get, scrape, sidecar, values, wait_for
 
 SIM = ("--simulate", "2", "--worker", "w0", "--interval", "0.2")
 
