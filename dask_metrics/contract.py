@@ -66,7 +66,7 @@ class Handler:
 
 # -- GPU exporter series --------------------------------------------------------------------
 
-GPU_LABELS = (WORKER, GPU, UUID)
+GPU_LABELS = (DASK_CLUSTER, WORKER, GPU, UUID)
 
 INFO = MetricSpec(
     "dask_gpu_info", "gauge", "", (*GPU_LABELS, "name", "pci_bus_id", "driver_version",
@@ -128,7 +128,7 @@ PROCESS_MEMORY = MetricSpec(
     "GPU memory used by a process of this worker, when its pid is known and visible to NVML.",
 )
 
-EXPORTER_LABELS = ("worker",)
+EXPORTER_LABELS = (DASK_CLUSTER, WORKER)
 EXPORTER_NVML_UP = MetricSpec(
     "dask_gpu_exporter_nvml_up", "gauge", "", EXPORTER_LABELS,
     "1 when NVML is initialised (or GPUs are simulated), 0 while it is unavailable.",
@@ -167,70 +167,70 @@ CURRENT_JOB = MetricSpec(
     "dask_job_current_job",
     "gauge",
     "",
-    (),
+    (DASK_CLUSTER,),
     "Job id of the oldest unfinished DAG; -1 when the cluster is idle.",
 )
 CURRENT_DAG = MetricSpec(
     "dask_job_current_dag",
     "gauge",
     "",
-    (),
+    (DASK_CLUSTER,),
     "DAG id (within its job) of the oldest unfinished DAG; -1 when the cluster is idle.",
 )
 WORKER_TASKS = MetricSpec(
     "dask_job_worker_tasks",
     "gauge",
     "",
-    ("worker", "job_id", "dag_id"),
+    (DASK_CLUSTER, "worker", "job_id", "dag_id"),
     "Tasks of this DAG processing on this worker now; present only while above 0.",
 )
 DAG_INFO = MetricSpec(
     "dask_job_dag_info",
     "gauge",
     "",
-    ("job_id", "dag_id", "job_name", "client"),
+    (DASK_CLUSTER, "job_id", "dag_id", "job_name", "client"),
     "Always 1 while the DAG is known; job_name is the span name or the client name.",
 )
 DAG_STATUS = MetricSpec(
     "dask_job_dag_status",
     "gauge",
     "",
-    ("job_id", "dag_id"),
+    (DASK_CLUSTER, "job_id", "dag_id"),
     "0 waiting, 1 running, 2 finished, 3 erred (a task erred or a result was cancelled).",
 )
 DAGS_COMPLETED = MetricSpec(
     "dask_job_dags_completed_total",
     "counter",
     "",
-    ("status",),
+    (DASK_CLUSTER, "status"),
     "DAGs that reached a final status (finished or erred) since the scheduler started.",
 )
 MONITOR_START = MetricSpec(
     "dask_job_monitor_start_timestamp_seconds",
     "gauge",
     "seconds",
-    (),
+    (DASK_CLUSTER,),
     "Unix time the last monitor session started; absent before the first session.",
 )
 MONITOR_STOP = MetricSpec(
     "dask_job_monitor_stop_timestamp_seconds",
     "gauge",
     "seconds",
-    (),
+    (DASK_CLUSTER,),
     "Unix time the last monitor session stopped; 0 while it runs.",
 )
 WORKER_GPU_INFO = MetricSpec(
     "dask_job_worker_gpu_info",
     "gauge",
     "",
-    ("worker", "address", "gpu", "uuid"),
+    (DASK_CLUSTER, "worker", "address", "gpu", "uuid"),
     "Always 1: a GPU of a worker, from the worker preload; one uuid on two workers is shared.",
 )
 PLUGIN_ERRORS = MetricSpec(
     "dask_job_plugin_errors_total",
     "counter",
     "",
-    ("hook",),
+    (DASK_CLUSTER, "hook"),
     "Scheduler-plugin hooks that raised; the scheduler carried on without that update.",
 )
 

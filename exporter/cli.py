@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dask_metrics import __version__
 from dask_metrics.configfile import ConfigError, load_yaml
+from dask_metrics.exporter.cluster import sidecar_start
 from dask_metrics.exporter.config import (
     DEFAULT_PORT,
     ENV_PREFIX,
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     # real GPUs, none on a machine without any) gives way; its name and pid still count.
     target = TargetSource(worker=config.worker, gpus=config.gpus,
                           pids=frozenset(config.pids), info_file=config.worker_info_file,
-                          file_gpus=not config.simulate)
+                          file_gpus=not config.simulate,
+                          cluster=sidecar_start(config.dask_cluster, config.worker_info_file))
     unnamed = not (config.worker or os.environ.get("DASK_WORKER_NAME")
                    or config.worker_info_file)
     sampler = make_sampler(config, target, unnamed=unnamed)
@@ -136,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
     logger.info("serving %d GPU(s) of worker %s on %s://%s:%d/metrics", len(first.gpus),
                 first.worker, "https" if tls else "http", host, httpd.server_port)
+    if first.cluster is None:  # series only once the worker-info file names the cluster
+        logger.warning("dask_cluster not known yet: no GPU series until the worker-info file "
+                       "names it (or give --dask-cluster)")
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

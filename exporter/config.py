@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from dask_metrics.configfile import ConfigError, parse_bytes
+from dask_metrics.contract import CLUSTER_ENV
 
 ENV_PREFIX = "DASK_METRICS_EXPORTER_"
 DEFAULT_PORT = 9446  # clear of Dask (8786/8787), node_exporter (9100), dcgm-exporter (9400)
@@ -156,6 +157,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("connection_timeout", _seconds(MAX_CONNECTION_TIMEOUT), "sidecar: seconds a "
            "client has for the TLS handshake and its request, and for each write of the answer "
            f"(default {DEFAULT_CONNECTION_TIMEOUT:g})", "S"),
+    Option("dask_cluster", _text, "the dask_cluster label of every series (default: "
+           "DASK_METRICS_CLUSTER, else Dask config dask-metrics.cluster, else what the "
+           "scheduler says, through the worker-info file)", "NAME"),
     Option("log_level", _level, "debug, info, warning or error (default info)", "LEVEL"),
 )
 
@@ -178,6 +182,7 @@ class ExporterConfig:
     tls_client_ca_file: str | None = None
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connection_timeout: float = DEFAULT_CONNECTION_TIMEOUT
+    dask_cluster: str | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -215,6 +220,8 @@ def resolve(
         {o.name: environ[ENV_PREFIX + o.name.upper()] for o in OPTIONS
          if environ.get(ENV_PREFIX + o.name.upper())},
     ))
+    if environ.get(CLUSTER_ENV, "").strip():  # the name shared with the scheduler preload
+        layers[-1][1].setdefault("dask_cluster", environ[CLUSTER_ENV])
     layers.append(("command line", {k: v for k, v in cli.items() if v is not None}))
     values: dict[str, Any] = {}
     for origin_name, layer in layers:

@@ -45,31 +45,35 @@ class GpuCollector(Collector):
 
 
 def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
+    if snap.cluster is None:
+        return  # the cluster is not known yet: no series rather than a wrong dask_cluster
+    cluster = snap.cluster
+
+    def add(spec: m.MetricSpec, labels: list[str], value: float) -> None:
+        f[spec.name].add_metric([cluster, *labels], value)  # the one place it is added
+
     w = snap.worker
-    f[m.EXPORTER_NVML_UP.name].add_metric([w], 1.0 if snap.nvml_up else 0.0)
-    f[m.EXPORTER_SAMPLES.name].add_metric([w], snap.samples_total)
-    f[m.EXPORTER_SAMPLE_DURATION.name].add_metric([w], snap.sample_duration)
+    add(m.EXPORTER_NVML_UP, [w], 1.0 if snap.nvml_up else 0.0)
+    add(m.EXPORTER_SAMPLES, [w], snap.samples_total)
+    add(m.EXPORTER_SAMPLE_DURATION, [w], snap.sample_duration)
     if snap.timestamp:
-        f[m.EXPORTER_LAST_SAMPLE.name].add_metric([w], snap.timestamp)
+        add(m.EXPORTER_LAST_SAMPLE, [w], snap.timestamp)
     for (call, error), count in sorted(snap.errors.items()):
-        f[m.EXPORTER_NVML_ERRORS.name].add_metric([w, call, error], count)
+        add(m.EXPORTER_NVML_ERRORS, [w, call, error], count)
     simulated = "true" if snap.simulated else "false"
     for g in snap.gpus:
         labels = [w, str(g.ref.index), g.ref.uuid]
-        f[m.INFO.name].add_metric(
-            [*labels, g.info.name, g.info.pci_bus_id, snap.driver_version, snap.hostname,
-             simulated],
-            1.0,
-        )
-        f[m.UP.name].add_metric(labels, 1.0 if g.up else 0.0)
-        f[m.BUSY.name].add_metric(labels, g.busy_seconds)
+        add(m.INFO, [*labels, g.info.name, g.info.pci_bus_id, snap.driver_version,
+                     snap.hostname, simulated], 1.0)
+        add(m.UP, labels, 1.0 if g.up else 0.0)
+        add(m.BUSY, labels, g.busy_seconds)
         if g.reading is None:
             continue  # a GPU that did not answer: no stale values
         for spec, value_of in _VALUES:
             value = value_of(g.reading)
             if value is not None:
-                f[spec.name].add_metric(labels, value)
+                add(spec, labels, value)
         if g.peak_bytes is not None:
-            f[m.MEMORY_PEAK.name].add_metric(labels, g.peak_bytes)
+            add(m.MEMORY_PEAK, labels, g.peak_bytes)
         for pid, used in sorted(g.reading.processes.items()):
-            f[m.PROCESS_MEMORY.name].add_metric([*labels, str(pid)], used)
+            add(m.PROCESS_MEMORY, [*labels, str(pid)], used)

@@ -3,7 +3,7 @@
 The identity travels two ways: to the scheduler in the worker's ``startup_information``
 (it lands in ``WorkerState.extra[STARTUP_KEY]``), and to a sidecar exporter through a
 small JSON file on a shared volume, so the sidecar can label its series with the
-worker's name and keep only the worker's GPUs.
+worker's name and its cluster's (``dask_cluster``) and keep only the worker's GPUs.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ class WorkerIdentity:
     pid: int
     host: str
     gpus: tuple[GpuRef, ...] = field(default_factory=tuple)
+    # The dask_cluster label: in the worker-info file, the value the worker uses ("" until
+    # it knows it); to the scheduler, the worker's own setting ("" when it has none).
+    cluster: str = ""
 
     @property
     def label(self) -> str:
@@ -61,6 +64,7 @@ class WorkerIdentity:
                 pid=int(data["pid"]),
                 host=str(data.get("host") or ""),
                 gpus=gpus,
+                cluster=str(data.get("cluster") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed worker identity: {exc!r}") from None

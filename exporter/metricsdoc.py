@@ -29,6 +29,13 @@ are never `job` or `instance`, which Prometheus sets on every scraped series. `g
 index of the GPU among the worker's visible GPUs (its CUDA device number inside the worker),
 `uuid` the NVML UUID (`GPU-…` or `MIG-…`).
 
+`dask_cluster` names the Dask cluster a series is from, the same value on every series of
+every part of one cluster, so one Prometheus can hold many (not `cluster`, which multi-
+cluster Prometheus setups use for the Kubernetes cluster). It is `--dask-cluster`,
+`DASK_METRICS_CLUSTER` or Dask config `dask-metrics.cluster` where set, else what the
+scheduler derives (docs/scheduler.md); a worker and a sidecar export no GPU series until they
+know it.
+
 A value a device does not support is left out for that device, never exported as 0. A GPU
 that stops answering keeps `dask_gpu_info` and `dask_gpu_up 0` (and its counters) but loses
 its value series until it answers again.

@@ -51,6 +51,7 @@ class Snapshot:
     sample_duration: float = 0.0
     timestamp: float = 0.0
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    cluster: str | None = None  # the dask_cluster label; None: not known, not exported
 
 
 @dataclass
@@ -93,7 +94,8 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         t = target()
-        self.snapshot = Snapshot(t.worker, t.hostname, "", source.simulated, False)
+        self.snapshot = Snapshot(t.worker, t.hostname, "", source.simulated, False,
+                                 cluster=t.cluster)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,6 +151,7 @@ class Sampler:
             sample_duration=self._clock() - started,
             timestamp=time.time(),
             errors=dict(self.source.errors),
+            cluster=target.cluster,
         )
         return self.snapshot
 

@@ -1,5 +1,6 @@
-"""What to sample: the worker's name, its GPUs and its pids, from options, the environment
-or a worker-info file that the worker preload keeps up to date (a sidecar's case)."""
+"""What to sample: the worker's name, its GPUs and its pids, and the cluster's name (the
+``dask_cluster`` label), from options, the environment or a worker-info file that the
+worker preload keeps up to date (a sidecar's case)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class Target:
     gpus: str | None  # a selection spec (see dask_metrics.exporter.selection); None = every GPU
     pids: frozenset[int] = frozenset()
     hostname: str = ""
+    cluster: str | None = None  # the dask_cluster label; None: not known yet, serve nothing
 
 
 class TargetSource:
@@ -40,12 +42,15 @@ class TargetSource:
         info_file: str | None = None,
         environ: Mapping[str, str] = os.environ,
         file_gpus: bool = True,
+        cluster: str | None = None,
     ) -> None:
         self._worker = worker or environ.get("DASK_WORKER_NAME") or None
         self._gpus = gpus if gpus is not None else environ.get("CUDA_VISIBLE_DEVICES")
         self._pids = pids
         self._info_file = info_file
         self._file_gpus = file_gpus
+        self._cluster = cluster
+        self._identity: WorkerIdentity | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._current = self._merge(None)
 
@@ -65,17 +70,29 @@ class TargetSource:
                 logger.warning("ignoring worker-info file: %s", exc)
                 return self._current
             self._current = self._merge(identity)
-            logger.info("worker-info file: worker %s, pid %s, %d GPU(s)%s",
+            logger.info("worker-info file: worker %s, pid %s, %d GPU(s)%s, dask_cluster %s",
                         identity.label, identity.pid, len(identity.gpus),
-                        "" if self._file_gpus else " (not used: the GPUs are simulated)")
+                        "" if self._file_gpus else " (not used: the GPUs are simulated)",
+                        repr(identity.cluster) if identity.cluster else "not known yet")
+            if self._cluster and identity.cluster and identity.cluster != self._cluster:
+                logger.warning("dask_cluster is set to %r here, the worker uses %r: this "
+                               "exporter's series will not match the worker's cluster",
+                               self._cluster, identity.cluster)
         return self._current
 
+    def set_cluster(self, cluster: str) -> None:
+        """Name the cluster once it is known (the worker preload, told by the scheduler)."""
+        self._cluster = cluster
+        self._current = self._merge(self._identity)
+
     def _merge(self, identity: WorkerIdentity | None) -> Target:
+        self._identity = identity
         target = Target(
             worker=self._worker or socket.gethostname(),
             gpus=self._gpus,
             pids=self._pids,
             hostname=socket.gethostname(),
+            cluster=self._cluster,
         )
         if identity is None:
             if self._info_file is not None and self._gpus is None:
@@ -88,4 +105,5 @@ class TargetSource:
             else ",".join(g.uuid for g in identity.gpus),
             pids=self._pids | {identity.pid},
             hostname=identity.host or target.hostname,
+            cluster=self._cluster or identity.cluster or None,
         )

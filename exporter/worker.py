@@ -2,12 +2,15 @@
 
 It also publishes the worker's identity (name, address, pid, GPU UUIDs) to the scheduler,
 through the worker's ``startup_information``, and, when asked, to a worker-info file that
-a sidecar exporter reads. Nothing here may stop a worker from starting: every failure is
-logged and the worker carries on without GPU metrics.
+a sidecar exporter reads. The ``dask_cluster`` label's value is the worker's own setting,
+else what the scheduler says once asked: until then the worker exports no GPU series.
+Nothing here may stop a worker from starting: every failure is logged and the worker
+carries on without GPU metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -20,6 +23,8 @@ import dask.config
 from prometheus_client import REGISTRY
 
 from dask_metrics.configfile import ConfigError
+from dask_metrics.contract import CLUSTER_OPTION, DASK_CLUSTER, Handler
+from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.cli import make_sampler
 from dask_metrics.exporter.config import ENV_PREFIX, OPTIONS, ExporterConfig, resolve
 from dask_metrics.exporter.gpu_collector import GpuCollector
@@ -41,6 +46,7 @@ DASK_NVML = "distributed.diagnostics.nvml"  # Dask's own switch for NVML in its 
 # Several workers can share one process (LocalCluster(processes=False)) and so one registry:
 # one collector serves every live sampler of the process.
 _samplers: dict[int, Sampler] = {}
+_learners: dict[int, asyncio.Task[None]] = {}  # asking the scheduler for dask_cluster
 _collector = GpuCollector(lambda: [s.snapshot for s in list(_samplers.values())])
 
 
@@ -72,30 +78,90 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
     config = resolve(cli, os.environ, dask.config.get(CONFIG_SECTION, default=None) or None,
                      origin=f"dask config {CONFIG_SECTION}")
     label = config.worker or worker_label(worker.name, worker.address)
+    own = cluster_name.configured(config.dask_cluster)  # None: the scheduler's
     refusal = nvml_refusal(config)
     if refusal:
         # Publish who the worker is (a sidecar still wants its name and pid), with no GPU.
         logger.warning("dask-metrics: %s", refusal)
-        identity = _identity(worker, ())
+        identity = _identity(worker, (), own)
         worker.startup_information[STARTUP_KEY] = lambda _w: identity.to_dict()
-        if config.worker_info_file:
-            write_info_file(config.worker_info_file, identity)
+        _learn_cluster(worker, own, None, identity, config.worker_info_file)
         return
     target = TargetSource(worker=label, gpus=config.gpus,
-                          pids=frozenset({os.getpid(), *config.pids}))
+                          pids=frozenset({os.getpid(), *config.pids}), cluster=own)
     sampler = make_sampler(config, target)
     first = sampler.sample_once()
     if not first.nvml_up:
         logger.warning("dask-metrics: %s; the worker runs on, NVML is retried in the "
                        "background", sampler.last_error)
-    identity = _identity(worker, tuple(g.ref for g in first.gpus))
+    identity = _identity(worker, tuple(g.ref for g in first.gpus), own)
     worker.startup_information[STARTUP_KEY] = lambda _w: _current_identity(identity, sampler)
-    if config.worker_info_file:
-        write_info_file(config.worker_info_file, identity)
+    _learn_cluster(worker, own, target, identity, config.worker_info_file)
     if not config.serve_metrics:
         sampler.stop()
         return
     _start(worker, sampler, config)
+
+
+def _learn_cluster(worker: Any, own: str | None, target: TargetSource | None,
+                   identity: WorkerIdentity, info_file: str | None) -> None:
+    """Write the worker-info file now (a sidecar wants the name and pid at once), and again
+    with the dask_cluster value once the scheduler has said it, which the in-process
+    series wait for too. A value of the worker's own is used at once, and a scheduler that
+    says otherwise is logged as an error."""
+
+    def publish(cluster: str | None) -> None:
+        if info_file:
+            write_info_file(info_file, replace(identity, cluster=cluster or ""))
+
+    publish(own)
+
+    async def ask() -> None:
+        said = await scheduler_cluster(worker)
+        if own is None:
+            if target is not None:
+                target.set_cluster(said)
+            publish(said)
+            logger.info("dask-metrics: this worker's series are labelled %s=%r",
+                        DASK_CLUSTER, said)
+        elif said != own:
+            logger.error("dask-metrics: this worker's series are labelled %s=%r (its own "
+                         "setting) but its scheduler's are %r: they will not show together; "
+                         "remove the worker's setting or give both the same", DASK_CLUSTER,
+                         own, said)
+
+    task = asyncio.get_running_loop().create_task(ask())
+    _learners[id(worker)] = task
+    task.add_done_callback(lambda t: _learners.pop(id(worker), None)
+                           if _learners.get(id(worker)) is t else None)
+
+
+async def scheduler_cluster(worker: Any) -> str:
+    """The scheduler's dask_cluster value (its ``dask_metrics_cluster`` handler), asked
+    until it answers; a scheduler without the dask-metrics preload answers nothing, and the
+    value is then derived from the scheduler's address (``cluster.worker_fallback``)."""
+    delay = 0.1
+    while True:
+        try:
+            said = await getattr(worker.scheduler, Handler.CLUSTER)()
+        except (OSError, asyncio.TimeoutError) as exc:  # not reachable yet: ask again
+            logger.debug("dask-metrics: asking the scheduler for %s: %s", DASK_CLUSTER, exc)
+        except Exception as exc:  # an old preload, or none: no such handler
+            said = None
+            logger.debug("dask-metrics: %s: %r", Handler.CLUSTER, exc)
+            break
+        else:
+            break
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    if isinstance(said, str) and said:
+        return said
+    fallback = cluster_name.worker_fallback(worker.scheduler.address)
+    logger.warning("dask-metrics: the scheduler does not name its cluster (no "
+                   "dask_metrics.scheduler preload?): labelling this worker's series %s=%r "
+                   "from its address; give %s to every part to choose it", DASK_CLUSTER,
+                   fallback, CLUSTER_OPTION)
+    return fallback
 
 
 def nvml_refusal(config: ExporterConfig) -> str | None:
@@ -116,13 +182,14 @@ def nvml_refusal(config: ExporterConfig) -> str | None:
             f"{ENV_PREFIX}NVML=true, or 'nvml: true' in the Dask config section {CONFIG_SECTION}")
 
 
-def _identity(worker: Any, gpus: tuple[GpuRef, ...]) -> WorkerIdentity:
+def _identity(worker: Any, gpus: tuple[GpuRef, ...], own: str | None) -> WorkerIdentity:
     return WorkerIdentity(
         name=str(worker.name) if worker.name is not None else "",
         address=worker.address,
         pid=os.getpid(),
         host=socket.gethostname(),
         gpus=gpus,
+        cluster=own or "",  # to the scheduler: the worker's own setting, for its check
     )
 
 
@@ -146,6 +213,9 @@ def _start(worker: Any, sampler: Sampler, config: ExporterConfig) -> None:
 
 
 def dask_teardown(worker: Any) -> None:
+    learner = _learners.pop(id(worker), None)
+    if learner is not None:
+        learner.cancel()
     sampler = _samplers.pop(id(worker), None)
     if sampler is None:
         return

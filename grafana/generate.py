@@ -15,13 +15,16 @@ Conventions, checked by tests/test_grafana.py for every panel and target:
 - stable ``uid``s and ``id: null``;
 - a unit on every panel; ``$__rate_interval`` in every rate()/increase();
 - template variables from ``label_values(...)``, refreshed on time range change (refresh 2);
-- ``worker=~"$worker"`` (a regex match), so multi-value and "All" selections work.
+- ``worker=~"$worker"`` (a regex match), so multi-value and "All" selections work;
+- a ``dask_cluster`` variable (one cluster at a time: one Prometheus holds many) and
+  ``dask_cluster="$dask_cluster"`` in every selector of every query, added by ``scoped``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,18 +38,33 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 
 W = 'worker=~"$worker"'
+CLUSTER = 'dask_cluster="$dask_cluster"'
+# The series that name the clusters: GPU exporters' and schedulers' (a cluster without GPUs).
+CLUSTER_VALUES = 'label_values({__name__=~"dask_gpu_info|dask_job_current_job"}, dask_cluster)'
 GW = 'worker=~"$worker", gpu=~"$gpu"'
 RATE = "$__rate_interval"
 
 
 # ---- building blocks -------------------------------------------------------------------------
 
+_SELECTOR = re.compile(r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+)(?![\w(])(?:\{([^{}]*)\})?")
+
+
+def scoped(expr: str) -> str:
+    """``expr`` with every dask_* selector limited to the dashboard's ``$dask_cluster``."""
+    def add(m: re.Match[str]) -> str:
+        inner = m.group(2)
+        return f"{m.group(1)}{{{CLUSTER}{', ' + inner if inner and inner.strip() else ''}}}"
+
+    return _SELECTOR.sub(add, expr)
+
+
 
 def target(expr: str, legend: str, *, instant: bool = False, table: bool = False) -> dict[str, Any]:
     return {
         "datasource": DS,
         "editorMode": "code",
-        "expr": expr,
+        "expr": scoped(expr),
         "format": "table" if table else "time_series",
         "instant": instant,
         "legendFormat": legend,
@@ -180,7 +198,7 @@ class Dashboard:
 
     def __init__(self, uid: str, title: str, description: str) -> None:
         self.uid, self.title, self.description = uid, title, description
-        self.variables: list[dict[str, Any]] = [datasource_variable()]
+        self.variables: list[dict[str, Any]] = [datasource_variable(), cluster_variable()]
         self.panels: list[dict[str, Any]] = []
         self._x = self._y = self._row_h = 0
 
@@ -249,6 +267,7 @@ def datasource_variable() -> dict[str, Any]:
 
 def query_variable(name: str, label: str, query: str, *, multi: bool = True,
                    include_all: bool = True) -> dict[str, Any]:
+    query = scoped(query)
     return {
         "name": name, "label": label, "type": "query", "datasource": DS,
         "definition": query,
@@ -260,6 +279,14 @@ def query_variable(name: str, label: str, query: str, *, multi: bool = True,
         "allValue": ".*" if include_all else None,
         "current": {}, "options": [], "hide": 0, "skipUrlSync": False,
     }
+
+
+def cluster_variable() -> dict[str, Any]:
+    """The Dask cluster shown: one at a time, so sums and joins never mix clusters."""
+    var = query_variable("dask_cluster", "Dask cluster", "", multi=False, include_all=False)
+    var["definition"] = var["query"]["query"] = CLUSTER_VALUES
+    var["sort"] = 1  # alphabetical
+    return var
 
 
 def custom_variable(name: str, label: str, values: list[str], default: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import NamedTuple, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from dask_metrics.contract import DASK_CLUSTER
 from dask_metrics.demo.localstack import free_port
 
 __all__ = ["Run", "Scrape", "clean_env", "collector", "collector_process", "exporter_process",
@@ -85,6 +86,28 @@ class Scrape:
     def value(self, name: str, **labels: str) -> float | None:
         """The sample with exactly these labels, or None."""
         return self[name].get(tuple(sorted(labels.items())))
+
+    def clusters(self) -> set[str]:
+        """The dask_cluster values of the dask_gpu_*/dask_job_* samples; "" for a sample
+        without the label."""
+        return {dict(labels).get(DASK_CLUSTER, "") for name, series in self.samples.items()
+                if name.startswith(("dask_gpu_", "dask_job_")) for labels in series}
+
+    def of_cluster(self, cluster: str | None = None) -> Scrape:
+        """This scrape with the dask_cluster label taken off, after checking that every
+        dask_gpu_*/dask_job_* sample carries it, with the value ``cluster`` (or any one value
+        when None): the tests that are about something else compare the other labels."""
+        found = self.clusters()
+        assert "" not in found, f"a sample without {DASK_CLUSTER}: {self.text}"
+        assert len(found) <= 1, f"samples of several clusters: {sorted(found)}"
+        assert cluster is None or found <= {cluster}, f"{DASK_CLUSTER} {found} != {cluster!r}"
+        stripped = Scrape("")
+        stripped.text = self.text
+        stripped.samples = {
+            name: {tuple(kv for kv in labels if kv[0] != DASK_CLUSTER): v
+                   for labels, v in series.items()}
+            for name, series in self.samples.items()}
+        return stripped
 
     def rows(self, name: str, *label_names: str) -> dict[tuple[str, ...], float]:
         """The series of ``name`` keyed by the values of ``label_names`` (in that order)."""

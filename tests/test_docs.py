@@ -461,9 +461,10 @@ def test_sidecar_follows_a_worker_info_file(fake_nvml, tmp_path):
                  what="the sidecar's /healthz")
         assert series() == []  # no worker yet: no GPU series
         write_info_file(info, WorkerIdentity("w-7", "tcp://10.0.0.7:4000", 4242, "node-7",
-                                             (GpuRef(0, fake_nvml.uuid(1)),)))
+                                             (GpuRef(0, fake_nvml.uuid(1)),), cluster="c-7"))
         lines = wait_for(lambda: running(proc) and series(), what="the worker's GPU series")
     assert len(lines) == 1 and 'worker="w-7"' in lines[0] and fake_nvml.uuid(1) in lines[0]
+    assert 'dask_cluster="c-7"' in lines[0]
 
 
 @pytest.mark.integration

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import time
 
@@ -220,10 +221,11 @@ def test_listen_address_in_use(fake_nvml):
 
 def test_config_file_and_environment(fake_nvml, tmp_path):
     config = tmp_path / "exporter.yaml"
-    config.write_text("worker: from-file\ngpus: '1'\n")
-    env = {**fake_nvml.env, "DASK_METRICS_EXPORTER_WORKER": "from-env"}
+    config.write_text("worker: from-file\ngpus: '1'\ndask-cluster: file-cluster\n")
+    env = {**fake_nvml.env, "DASK_METRICS_EXPORTER_WORKER": "from-env",
+           "DASK_METRICS_CLUSTER": "env-cluster"}
     with sidecar("--config", str(config), env=env) as base:
-        s = scrape(base + "/metrics")
+        s = scrape(base + "/metrics").of_cluster("env-cluster")
     assert set(values(s, "dask_gpu_up")) == {
         tuple(sorted(gpu_labels(fake_nvml, 1, worker="from-env", position=0).items()))}
 
@@ -231,11 +233,12 @@ def test_config_file_and_environment(fake_nvml, tmp_path):
 def test_selection_by_cuda_visible_devices_and_uuid(fake_nvml):
     env = {**fake_nvml.env, "CUDA_VISIBLE_DEVICES": "1,0"}
     with sidecar("--worker", "w0", env=env) as base:
-        s = scrape(base + "/metrics")
+        # no worker-info file to learn dask_cluster from: the host name
+        s = scrape(base + "/metrics").of_cluster(socket.gethostname())
     assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 1, position=0)) == 1
     assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 0, position=1)) == 1
     with sidecar("--worker", "w0", "--gpus", fake_nvml.uuid(1), env=env) as base:
-        s = scrape(base + "/metrics")
+        s = scrape(base + "/metrics").of_cluster()
     assert list(values(s, "dask_gpu_up")) == [
         tuple(sorted(gpu_labels(fake_nvml, 1, position=0).items()))]
 
@@ -263,7 +266,7 @@ def test_worker_info_file_written_after_start(fake_nvml, tmp_path):
     with sidecar("--worker-info-file", str(path), *FAST, env=clean_env(fake_nvml.env)) as base:
         assert not values(scrape(base + "/metrics"), "dask_gpu_up")  # only the worker's GPUs
         identity = WorkerIdentity("w-9", "tcp://10.1.2.3:40000", 4242, "node-a",
-                                  (GpuRef(0, fake_nvml.uuid(1)),))
+                                  (GpuRef(0, fake_nvml.uuid(1)),), cluster="c-1")
         write_info_file(path, identity)
         labels = {"worker": "w-9", "gpu": "0", "uuid": fake_nvml.uuid(1)}
         s = wait_for(lambda: (s := scrape(base + "/metrics"))
@@ -272,6 +275,7 @@ def test_worker_info_file_written_after_start(fake_nvml, tmp_path):
     assert value(s, "dask_gpu_process_memory_used_bytes", **labels, pid="4242") == 5 * GiB
     (info,) = values(s, "dask_gpu_info", **labels)
     assert dict(info)["hostname"] == "node-a"
+    assert s.clusters() == {"c-1"}  # the worker's dask_cluster, from the file
 
 
 def test_simulated_gpus_are_labelled(fake_nvml):

@@ -65,7 +65,11 @@ def test_worker_without_nvml_runs_and_says_so(tmp_path):
     with cluster as procs, Client(f"tcp://127.0.0.1:{sched_port}", timeout=30) as client:
         client.wait_for_workers(1, timeout=60)
         assert client.submit(sum, [2, 3]).result(timeout=30) == 5
-        s = scrape(f"http://127.0.0.1:{worker_http}/metrics")
+        # labelled once the worker knows its dask_cluster (this scheduler has no preload to
+        # say it: derived from its address)
+        s = wait_for(lambda: scrape(f"http://127.0.0.1:{worker_http}/metrics"),
+                     lambda s: values(s, "dask_gpu_exporter_nvml_up"), what="worker series")
+        assert s.clusters() == {f"127.0.0.1-{sched_port}"}
         assert value(s, "dask_gpu_exporter_nvml_up", worker="gpu-worker-1") == 0
         assert not values(s, "dask_gpu_info")
         assert identities(client)["gpu-worker-1"]["gpus"] == []
@@ -91,8 +95,10 @@ def test_two_workers_in_one_process_share_one_registry():
         n_workers=2, processes=False, dashboard_address=":0", worker_dashboard_address=":0"
     ) as cluster, Client(cluster) as client:
         names = {str(w.name) for w in cluster.workers.values()}
-        collected = {s.labels["worker"] for m in REGISTRY.collect()
-                     if m.name == "dask_gpu_info" for s in m.samples}
-        assert collected == names
+        def collected() -> set[str]:
+            return {s.labels["worker"] for m in REGISTRY.collect()
+                    if m.name == "dask_gpu_info" for s in m.samples}
+
+        wait_for(collected, lambda found: found == names, what="both workers' GPUs")
         assert all(g for g in identities(client).values())
     assert not [m for m in REGISTRY.collect() if m.name == "dask_gpu_info"]

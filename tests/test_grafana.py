@@ -41,6 +41,8 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 LEGEND_LABELS = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 RANGE_FUNCS = re.compile(r"\b(rate|irate|increase|delta|idelta|deriv)\(")
+SELECTORS = re.compile(r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+)(?![\w(])(?:\{([^{}]*)\})?")
+CLUSTER_MATCH = 'dask_cluster="$dask_cluster"'
 # w1's first simulated GPU, given to w2's fake GPU 0 too: a shared GPU to find
 SIMULATED_UUID0 = simulated_uuid(0, host=socket.gethostname(), worker="w1")
 
@@ -145,6 +147,10 @@ def test_every_panel_and_target_follows_the_rules(name):
             assert expr.strip() and t["legendFormat"], where
             assert t["instant"] != t["range"], where
             assert re.search(r"\bdask_(gpu|job)_\w+", expr), f"{where}: not a dask-metrics series"
+            # One Prometheus, many Dask clusters: every selector is limited to the one shown.
+            for m in SELECTORS.finditer(expr):
+                assert m.group(2) and CLUSTER_MATCH in m.group(2), (
+                    f"{where}: {m.group(1)} not limited to $dask_cluster in {expr}")
             # Rates over Grafana's interval, never a hard-coded window: [$__rate_interval]
             # adapts to the scrape interval; [$__range] is for totals over the time range.
             for m in RANGE_FUNCS.finditer(expr):
@@ -178,7 +184,13 @@ def test_panels_cover_what_the_issue_asks_for():
     for series in ("dask_job_dag_status", "dask_job_dag_info", "dask_gpu_memory_peak_bytes"):
         assert series in job_exprs
     assert any(p["type"] == "state-timeline" for p in panels(jobs))
-    assert [v["name"] for v in variables(worker)][:2] == ["datasource", "worker"]
+    assert [v["name"] for v in variables(worker)][:3] == ["datasource", "dask_cluster", "worker"]
+    for d in (cluster, worker, jobs):
+        (var,) = [v for v in variables(d) if v["name"] == "dask_cluster"]
+        assert not var["multi"] and not var["includeAll"], "one cluster at a time"
+        for other in variables(d):
+            if other["type"] == "query" and other is not var:
+                assert CLUSTER_MATCH in variable_query(other), other["name"]
 
 
 def test_provisioning_points_at_the_dashboards():
@@ -227,7 +239,8 @@ class Live:
         seconds = max(1, int(self.end - self.start) + 1)
         return {"__rate_interval": "4s", "__interval": "1s", "__interval_ms": "1000",
                 "__range": f"{seconds}s", "__range_s": str(seconds),
-                "__range_ms": str(seconds * 1000), **values}
+                "__range_ms": str(seconds * 1000), "dask_cluster": self.stack.cluster,
+                **values}
 
 
 def substitute(expr: str, values: dict[str, str]) -> str:
@@ -352,12 +365,14 @@ def test_every_variable_has_values(live, name):
             continue
         m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", variable_query(var))
         assert m
-        selector = substitute(m.group(1), {"worker": ".*"})
+        selector = substitute(m.group(1), {"worker": ".*", "dask_cluster": live.stack.cluster})
         found = live.api(f"/api/v1/label/{m.group(2)}/values", **{"match[]": selector},
                          start=live.start, end=live.end)
         assert found, f"{name}: variable {var['name']} has no values"
         if var["name"] == "worker":
             assert set(found) == {"w1", "w2"}
+        if var["name"] == "dask_cluster":
+            assert live.stack.cluster in found
 
 
 @requires_prometheus

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dask_metrics import contract
+
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (test extra)")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -421,6 +423,24 @@ def check_daskcluster(cluster: dict[str, Any], *, sidecar_port: str = "gpu-metri
     assert all(sched_labels.get(k) == v for k, v in service["selector"].items())
     for pod, where in ((worker_pod, "worker"), (scheduler_pod, "scheduler")):
         _check_security(pod, where)
+    # One dask_cluster value in every container: the scheduler's, the worker's, the sidecar's.
+    assert len(set(cluster_envs(cluster).values())) == 1, cluster_envs(cluster)
+
+
+CLUSTER_NAME_LABEL = "metadata.labels['dask.org/cluster-name']"  # set by the operator
+
+
+def cluster_envs(cluster: dict[str, Any]) -> dict[str, str]:
+    """Container -> its DASK_METRICS_CLUSTER (a value, or the operator's cluster-name label
+    through the downward API: the DaskCluster's name)."""
+    found = {}
+    for role in ("scheduler", "worker"):
+        for c in cluster["spec"][role]["spec"]["containers"]:
+            (env,) = [e for e in c.get("env", []) if e["name"] == contract.CLUSTER_ENV]
+            ref = env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            found[f"{role}/{c['name']}"] = env.get("value") or (
+                cluster["metadata"]["name"] if ref == CLUSTER_NAME_LABEL else ref)
+    return found
 
 
 def test_daskcluster_example_is_valid_and_wired():
@@ -433,6 +453,7 @@ def test_chart_daskcluster_is_valid_and_scraped_by_the_monitors(chart):
     cluster = one(docs, "DaskCluster")
     check_daskcluster(cluster)
     assert cluster["metadata"]["name"] == f"{RELEASE}-dask-metrics"
+    assert set(cluster_envs(cluster).values()) == {cluster["metadata"]["name"]}
     # The PodMonitor selects the worker pods the operator makes, on the sidecar's port.
     pm = one(docs, "PodMonitor")
     (endpoint,) = pm["spec"]["podMetricsEndpoints"]
@@ -449,7 +470,8 @@ def test_chart_daskcluster_is_valid_and_scraped_by_the_monitors(chart):
 
 
 def test_chart_daskcluster_options(chart):
-    values = {"daskCluster": {"enabled": True, "name": "ml", "worker": {
+    values = {"daskCluster": {"enabled": True, "name": "ml", "metricsLabel": "ml-prod",
+                              "worker": {
         "gpus": 2, "replicas": 4, "runtimeClassName": "nvidia",
         "extraArgs": ["--resources", "GPU=2"],
         "resources": {"requests": {"cpu": 2}, "limits": {"cpu": 4}}},
@@ -471,6 +493,7 @@ def test_chart_daskcluster_options(chart):
     sargs = cluster["spec"]["scheduler"]["spec"]["containers"][0]["args"]
     assert _flag_value(sargs, "--job-mode") == "span"
     assert cluster["spec"]["scheduler"]["service"]["selector"]["dask.org/cluster-name"] == "ml"
+    assert set(cluster_envs(cluster).values()) == {"ml-prod"}
 
 
 # ---- the Dask Helm chart example ------------------------------------------------------------

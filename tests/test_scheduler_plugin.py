@@ -45,7 +45,11 @@ def cluster(
 
 
 def metrics(lc: LocalCluster) -> Scrape:
-    return scrape(lc.scheduler.http_server.port)
+    """The scheduler's /metrics, without dask_cluster once every series is checked to carry
+    the plugin's (tests/test_cluster_label.py is about the label itself)."""
+    s = scrape(lc.scheduler.http_server.port)
+    plugin = lc.scheduler.plugins.get(PLUGIN_NAME)
+    return s.of_cluster(plugin.cluster if plugin is not None else None)
 
 
 def plugin_of(lc: LocalCluster) -> JobPlugin:
@@ -382,10 +386,12 @@ def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
         assert len(dag_rows(metrics(one))) == 2
         with cluster() as two, Client(two) as c2:
             c2.submit(inc, 1).result()
-            assert len(dag_rows(metrics(one))) == 1  # both /metrics serve the newest
+            # both /metrics serve the newest, labelled with its cluster
+            newest = scrape(one.scheduler.http_server.port).of_cluster(plugin_of(two).cluster)
+            assert len(dag_rows(newest)) == 1
             assert generate_latest(REGISTRY).decode().count("# TYPE dask_job_current_job ") == 1
             c2.run_on_scheduler(
-                lambda dask_scheduler: dask_setup.callback(dask_scheduler, None, None, None)
+                lambda dask_scheduler: dask_setup.callback(dask_scheduler, None, None, None, None)
             )
             assert (
                 sum(isinstance(p, JobPlugin) for p in two.scheduler.plugins.values()) == 1
@@ -400,7 +406,7 @@ def test_metrics_port_serves_the_series_instead_of_the_scheduler():
         client.submit(inc, 1).result()
         port = client.sync(client.scheduler.dask_metrics_monitor_status)["metrics_port"]
         assert port and port != lc.scheduler.http_server.port
-        s = wait_for(lambda: scrape(port), idle)
+        s = wait_for(lambda: scrape(port).of_cluster(plugin_of(lc).cluster), idle)
         assert statuses(s) == {("0", "0"): FINISHED}
         assert not metrics(lc)["dask_job_current_job"]
 

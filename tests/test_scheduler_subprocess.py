@@ -33,7 +33,8 @@ class DaskProcesses:
     log_dir: Path
 
     def metrics(self) -> Scrape:
-        return scrape(self.dashboard_port)
+        """The scheduler's /metrics, dask_cluster checked on every series and taken off."""
+        return scrape(self.dashboard_port).of_cluster()
 
     def log(self, name: str) -> str:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")

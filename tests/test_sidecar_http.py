@@ -102,7 +102,7 @@ READING = Reading(memory_used=1.5e9, memory_total=8e10, memory_reserved=0.0, uti
                   temperature_celsius=41, sm_clock_hertz=1.41e9, processes={42: 1e6})
 SNAPSHOT = Snapshot("w1", "host", "550", False, True,
                     (GpuSnapshot(GpuRef(0, "GPU-a"), DeviceInfo("GPU-a", "A", "00:01"), True,
-                                 READING, 2e9, 12.5),), 10, 0.001, 1.7e9)
+                                 READING, 2e9, 12.5),), 10, 0.001, 1.7e9, cluster="c1")
 
 
 class _Frozen(ProcessCollector):

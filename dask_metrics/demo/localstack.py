@@ -28,6 +28,7 @@ import yaml
 from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.contract import UP, WORKER_GPU_INFO
+from dask_metrics.exporter.cluster import scheduler_default
 
 HOST = "127.0.0.1"
 
@@ -57,6 +58,7 @@ class StackOptions:
     env: Mapping[str, str] | None = None  # every process's environment (None: this process's)
     worker_specs: Sequence[WorkerSpec] = ()  # the workers exactly; (): from workers and gpus
     sample_interval: float = 0.2  # the sidecars' --interval, seconds
+    cluster: str | None = None  # the scheduler's --dask-cluster (None: it derives one)
 
     def worker_list(self) -> list[WorkerSpec]:
         """``worker_specs``, or ``workers`` workers named worker-0, worker-1, ... with the
@@ -133,6 +135,12 @@ class LocalStack:
         return next(p.popen.pid for p in self._processes if p.name == name)
 
     @property
+    def cluster(self) -> str:
+        """The dask_cluster label of this stack's series: the scheduler's --dask-cluster, else
+        what it derives (<host>-<scheduler port>), which its workers and sidecars learn."""
+        return self.options.cluster or scheduler_default(self.scheduler_address)
+
+    @property
     def logs(self) -> Path:
         return self.options.folder / "logs"
 
@@ -178,7 +186,8 @@ class LocalStack:
             *dask, "scheduler", "--host", HOST, "--port", str(sched_port),
             "--dashboard-address", f"{HOST}:{dash_port}", "--pid-file",
             str(self.logs / "scheduler.pid"), "--preload", "dask_metrics.scheduler",
-            "--prometheus-url", self.prometheus_url])
+            "--prometheus-url", self.prometheus_url,
+            *(["--dask-cluster", opts.cluster] if opts.cluster else [])])
         for spec in specs:
             name = spec.name
             info = self.logs / f"{name}.identity.json"

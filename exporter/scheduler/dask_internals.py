@@ -49,6 +49,16 @@ def add_handlers(scheduler: Any, handlers: Mapping[str, Callable[..., Any]]) -> 
     return undo
 
 
+def scheduler_address(scheduler: Any) -> str:
+    """The address workers and clients reach the scheduler on (``Server.address``, known
+    once it listens, which it does before preloads start: Scheduler.start_unsafe;
+    2024.1.0, 2026.8.0); "" when it does not listen yet."""
+    try:
+        return str(scheduler.address)
+    except ValueError:
+        return ""
+
+
 # -- the graph submission being handled -----------------------------------------------------------
 
 #: (submitting task, client-side annotations) of the graph submission being handled

@@ -24,36 +24,42 @@ from dask_metrics.contract import (
     WORKER_TASKS,
 )
 from dask_metrics.exporter.job_tracker import Snapshot
+from dask_metrics.metricspec import MetricSpec
 
 logger = logging.getLogger(__name__)
 
 
-def families(snap: Snapshot, errors: dict[str, int]) -> list[Metric]:
-    """The metric families of one scrape."""
+def families(snap: Snapshot, errors: dict[str, int], cluster: str) -> list[Metric]:
+    """The metric families of one scrape; every series is labelled dask_cluster=cluster."""
     fam = {spec.name: spec.family() for spec in SCHEDULER_SPECS}
-    fam[CURRENT_JOB.name].add_metric([], snap.current_job)
-    fam[CURRENT_DAG.name].add_metric([], snap.current_dag)
+
+    def add(spec: MetricSpec, labels: list[str], value: float) -> None:
+        fam[spec.name].add_metric([cluster, *labels], value)  # the one place it is added
+
+    add(CURRENT_JOB, [], snap.current_job)
+    add(CURRENT_DAG, [], snap.current_dag)
     for worker, job_id, dag_id, tasks in snap.worker_tasks:
-        fam[WORKER_TASKS.name].add_metric([worker, str(job_id), str(dag_id)], tasks)
+        add(WORKER_TASKS, [worker, str(job_id), str(dag_id)], tasks)
     for job_id, dag_id, job_name, client, status in snap.dags:
-        fam[DAG_INFO.name].add_metric([str(job_id), str(dag_id), job_name, client], 1)
-        fam[DAG_STATUS.name].add_metric([str(job_id), str(dag_id)], status)
+        add(DAG_INFO, [str(job_id), str(dag_id), job_name, client], 1)
+        add(DAG_STATUS, [str(job_id), str(dag_id)], status)
     for status, count in snap.completed.items():
-        fam[DAGS_COMPLETED.name].add_metric([status], count)
+        add(DAGS_COMPLETED, [status], count)
     if snap.session is not None:
-        fam[MONITOR_START.name].add_metric([], snap.session[0])
-        fam[MONITOR_STOP.name].add_metric([], snap.session[1])
+        add(MONITOR_START, [], snap.session[0])
+        add(MONITOR_STOP, [], snap.session[1])
     for worker, address, gpu, uuid in snap.gpus:
-        fam[WORKER_GPU_INFO.name].add_metric([worker, address, str(gpu), uuid], 1)
-    fam[PLUGIN_ERRORS.name] = errors_family(errors)
+        add(WORKER_GPU_INFO, [worker, address, str(gpu), uuid], 1)
+    for hook, count in errors.items():
+        add(PLUGIN_ERRORS, [hook], count)
     return list(fam.values())
 
 
-def errors_family(errors: dict[str, int]) -> Metric:
+def errors_family(errors: dict[str, int], cluster: str) -> Metric:
     """The hook error counter alone: what a scrape exports when building families fails."""
     fam = PLUGIN_ERRORS.family()
     for hook, count in errors.items():
-        fam.add_metric([hook], count)
+        fam.add_metric([cluster, hook], count)
     return fam
 
 

@@ -28,10 +28,12 @@ class MonitorHandlers:
         tracker: JobTracker,
         prometheus_url: str | None,
         metrics_port: Callable[[], int | None],
+        cluster: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.tracker = tracker
         self._prometheus_url = prometheus_url
         self._metrics_port = metrics_port  # known only once the plugin serves
+        self._cluster = cluster  # known once the plugin is attached
 
     def handlers(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -42,6 +44,7 @@ class MonitorHandlers:
             Handler.NEW_JOB: self.new_job,
             Handler.DAGS: self.dags,
             Handler.PROMETHEUS_URL: self.prometheus_url,
+            Handler.CLUSTER: self.cluster,
         }
 
     def monitor_start(self, metrics: Iterable[str] | str | None = None) -> dict[str, Any]:
@@ -97,6 +100,7 @@ class MonitorHandlers:
             "unfinished_dags": len(self.tracker.unfinished()),
             "prometheus_url": self._prometheus_url,
             "metrics_port": self._metrics_port(),
+            "dask_cluster": self._cluster(),
         }
 
     def monitor_sessions(self, since: int = -1) -> list[dict[str, Any]]:
@@ -116,3 +120,7 @@ class MonitorHandlers:
 
     def prometheus_url(self) -> str | None:
         return self._prometheus_url
+
+    def cluster(self) -> str | None:
+        """The dask_cluster label of this cluster's series: what workers and sidecars use."""
+        return self._cluster()

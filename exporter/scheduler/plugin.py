@@ -13,6 +13,8 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from prometheus_client.metrics_core import Metric
 from tornado.ioloop import PeriodicCallback
 
+from dask_metrics.contract import DASK_CLUSTER
+from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_tracker import JobMode, JobTracker
 from dask_metrics.exporter.scheduler import dask_internals
@@ -53,7 +55,10 @@ class JobPlugin(SchedulerPlugin):
             max_sessions=s.max_sessions,
             label_max_length=s.label_max_length,
         )
-        self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port)
+        self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port,
+                                       lambda: self.cluster)
+        # The dask_cluster label: the setting, else derived from the scheduler at attach.
+        self.cluster: str | None = s.cluster
         self.errors: dict[str, int] = dict.fromkeys(HOOKS, 0)
         self.metrics_port: int | None = None
         self._last_logged: dict[str, float] = {}
@@ -68,6 +73,9 @@ class JobPlugin(SchedulerPlugin):
         """Hook into ``scheduler``; idempotent, so dask_setup and start() may both call it."""
         if self._scheduler is scheduler:
             return
+        if self.settings.cluster is None:
+            self.cluster = cluster_name.scheduler_default(
+                dask_internals.scheduler_address(scheduler))
         if self.settings.metrics_port is None:
             HUB.add(self)
         else:  # may fail (port taken): nothing else done yet
@@ -163,9 +171,16 @@ class JobPlugin(SchedulerPlugin):
             gpus: list[tuple[int, str]] = []
             if published is not None:
                 try:
-                    gpus = [(g.index, g.uuid) for g in WorkerIdentity.from_dict(published).gpus]
+                    identity = WorkerIdentity.from_dict(published)
                 except ValueError as exc:
                     logger.warning("dask-metrics: worker %s: %s", worker, exc)
+                else:
+                    gpus = [(g.index, g.uuid) for g in identity.gpus]
+                    if identity.cluster and identity.cluster != self.cluster:
+                        logger.warning(
+                            "dask-metrics: worker %s labels its series %s=%r, this "
+                            "scheduler %r: its GPUs will not match this cluster's dashboards",
+                            worker, DASK_CLUSTER, identity.cluster, self.cluster)
             self.tracker.add_worker(worker, worker_label(name, address), gpus)
         except Exception:
             self._failed("add_worker")
@@ -201,9 +216,13 @@ class JobPlugin(SchedulerPlugin):
 
     def collect(self) -> list[Metric]:
         """This scrape's families; a failure exports only the error counter, so a bug here
-        never costs the scheduler its own /metrics."""
+        never costs the scheduler its own /metrics. Nothing before attach() has named the
+        cluster: no series can carry a wrong dask_cluster."""
+        cluster = self.cluster
+        if cluster is None:
+            return []
         try:
-            return families(self.tracker.snapshot(), dict(self.errors))
+            return families(self.tracker.snapshot(), dict(self.errors), cluster)
         except Exception:
             self._failed("collect")
-            return [errors_family(dict(self.errors))]
+            return [errors_family(dict(self.errors), cluster)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from dask_metrics.contract import CLUSTER_CONFIG, CLUSTER_ENV, CLUSTER_OPTION
 from dask_metrics.exporter.job_tracker import JobMode
 from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
 from dask_metrics.exporter.scheduler.settings import CONFIG_SECTION, Settings
@@ -30,8 +31,20 @@ logger = logging.getLogger(__name__)
     default=None,
     help="serve dask_job_* on this port's /metrics instead of the scheduler's (0: any free)",
 )
+@click.option(
+    CLUSTER_OPTION,
+    "cluster",
+    default=None,
+    help=f"the dask_cluster label of every series (default: {CLUSTER_ENV}, else config "
+    f"{CLUSTER_CONFIG}, else derived: the DaskCluster or Helm release name on Kubernetes, "
+    "else <host>-<scheduler port>)",
+)
 def dask_setup(
-    scheduler: Any, job_mode: str | None, prometheus_url: str | None, metrics_port: int | None
+    scheduler: Any,
+    job_mode: str | None,
+    prometheus_url: str | None,
+    metrics_port: int | None,
+    cluster: str | None,
 ) -> None:
     """Add the plugin to the scheduler (once: a second preload of it is ignored)."""
     if PLUGIN_NAME in scheduler.plugins:
@@ -41,7 +54,8 @@ def dask_setup(
         return
     try:
         settings = Settings.from_config(
-            job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port
+            job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port,
+            cluster=cluster,
         )
         plugin = JobPlugin(settings)
         plugin.attach(scheduler)
@@ -49,7 +63,9 @@ def dask_setup(
         _stop(scheduler, exc)
         return
     scheduler.add_plugin(plugin, name=PLUGIN_NAME)
-    logger.info("dask-metrics: tracking jobs and DAGs, job mode %s", settings.job_mode.value)
+    logger.info("dask-metrics: tracking jobs and DAGs, job mode %s, dask_cluster %r (%s)",
+                settings.job_mode.value, plugin.cluster,
+                "set" if settings.cluster else "derived")
 
 
 def _stop(scheduler: Any, exc: BaseException) -> None:

@@ -1,5 +1,6 @@
 """The preload's settings: Dask config ``dask-metrics.scheduler.*`` (defaults in
-``scheduler.yaml``), overridden by the preload's command-line options."""
+``scheduler.yaml``), overridden by the preload's command-line options; the ``dask_cluster``
+label's value from ``--dask-cluster``, ``DASK_METRICS_CLUSTER`` or ``dask-metrics.cluster``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import dask.config
 import yaml
 from dask.utils import parse_timedelta
 
+from dask_metrics.exporter import cluster
 from dask_metrics.exporter.job_tracker import JobMode
 
 CONFIG_SECTION = "dask-metrics.scheduler"
@@ -36,6 +38,7 @@ class Settings:
     max_jobs: int = 1000
     max_sessions: int = 100
     label_max_length: int = 128
+    cluster: str | None = None  # the user's dask_cluster value; None: derived at attach
 
     @classmethod
     def from_config(cls, **overrides: Any) -> Settings:
@@ -72,4 +75,5 @@ class Settings:
             max_jobs=read("max-jobs", count(1), "a whole number, 1 or more"),
             max_sessions=read("max-sessions", count(1), "a whole number, 1 or more"),
             label_max_length=read("label-max-length", count(16), "a whole number, 16 or more"),
+            cluster=cluster.configured(overrides.get("cluster")),
         )
