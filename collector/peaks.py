@@ -7,9 +7,10 @@ samples is ``max_over_time`` without the step grid that would skip samples. A GP
 (an older exporter) falls back to ``dask_gpu_memory_used_bytes``.
 
 The gauge's samples in the first peak window after ``since`` may hold a spike from before
-``since`` (the end of the session before): there the raw ``dask_gpu_memory_used_bytes``
-samples are taken instead, so no peak comes from before the start (a spike between two of
-those first scrapes is missed).
+``since`` (the end of the session before): there only gauge values above the first one in
+the range count, with the raw ``dask_gpu_memory_used_bytes`` samples, so no peak comes from
+before the start (a spike before the first scrape of the range is seen only if a raw sample
+caught it).
 """
 
 from __future__ import annotations
@@ -100,15 +101,24 @@ def _total_at(totals: Sequence[tuple[int, float]], t: int) -> float | None:
 def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
              peak_window: int) -> list[tuple[int, float]]:
     """(time, bytes) to take the peak of: the peak gauge, except in the first peak window
-    after ``since``, where the used memory's raw samples are taken."""
+    after ``since``. There the first gauge sample, s1, may carry a peak from before
+    ``since``; a later one, at t, covers (t - window, t], whose part before ``since`` lies
+    within s1's window, so a value above s1's was reached after s1, in the session: those are
+    kept, with the raw used-memory samples, and the rest left out."""
     peak, used = metrics.get(PEAK_METRIC), metrics.get(USED_METRIC)
     if not peak:
         return list(zip(*(used or ([], [])), strict=True))
     if since is None:
         return list(zip(*peak, strict=True))
     cut = since + peak_window
-    i, j = bisect_left(peak[0], cut), bisect_left(used[0], cut) if used else 0
-    early = list(zip(used[0][:j], used[1][:j], strict=True)) if used else []
+    first, i = bisect_left(peak[0], since), bisect_left(peak[0], cut)
+    carried = peak[1][first] if first < i else math.inf
+    early = [(t, v) for t, v in zip(peak[0][first + 1:i], peak[1][first + 1:i], strict=True)
+             if v > carried]
+    if used:
+        lo, hi = bisect_left(used[0], since), bisect_left(used[0], cut)
+        early += zip(used[0][lo:hi], used[1][lo:hi], strict=True)
+    early.sort()
     return early + list(zip(peak[0][i:], peak[1][i:], strict=True))
 
 
@@ -120,7 +130,8 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
 
     With ``by_job`` there is one peak per GPU and job that ran on the worker (samples while it
     was idle are left out); the DAG is the one running at the peak. With ``since`` (ms), the
-    peak gauge's samples before ``since + peak_window`` are replaced by used memory's.
+    peak gauge's samples before ``since + peak_window`` count only above the first one
+    (see ``_sources``), with used memory's.
     """
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from dask_metrics.collector.cli import Terminal
-from dask_metrics.collector.columns import COLUMNS, NAMES, select, source_metrics
+from dask_metrics.collector.columns import (
+    COLUMNS,
+    NAMES,
+    PEAK_METRIC,
+    USED_METRIC,
+    select,
+    source_metrics,
+)
 from dask_metrics.collector.connection import load_config, parse_header, parse_timeout, resolve
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.layouts import (
@@ -23,10 +30,12 @@ from dask_metrics.collector.layouts import (
     tidy_header,
     tidy_lines,
 )
+from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.promapi import PrometheusClient, redact_url, split_credentials
 from dask_metrics.collector.series import (
     IDLE,
     Series,
+    Timeline,
     WorkerInfo,
     clip,
     cluster_timeline,
@@ -409,3 +418,30 @@ def test_series_without_replica_labels_merge_as_before() -> None:
     pieces = [Series({"a": "1"}, [0, 1000], [1.0, 2.0]), Series({"a": "1"}, [2000], [3.0])]
     assert merge(pieces, ("prometheus_replica", "replica")) == [
         Series({"a": "1"}, [0, 1000, 2000], [1.0, 2.0, 3.0])]
+
+
+# ---- peaks: the first peak window after --since --------------------------------------------
+
+
+def _gpu(metric: str, times: list[int], values: list[float]) -> Series:
+    return Series({"__name__": metric, "gpu": "0", "uuid": "GPU-0"}, times, values)
+
+
+def test_a_peak_carried_from_before_the_start_is_not_the_sessions():
+    """The gauge's first sample holds 10 GiB from before the start (its window reaches back);
+    used memory never goes above 1 GiB. Without an in-session spike the peak is 1 GiB; a later
+    gauge value above the carried one (a spike no scrape saw) is the session's own."""
+    gib, since = 2**30, 1_000_000
+    times = [since + 1000 * k for k in range(1, 11)]  # ten scrapes in the first window
+    used = _gpu(USED_METRIC, times, [1 * gib] * 10)
+    idle = Timeline([], [])
+    carried = _gpu(PEAK_METRIC, times, [10 * gib] * 10)  # 10 GiB until the window moves on
+    (peak,) = gpu_peaks("w", {USED_METRIC: [used], PEAK_METRIC: [carried]}, idle, 0,
+                        since=since, peak_window=30_000)
+    assert peak.peak_bytes == 1 * gib
+    (unfiltered,) = gpu_peaks("w", {USED_METRIC: [used], PEAK_METRIC: [carried]}, idle, 0)
+    assert unfiltered.peak_bytes == 10 * gib  # what the gauge alone would say
+    spiked = _gpu(PEAK_METRIC, times, [10 * gib] * 4 + [12 * gib] * 6)
+    (peak,) = gpu_peaks("w", {USED_METRIC: [used], PEAK_METRIC: [spiked]}, idle, 0,
+                        since=since, peak_window=30_000)
+    assert peak.peak_bytes == 12 * gib and peak.time == times[4]
