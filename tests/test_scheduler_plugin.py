@@ -431,7 +431,8 @@ def test_settings_come_from_dask_config_and_the_command_line():
         "dask_setup",
         ["--job-mode", "span", "--metrics-port", "9123", "--prometheus-url", "http://p"],
     )
-    assert ctx.params == {"job_mode": "span", "metrics_port": 9123, "prometheus_url": "http://p"}
+    assert ctx.params == {"job_mode": "span", "metrics_port": 9123, "prometheus_url": "http://p",
+                          "cluster": None}
     with pytest.raises(click.BadParameter):
         dask_setup.make_context("dask_setup", ["--job-mode", "bogus"])
 
