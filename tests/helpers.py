@@ -11,14 +11,17 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from distributed import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from dask_metrics.contract import DASK_CLUSTER
@@ -229,6 +232,33 @@ def collector_process(*args: str, env: Mapping[str, str] | None = None,
     return subprocess.run([sys.executable, "-m", "dask_metrics.collector", *args],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=clean_env() if env is None else dict(env), check=False)
+
+
+@contextmanager
+def preload_cluster(threads: int = 2) -> Iterator[LocalCluster]:
+    """An in-process cluster, reachable over TCP from other processes too, whose scheduler
+    has the dask-metrics preload (defaults: no Prometheus URL, DAG TTL 300 s)."""
+    with LocalCluster(n_workers=1, threads_per_worker=threads, processes=False,
+                      protocol="tcp://", host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                      scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc:
+        yield lc
+
+
+@contextmanager
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` on a loopback port in a background thread; yields the base URL. For what
+    a real server cannot be made to do on demand (hang, echo secrets, fail then recover)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.block_on_close = False
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # ---- files -----------------------------------------------------------------------------------

@@ -11,19 +11,18 @@ against a real one in test_collector_prometheus.py. Each CLI failure must be one
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
-from tests.helpers import collector, free_port
+from tests.helpers import collector, free_port, serve_http
 
 EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}
 
@@ -77,18 +76,8 @@ def stub_server(*replies: Reply) -> Iterator[Stub]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.block_on_close = False
-    stub.url = f"http://127.0.0.1:{server.server_port}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serve_http(Handler) as stub.url:
         yield stub
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def fails_in_one_line(args: list[str], code: int, tmp_path: Path) -> str:

@@ -30,21 +30,27 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_metrics import Monitor, contract
 from dask_metrics.collector import watch
-from tests.helpers import clean_env, collector_process, free_port, wait_for
+from tests.helpers import (
+    clean_env,
+    collector_process,
+    free_port,
+    preload_cluster,
+    serve_http,
+    wait_for,
+)
 from tests.prometheus_helpers import OpenMetrics, create_blocks, run_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,17 +113,8 @@ def fake_api(answer: Answer) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.block_on_close = False
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize("how", ["url", "password-file", "bearer-token-file"])
@@ -156,18 +153,19 @@ def test_echoed_credentials_never_reach_the_output(how: str, status: int, tmp_pa
 # ---- watch: a session that cannot be exported ---------------------------------------------
 
 
-def gpu_data(start: float, stop: float) -> OpenMetrics:
+def gpu_data(start: float, stop: float, cluster: str = "c1") -> OpenMetrics:
     """One worker's GPU series every 0.25 s over [start, stop]: what Prometheus would hold
-    had it scraped the sidecar then."""
+    had it scraped the sidecar and the scheduler of Dask cluster ``cluster`` then."""
     data = OpenMetrics()
     times = [start + i / 4 for i in range(int((stop - start) * 4) + 1)]
-    gpu = {"worker": "w0", "gpu": "0", "uuid": "GPU-0"}
+    scheduler = {contract.DASK_CLUSTER: cluster}
+    gpu = {**scheduler, "worker": "w0", "gpu": "0", "uuid": "GPU-0"}
     data.add(contract.INFO.name, {**gpu, "name": "Fake", "simulated": "true"},
              [(t, 1) for t in times])
     data.add(contract.MEMORY_USED.name, gpu, [(t, 2**30) for t in times])
     data.add(contract.MEMORY_TOTAL.name, gpu, [(t, 2**34) for t in times])
-    data.add(contract.CURRENT_JOB.name, {}, [(t, contract.IDLE) for t in times])
-    data.add(contract.CURRENT_DAG.name, {}, [(t, contract.IDLE) for t in times])
+    data.add(contract.CURRENT_JOB.name, scheduler, [(t, contract.IDLE) for t in times])
+    data.add(contract.CURRENT_DAG.name, scheduler, [(t, contract.IDLE) for t in times])
     return data
 
 
@@ -176,17 +174,15 @@ def test_watch_exports_later_sessions_after_a_failed_one(tmp_path: Path):
     """Session 0 ran while Prometheus held nothing (it was down); session 1 was scraped.
     The watcher exports session 1, tries session 0 MAX_TRIES times, then records why it gave
     up and stops asking."""
-    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                       host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                       scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc,
-          Client(lc) as client):
+    with preload_cluster(threads=1) as lc, Client(lc) as client:
         monitor = Monitor(client)
         for _ in range(2):
             monitor.start()
             client.submit(time.sleep, 1.0, pure=False).result()  # the session's work
             monitor.stop()
         first, second = monitor.sessions()[-2:]
-        blocks = create_blocks(gpu_data(second["start"] + 0.5, second["stop"] + 2),
+        blocks = create_blocks(gpu_data(second["start"] + 0.5, second["stop"] + 2,
+                                        cluster=monitor.scope().cluster or ""),
                                tmp_path / "blocks")
         out = tmp_path / "archive"
         with run_prometheus(tmp_path / "prom", blocks=blocks) as prom:
@@ -211,10 +207,7 @@ def test_watch_exports_later_sessions_after_a_failed_one(tmp_path: Path):
 @pytest.mark.integration
 def test_watch_says_prometheus_is_down_once(tmp_path: Path):
     """Prometheus refuses connections: one line for it, not one per urllib3 retry."""
-    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                       host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                       scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc,
-          Client(lc) as client):
+    with preload_cluster(threads=1) as lc, Client(lc) as client:
         monitor = Monitor(client)
         monitor.start()
         monitor.stop()

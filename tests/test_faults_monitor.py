@@ -15,29 +15,18 @@ from Prometheus, a real Prometheus scrapes that scheduler's ``/metrics`` every s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from distributed import Client, LocalCluster, wait
+from distributed import Client, wait
 
 from dask_metrics.collector.connection import ENV_URL
 from dask_metrics.collector.monitor import Monitor, MonitorError, MonitorUsageError
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
-from tests.helpers import wait_for
+from tests.helpers import preload_cluster, wait_for
 from tests.prometheus_helpers import run_prometheus
 
 pytestmark = pytest.mark.integration
-
-
-@contextmanager
-def cluster() -> Iterator[LocalCluster]:
-    """A scheduler with the preload (default DAG TTL: 300 s, longer than any test here)."""
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
-                      host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc:
-        yield lc
 
 
 def inc(x: int) -> int:
@@ -63,7 +52,7 @@ def scraped(prom_url: str, expr: str) -> list:
 
 
 def test_a_session_reports_exactly_the_dags_submitted_while_it_ran(tmp_path: Path):
-    with cluster() as lc:
+    with preload_cluster() as lc:
         port = lc.scheduler.http_server.port
         targets = [{"job_name": "dask-scheduler",
                     "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
@@ -108,7 +97,7 @@ def test_a_session_reports_exactly_the_dags_submitted_while_it_ran(tmp_path: Pat
 
 
 def test_every_method_after_client_close_is_one_clear_line(tmp_path: Path):
-    with cluster() as lc:
+    with preload_cluster() as lc:
         client = Client(lc)
         monitor = Monitor(client, prometheus="http://127.0.0.1:9")
         session = monitor.start()["session"]
@@ -141,7 +130,7 @@ def test_every_method_after_client_close_is_one_clear_line(tmp_path: Path):
 
 
 def test_attach_while_a_session_runs_is_refused():
-    with cluster() as lc, Client(lc) as client:
+    with preload_cluster() as lc, Client(lc) as client:
         monitor = Monitor(client).attach(["mem-util"])
         session = monitor.start()["session"]
         with pytest.raises(MonitorError) as caught:
@@ -168,7 +157,7 @@ def test_no_prometheus_url_is_one_usage_line(tmp_path: Path, monkeypatch: pytest
     monkeypatch.delenv(ENV_URL, raising=False)
     config = tmp_path / "collector.yaml"
     config.write_text("timeout: 5\n")
-    with cluster() as lc, Client(lc) as client:  # a preload without --prometheus-url
+    with preload_cluster() as lc, Client(lc) as client:  # a preload without --prometheus-url
         monitor = Monitor(client)
         session = monitor.start()["session"]
         monitor.stop()
@@ -193,7 +182,7 @@ def test_no_prometheus_url_is_one_usage_line(tmp_path: Path, monkeypatch: pytest
 
 
 def test_unknown_connection_option_is_a_usage_error():
-    with cluster() as lc, Client(lc) as client, pytest.raises(MonitorUsageError) as caught:
+    with preload_cluster() as lc, Client(lc) as client, pytest.raises(MonitorUsageError) as caught:
         Monitor(client, prometheus="http://127.0.0.1:9", pasword_file="secret")
     message = str(caught.value)
     assert "\n" not in message

@@ -8,25 +8,15 @@ import math
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from distributed import Client, Event, LocalCluster
+from distributed import Client, Event
 
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.monitor import STOP_TIMEOUT, Monitor, MonitorError
-from tests.helpers import wait_for
+from tests.helpers import preload_cluster, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@contextmanager
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
-                      host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      scheduler_kwargs={"preload": ["dask_metrics.scheduler"]}) as lc:
-        yield lc
 
 
 def wait_event(name: str) -> str:
@@ -40,7 +30,7 @@ def running_dags(client: Client) -> list[dict]:
 
 
 def test_stop_times_out_naming_what_still_runs_and_the_session_keeps_running():
-    with cluster() as lc, Client(lc, name="alice") as client:
+    with preload_cluster() as lc, Client(lc, name="alice") as client:
         monitor = Monitor(client)
         assert monitor.stop_timeout == STOP_TIMEOUT == 60  # finite by default
         session = monitor.start()["session"]
@@ -63,7 +53,7 @@ def test_stop_times_out_naming_what_still_runs_and_the_session_keeps_running():
 
 
 def test_the_default_timeout_is_the_monitors_stop_timeout():
-    with cluster() as lc, Client(lc, name="bob") as client:
+    with preload_cluster() as lc, Client(lc, name="bob") as client:
         monitor = Monitor(client, stop_timeout=0.5)
         monitor.start()
         first = client.submit(wait_event, "go-1", key="first")
@@ -91,7 +81,7 @@ def test_a_bad_timeout_is_a_usage_error(bad):
 
 
 def test_collector_monitor_stop_timeout_is_one_line_and_exit_1():
-    with cluster() as lc, Client(lc, name="carol") as client:
+    with preload_cluster() as lc, Client(lc, name="carol") as client:
         Monitor(client).start()
         blocked = client.submit(wait_event, "go-cli", key="cli-task")
         wait_for(lambda: running_dags(client), what="the DAG to run")
