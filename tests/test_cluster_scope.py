@@ -22,6 +22,7 @@ from tests.collector_dataset import (
     DC_OFFSET,
     HA_OFFSET,
     MIXED_OFFSET,
+    OUTCOMES,
     SCOPE_TIMES,
     SESSIONS,
     UNLABELLED_OFFSET,
@@ -255,8 +256,13 @@ class Client:
 def monitor_of(prom: PrometheusServer, data: ClusterDataset, cluster: str | None,
                session_of: str = "ml-a", at: int = 0) -> Monitor:
     start, stop = SESSIONS[session_of]
+    dags: dict[int, list[int]] = {}
+    for job, dag in OUTCOMES.get(session_of, {}):  # what the scheduler records per session
+        dags.setdefault(int(job), []).append(int(dag))
     session = {"id": 0, "start": data.base + at + start, "stop": data.base + at + stop,
-               "metrics": ["total-mem"]}
+               "metrics": ["total-mem"],
+               "jobs": [{"job_id": job, "job_name": "", "first_dag": min(ids),
+                         "last_dag": max(ids)} for job, ids in sorted(dags.items())]}
     return Monitor(Client(Scheduler(session, prom.url, cluster)), scrape_wait=0)
 
 

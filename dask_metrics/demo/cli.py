@@ -29,6 +29,7 @@ from dask_metrics.demo.workload import Plan, run
 from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+DEMO_CLUSTER = "dask-metrics-demo"  # the dask_cluster label of the demo's series
 
 
 def say(message: str) -> None:
@@ -135,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         say("SIMULATED GPUs, as asked (--simulate): every series is labelled simulated=\"true\"")
     workers = args.workers or (len(gpus) if gpus else 3)
     out = args.out.absolute()
-    options = StackOptions(out, workers, gpus, str(args.simulate_memory), args.prometheus_port)
+    # One name for every run into this folder: its Prometheus keeps the earlier runs' series,
+    # and a name derived from the scheduler's port would make each run another cluster.
+    options = StackOptions(out, workers, gpus, str(args.simulate_memory), args.prometheus_port,
+                           cluster=DEMO_CLUSTER)
     say(f"starting Prometheus, a Dask scheduler and {workers} worker(s) with "
         f"{'sidecar exporters on ' + str(len(gpus)) + ' GPU(s)' if gpus else 'simulated GPUs'}"
         f"; logs in {out / 'logs'}")
