@@ -24,17 +24,7 @@ if [ "$(id -u)" != 0 ]; then  # rootless podman: user namespaces and their id ma
   command -v slirp4netns >/dev/null || need+=(slirp4netns)
   command -v fuse-overlayfs >/dev/null || need+=(fuse-overlayfs)
 fi
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
-    echo "setup-containers: please install: ${need[*]} (apt-get install -y" \
-      "--no-install-recommends ${need[*]}), or run this as root or with sudo" >&2
-    exit 1
-  fi
-  echo "setup-containers: installing ${need[*]} with apt-get" >&2
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    "${need[@]}" >/dev/null
-fi
+bash scripts/apt-install.sh setup-containers "${need[@]}"
 
 if [ ! -x .venv/bin/python ]; then
   echo "setup-containers: no ./.venv: run scripts/setup.sh first" >&2

@@ -17,18 +17,8 @@ if [ "$extra" = test ]; then
 fi
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
-    echo "setup: please install: ${need[*]} (apt-get install -y --no-install-recommends" \
-      "${need[*]}), or run this as root or with sudo" >&2
-    exit 1
-  fi
-  echo "setup: installing ${need[*]} with apt-get" >&2
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    "${need[@]}" >/dev/null
-  # The Debian package starts a system Prometheus where systemd runs; the tests start their own.
-fi
+bash scripts/apt-install.sh setup "${need[@]}"
+# The Debian package starts a system Prometheus where systemd runs; the tests start their own.
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

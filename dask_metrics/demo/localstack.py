@@ -10,6 +10,7 @@ is in ``<folder>/logs/``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -259,9 +260,11 @@ class LocalStack:
                 and self.scraped_since(WORKER_GPU_INFO.name, self._started))
 
     def stop(self) -> None:
-        """Workers and sidecars first, then the scheduler, then Prometheus (which keeps its
-        data): a worker that outlives its scheduler logs connection errors, and one that
-        goes first says goodbye. SIGTERM, then SIGKILL for what is still there after 15 s."""
+        """Workers first, closed by the scheduler (a worker stopped by a signal drops its
+        connection, and the scheduler logs the broken comm with a traceback), then the
+        sidecars, the scheduler, and Prometheus last (it keeps its data). SIGTERM for what is
+        still running, then SIGKILL for what is still there after 15 s."""
+        self._close_workers()
         first = [p for p in self._processes if p.name not in ("scheduler", "prometheus")]
         for wave in (first, *([p for p in self._processes if p.name == name]
                               for name in ("scheduler", "prometheus"))):
@@ -276,3 +279,22 @@ class LocalStack:
                     proc.popen.kill()
                     proc.popen.wait()
         self._processes.clear()
+
+    def _close_workers(self, timeout: float = 10.0) -> None:
+        """Ask the scheduler to close every worker, as a cluster manager does, and give the
+        worker processes ``timeout`` seconds to exit; best effort: signals follow anyway."""
+        scheduler = next((p for p in self._processes if p.name == "scheduler"), None)
+        if scheduler is None or scheduler.popen.poll() is not None:
+            return
+        from distributed import Client  # the demo has it loaded; a stack without it is odd
+
+        workers = [p for p in self._processes if p.name in self.worker_names]
+        try:
+            with Client(self.scheduler_address, timeout=timeout, set_as_default=False) as client:
+                client.retire_workers(close_workers=True)
+        except Exception:  # a scheduler that cannot do it: the signals below stop them
+            return
+        deadline = time.monotonic() + timeout
+        for proc in workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
