@@ -30,8 +30,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup-containers: no ./.venv: run scripts/setup.sh first" >&2
   exit 1
 fi
-if [ ! -x .venv/bin/podman-compose ]; then
-  .venv/bin/python -m pip install -q "podman-compose>=1.6,<2"
+if [ ! -x .venv/bin/podman-compose ]; then  # pip's chatter to the log, shown on a failure
+  if ! .venv/bin/python -m pip install -q "podman-compose>=1.6,<2" >>.venv/install.log 2>&1
+  then
+    cat .venv/install.log >&2
+    echo "setup-containers: pip install podman-compose failed" >&2
+    exit 1
+  fi
 fi
 
 if [ "$(id -u)" != 0 ] && ! grep -q "^$(id -un):" /etc/subuid 2>/dev/null; then
