@@ -307,8 +307,10 @@ class PrometheusClient:
                     "cannot select more than")))  # VictoriaMetrics' -search.maxSamplesPerQuery
             raise self._error(f"Prometheus rejected {_one_line(what)} ({error_type}: "
                               f"{self._snippet(error)})", status, error_type, splittable)
-        if status == 404 or (status == 400 and "unsupported path" in resp.text):
-            # VictoriaMetrics answers 400 "unsupported path requested" outside its prefix
+        if status == 404 or (status == 400 and ("unsupported path" in resp.text
+                                                or "pathPrefix" in resp.text)):
+            # VictoriaMetrics answers 400 outside its prefix: "unsupported path requested",
+            # or "missing -http.pathPrefix=... in the requested path" when it has one
             raise self._error(f"{self.url}/api/v1/... not found ({reason}): give --prometheus "
                               "the API's base URL, with its path prefix if it has one "
                               "(e.g. http://host/prometheus)", status)

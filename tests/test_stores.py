@@ -125,8 +125,7 @@ def test_since_monitor_is_the_session_that_started_seconds_ago(store: Store,
     assert record["workers"] == ["w-new"] and record["cluster"] == "ml"
 
 
+@pytest.mark.parametrize("store", ["tenant-prefix"], indirect=True)  # the one that asks
 def test_the_tenant_header_is_needed(store: Store) -> None:
-    if store.kind != "tenant-prefix":
-        pytest.skip("only the tenant front asks for a header")
     run = collector("peaks", "--since", "1h", "--prometheus", store.url)
     assert run.code == 1 and "X-Scope-OrgID" in run.err
