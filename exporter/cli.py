@@ -148,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     # Not a bare stop.wait(): the kernel hands SIGTERM to any thread, and Python runs the
     # handler only in the main thread once it wakes; blocked for good, it never did (under
     # load, with many threads, the signal rarely lands on the main one). Wake up to look.
-    while not stop.wait(0.2):
+    while not stop.wait(1.0):  # once a second: a stop within 1 s, idle wake-ups few
         pass
-    # Bounded all the way: the accept loop stops within a poll (0.25 s) plus the 1 s a
+    # Bounded all the way: the accept loop stops within a poll (0.5 s) plus the 1 s a
     # connection over the cap may wait; answers under way get 2 s to finish; connection
     # threads are daemons, so a stuck client never holds the exit.
     logger.info("shutting down")

@@ -44,6 +44,8 @@ ALLOW = "GET, HEAD, OPTIONS"
 TEXT = "text/plain; charset=utf-8"
 PAGE_MAX_AGE = 1.0  # seconds an unfiltered /metrics page is served again, at most
 
+ACCEPT_POLL = 0.5  # s: how often the accept loop sweeps overdue connections (idle cost)
+
 
 class _QuietHandler(WSGIRequestHandler):
     """Scrapes every few seconds would flood the log; errors still go to stderr."""
@@ -234,7 +236,7 @@ class SidecarServer(ThreadingMixIn, WSGIServer):
         now = time.monotonic()
         if now < self._next_sweep:
             return
-        self._next_sweep = now + 0.25
+        self._next_sweep = now + ACCEPT_POLL
         with self._lock:  # held: a connection leaves the table before its fd is closed
             for fd in [fd for fd, deadline in self._deadlines.items() if deadline < now]:
                 del self._deadlines[fd]
@@ -296,7 +298,7 @@ def serve(
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     httpd = SidecarServer((host, port), family, tls, max_connections, timeout)
     httpd.set_app(app)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.25},
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": ACCEPT_POLL},
                               name="dask-metrics-http", daemon=True)
     thread.start()
     return httpd, thread
