@@ -43,8 +43,7 @@ QUEUE_WAIT = 1.0  # seconds a connection over the cap waits for a free slot befo
 ALLOW = "GET, HEAD, OPTIONS"
 TEXT = "text/plain; charset=utf-8"
 PAGE_MAX_AGE = 1.0  # seconds an unfiltered /metrics page is served again, at most
-
-ACCEPT_POLL = 0.5  # s: how often the accept loop sweeps overdue connections (idle cost)
+ACCEPT_POLL = 0.5  # seconds between the accept loop's sweeps of overdue connections
 
 
 class _QuietHandler(WSGIRequestHandler):
