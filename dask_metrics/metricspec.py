@@ -4,8 +4,10 @@ docs (docs/metrics.md) are generated from it, so the two cannot drift apart."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+if TYPE_CHECKING:  # imported where families are built: the collector reads names only
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,8 @@ class MetricSpec:
 
     def family(self) -> GaugeMetricFamily | CounterMetricFamily:
         """A fresh, empty family to fill with samples during one collect()."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         if self.type == "counter":
             # prometheus_client appends _total itself; the spec keeps the full exposed name.
             base = self.name.removesuffix("_total")
