@@ -192,10 +192,11 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
     samples by default); ``layout``: "tidy" or "seed"; ``workers``: names or globs;
-    ``progress(done, total, worker)`` is called before each worker; ``asked`` is recorded in
-    export.json as what the user asked (the command line's own words); ``cluster``,
-    ``replica_labels`` and ``any_cluster`` as for ``find_workers``. Raises ValueError for
-    bad arguments and CollectorError (PrometheusError included) when the export fails.
+    ``progress(done, total, worker)`` is called before each worker is fetched (in the
+    fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
+    user asked (the command line's own words); ``cluster``, ``replica_labels`` and
+    ``any_cluster`` as for ``find_workers``. Raises ValueError for bad arguments and
+    CollectorError (PrometheusError included) when the export fails.
     """
     check_range(since, until)
     if layout not in LAYOUTS:
@@ -217,7 +218,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
-    def fetch(worker: str) -> tuple[dict[str, list[Series]], Timeline]:
+    def fetch(i: int) -> tuple[dict[str, list[Series]], Timeline]:
+        worker = chosen[i].name
+        if progress:
+            progress(i, len(chosen), worker)
         series = fetch_gpu_series(client, worker, source_metrics(columns), lo, hi, chunk_ms,
                                   step_ms, age, scope)
         return series, fetch_worker_activity(client, worker, timeline, lo - age, hi, chunk_ms,
@@ -225,10 +229,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     rows_written = 0
     with _staging(target) as stage:
-        fetched = prefetched(fetch, [w.name for w in chosen])
-        for i, (info, (series, activity)) in enumerate(zip(chosen, fetched, strict=True)):
-            if progress:
-                progress(i, len(chosen), info.name)
+        fetched = prefetched(fetch, range(len(chosen)))
+        for info, (series, activity) in zip(chosen, fetched, strict=True):
             table = worker_table(series, columns, timeline, activity, age)
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)
