@@ -50,6 +50,10 @@ SCHED_LEAD = 300  # seconds of scheduler data before the range (the collector lo
 MAX_AGE_MS = 120_000  # the collector's default --max-age
 CHUNK_MS = 3_600_000  # the collector's default --chunk
 READ_TIMEOUT = 60.0  # the collector's default read timeout (it sends 90 % as "timeout")
+# The fixture's series have no dask_cluster label: the collector finds that one cluster ("")
+# and scopes its cluster and worker queries to it; its discovery queries are unscoped.
+CLUSTER = 'dask_cluster=""'
+STORE_PARAMS = {"nocache": "1", "latency_offset": "0"}  # sent with the collector's queries
 
 METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem", "power", "temperature"]
 # The series those columns read, in the collector's order
@@ -223,11 +227,12 @@ def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[st
 
     queries = [*ranged("dask_gpu_info", start, "last_over_time({})"),
                *ranged("dask_job_worker_gpu_info", start, "last_over_time({})"),
-               *ranged('{__name__=~"dask_job_current_job|dask_job_current_dag"}',
+               *ranged(f'{{__name__=~"dask_job_current_job|dask_job_current_dag",{CLUSTER}}}',
                        start - MAX_AGE_MS)]
     for w in workers:
-        queries += ranged(f'{{__name__=~"{"|".join(SOURCES)}",worker="{w}"}}', start)
-        queries += ranged(f'{{__name__=~"dask_job_worker_tasks",worker="{w}"}}',
+        queries += ranged(f'{{__name__=~"{"|".join(SOURCES)}",worker="{w}",{CLUSTER}}}',
+                          start)
+        queries += ranged(f'{{__name__=~"dask_job_worker_tasks",worker="{w}",{CLUSTER}}}',
                           start - MAX_AGE_MS)
     return queries
 
@@ -246,7 +251,8 @@ def run_floor(url: str, t0: float, t1: float, workers: Sequence[str], gzip: bool
             session.headers["Accept-Encoding"] = "identity"
         for expr, at in queries:
             resp = session.post(f"{url}/api/v1/query",
-                                data={"query": expr, "time": f"{at:.3f}", "timeout": timeout},
+                                data={"query": expr, "time": f"{at:.3f}", **STORE_PARAMS,
+                                      "timeout": timeout},
                                 timeout=(5, READ_TIMEOUT))
             resp.raise_for_status()
             body = resp.json()

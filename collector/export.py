@@ -1,8 +1,9 @@
 """``export``: per-worker GPU series from Prometheus to CSV files, workers.csv and export.json.
 
-One worker is fetched, joined and written at a time, so memory is bounded by one worker's
-data. Everything is written into a hidden staging folder beside ``out`` and moved into place
-only when the whole export succeeded: a failed export leaves no file behind.
+One worker is joined and written while the next one is fetched (the client mostly waits for
+Prometheus then), so memory is bounded by two workers' data. Everything is written into a
+hidden staging folder beside ``out`` and moved into place only when the whole export
+succeeded: a failed export leaves no file behind.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import platform
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
@@ -48,6 +50,8 @@ from dask_metrics.collector.layouts import (
 )
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
+    Series,
+    Timeline,
     WorkerInfo,
     select_workers,
     worker_inventory,
@@ -63,6 +67,8 @@ DEFAULT_CHUNK = 3600.0
 """Seconds of raw samples asked for in one query; halved automatically when too big."""
 
 Progress = Callable[[int, int, str], None]
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,19 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def prefetched(fetch: Callable[[Item], Result], items: Iterable[Item]) -> Iterator[Result]:
+    """``fetch(item)`` of each item in order, the next one fetched in a thread while the caller
+    works on this one. ``fetch`` runs in that thread only, one call at a time."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead: Future[Result] | None = None
+        for item in items:
+            current, ahead = ahead, pool.submit(fetch, item)
+            if current is not None:
+                yield current.result()
+        if ahead is not None:
+            yield ahead.result()
+
+
 def check_range(since: float, until: float) -> None:
     if not since < until:
         raise ValueError(f"the start ({format_rfc3339(to_ms(since))}) must be before the end "
@@ -173,10 +192,11 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
     samples by default); ``layout``: "tidy" or "seed"; ``workers``: names or globs;
-    ``progress(done, total, worker)`` is called before each worker; ``asked`` is recorded in
-    export.json as what the user asked (the command line's own words); ``cluster``,
-    ``replica_labels`` and ``any_cluster`` as for ``find_workers``. Raises ValueError for
-    bad arguments and CollectorError (PrometheusError included) when the export fails.
+    ``progress(done, total, worker)`` is called before each worker is fetched (in the
+    fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
+    user asked (the command line's own words); ``cluster``, ``replica_labels`` and
+    ``any_cluster`` as for ``find_workers``. Raises ValueError for bad arguments and
+    CollectorError (PrometheusError included) when the export fails.
     """
     check_range(since, until)
     if layout not in LAYOUTS:
@@ -197,15 +217,20 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                                  any_cluster)
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
+
+    def fetch(i: int) -> tuple[dict[str, list[Series]], Timeline]:
+        worker = chosen[i].name
+        if progress:
+            progress(i, len(chosen), worker)
+        series = fetch_gpu_series(client, worker, source_metrics(columns), lo, hi, chunk_ms,
+                                  step_ms, age, scope)
+        return series, fetch_worker_activity(client, worker, timeline, lo - age, hi, chunk_ms,
+                                             scope)
+
     rows_written = 0
     with _staging(target) as stage:
-        for i, info in enumerate(chosen):
-            if progress:
-                progress(i, len(chosen), info.name)
-            series = fetch_gpu_series(client, info.name, source_metrics(columns), lo, hi,
-                                      chunk_ms, step_ms, age, scope)
-            activity = fetch_worker_activity(client, info.name, timeline, lo - age, hi,
-                                             chunk_ms, scope)
+        fetched = prefetched(fetch, range(len(chosen)))
+        for info, (series, activity) in zip(chosen, fetched, strict=True):
             table = worker_table(series, columns, timeline, activity, age)
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)

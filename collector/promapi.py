@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
+import orjson
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError, ResponseError
@@ -173,6 +174,16 @@ class _Milliseconds(dict[Any, int]):
         return ms
 
 
+class _Floats(dict[str, float]):
+    """Prometheus' sample values (JSON strings) as floats, each distinct one parsed once:
+    values repeat (totals, temperatures, percents), and a hit costs less than a parse. Equal
+    strings parse alike, so the result is exactly float()'s."""
+
+    def __missing__(self, text: str) -> float:
+        value = self[text] = float(text)
+        return value
+
+
 class PrometheusClient:
     """Instant and range queries over POST (long PromQL fits, nothing lands in access logs).
 
@@ -289,7 +300,7 @@ class PrometheusClient:
     def _decode(self, resp: requests.Response, what: str) -> Any:
         status = resp.status_code
         try:
-            body = resp.json()
+            body = orjson.loads(resp.content)  # about 2.5x json's speed on a matrix
         except ValueError:
             body = None
         reason = f"HTTP {status} {resp.reason or ''}".rstrip()
@@ -337,12 +348,16 @@ class PrometheusClient:
             if kind == "scalar":
                 result = [{"metric": {}, "value": result}]
             out = []
-            ms = _Milliseconds()
+            ms, floats = _Milliseconds(), _Floats()
+            last_stamps: tuple[Any, ...] | None = None
+            times: list[int] = []
             for item in result:
                 points = item["values"] if "values" in item else [item["value"]]
                 stamps, values = zip(*points, strict=True) if points else ((), ())
-                out.append(Series(dict(item.get("metric", {})), list(map(ms.__getitem__, stamps)),
-                                  list(map(float, values))))
+                if stamps != last_stamps:  # usually the previous series' scrape times
+                    last_stamps, times = stamps, list(map(ms.__getitem__, stamps))
+                out.append(Series(dict(item.get("metric", {})), times.copy(),
+                                  list(map(floats.__getitem__, values))))
             return out
         except (KeyError, TypeError, ValueError) as exc:
             raise self._error(f"Prometheus at {self.url} answered an unexpected result for "
