@@ -14,13 +14,13 @@ import os
 import platform
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import requests
 
@@ -143,15 +143,41 @@ def gc_paused() -> Iterator[None]:
 
 def prefetched(fetch: Callable[[Item], Result], items: Iterable[Item]) -> Iterator[Result]:
     """``fetch(item)`` of each item in order, the next one fetched in a thread while the caller
-    works on this one. ``fetch`` runs in that thread only, one call at a time."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead: Future[Result] | None = None
-        for item in items:
-            current, ahead = ahead, pool.submit(fetch, item)
-            if current is not None:
-                yield current.result()
-        if ahead is not None:
-            yield ahead.result()
+    works on this one. ``fetch`` runs in those threads only, one call at a time."""
+    todo = iter(items)
+    ahead = next((_Background(fetch, item) for item in todo), None)
+    while ahead is not None:
+        value = ahead.result()
+        ahead = next((_Background(fetch, item) for item in todo), None)
+        yield value
+
+
+class _Background(Generic[Item, Result]):
+    """``fn(arg)`` in a daemon thread. Daemon: a request stuck on a silent server never holds
+    the process's exit after SIGTERM or Ctrl-C. The wait wakes up every 0.2 s because
+    Python runs signal handlers in the main thread only, and the kernel may hand the signal
+    to this thread, blocked in a socket: a wait without a timeout would never see it."""
+
+    def __init__(self, fn: Callable[[Item], Result], arg: Item) -> None:
+        self._done = threading.Event()
+        self._value: Result | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fn, arg), daemon=True).start()
+
+    def _run(self, fn: Callable[[Item], Result], arg: Item) -> None:
+        try:
+            self._value = fn(arg)
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self) -> Result:
+        while not self._done.wait(0.2):
+            pass
+        if self._error is not None:
+            raise self._error
+        return cast(Result, self._value)
 
 
 def check_range(since: float, until: float) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from tests.helpers import collector_process, wait_for
 from tests.prometheus_helpers import run_prometheus
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def busy(seconds: float) -> float:
@@ -108,3 +111,41 @@ def test_the_command_line_asks_which_cluster(clusters, tmp_path: Path):
                                 timeout=10) as resp:
         body = json.loads(resp.read())
     assert {a.cluster, b.cluster} <= set(body["data"])
+
+
+GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(dashboard, expr) of every panel target of the provisioned dashboards."""
+    found = []
+    for board in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
+        todo = list(json.loads(board.read_text())["panels"])
+        while todo:
+            panel = todo.pop()
+            todo += panel.get("panels", [])
+            found += [(board.name, target["expr"]) for target in panel.get("targets", [])
+                      if target.get("expr")]
+    return found
+
+
+def test_grafana_panels_show_the_chosen_cluster_only(clusters):
+    """Every panel's query, with the dashboards' dask_cluster variable set to one cluster,
+    returns no series of the other one (the workers are named alike in both)."""
+    (a, b), prometheus = clusters
+    for chosen in (a, b):
+        values = {"dask_cluster": chosen.cluster, "worker": ".+", "gpu": ".+", "job_id": ".+",
+                  "idle_below": "0.1", "__rate_interval": "4s", "__interval": "1s",
+                  "__interval_ms": "1000", "__range": "2m", "__range_s": "120",
+                  "__range_ms": "120000"}
+        answered = 0
+        for board, expr in panel_queries():
+            query = GRAFANA_VARS.sub(lambda m, v=values: v[next(g for g in m.groups() if g)],
+                                     expr)
+            url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                result = json.loads(resp.read())["data"]["result"]
+            seen = {s["metric"].get(DASK_CLUSTER) for s in result} - {None}
+            assert seen <= {chosen.cluster}, (board, expr, seen)
+            answered += bool(result)
+        assert answered >= 10, (chosen.cluster, answered)  # the panels had data to filter

@@ -32,6 +32,7 @@ from dask_metrics.contract import UP, WORKER_GPU_INFO
 from dask_metrics.exporter.cluster import scheduler_default
 
 HOST = "127.0.0.1"
+START_TRIES = 3  # starts with fresh ports when one was taken in between
 
 
 class StackError(CollectorError):
@@ -150,12 +151,30 @@ class LocalStack:
         return self.options.folder / "prometheus"
 
     def __enter__(self) -> LocalStack:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        attempt = 1
+        while True:
+            try:
+                self.start()
+                return self
+            except StackError:
+                again = attempt < START_TRIES and self._port_taken()
+                self.stop()
+                if not again:
+                    raise
+                attempt += 1
+            except BaseException:
+                self.stop()
+                raise
+
+    def _port_taken(self) -> bool:
+        """Whether a process that exited lost its port: free_port() hands out a port that
+        is free when asked, and another program may take it before ours binds it."""
+        for proc in self._processes:
+            if proc.popen.poll() is not None:
+                with contextlib.suppress(OSError):
+                    if "Address already in use" in proc.log.read_text(errors="replace"):
+                        return True
+        return False
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
