@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from distributed import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
@@ -183,6 +183,22 @@ def processes(*cmds: tuple[list[str], Mapping[str, str]]) -> Iterator[list[subpr
             if proc.stdout:
                 proc.output = proc.stdout.read()  # type: ignore[attr-defined]
                 proc.stdout.close()
+
+
+def scheduler_and_worker(env: Mapping[str, str], name: str, *worker_args: str
+                         ) -> tuple[Any, int, int]:
+    """``dask scheduler`` and one ``dask worker --preload dask_metrics.worker`` (no nanny,
+    one thread) on loopback ports: (the processes' context manager, the scheduler's port,
+    the worker's HTTP port)."""
+    dask = [sys.executable, "-m", "dask"]  # this interpreter's Dask, not whatever is on PATH
+    sched_port, worker_http = free_port(), free_port()
+    scheduler = [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
+                 "--dashboard-address", f"127.0.0.1:{free_port()}"]
+    worker = [*dask, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", name,
+              "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+              "--dashboard-address", f"127.0.0.1:{worker_http}",
+              "--preload", "dask_metrics.worker", *worker_args]
+    return processes((scheduler, env), (worker, env)), sched_port, worker_http
 
 
 def exporter_process(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:

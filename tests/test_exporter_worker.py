@@ -5,28 +5,26 @@ worker-info file, and a worker that starts fine without any NVML."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from distributed import Client, LocalCluster
 from prometheus_client import REGISTRY
 
 from tests.fake_nvml import GiB
-from tests.helpers import free_port, no_nvml_env, processes, scrape, value, values, wait_for
+from tests.helpers import (
+    no_nvml_env,
+    scheduler_and_worker,
+    scrape,
+    value,
+    values,
+    wait_for,
+)
 
-DASK = [sys.executable, "-m", "dask"]  # this interpreter's Dask, not whatever is on PATH
 pytestmark = pytest.mark.integration
 
 
 def start_cluster(env: dict[str, str], *worker_args: str):
-    sched_port, worker_http = free_port(), free_port()
-    scheduler = [*DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
-                 "--dashboard-address", f"127.0.0.1:{free_port()}"]
-    worker = [*DASK, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", "gpu-worker-1",
-              "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-              "--dashboard-address", f"127.0.0.1:{worker_http}",
-              "--preload", "dask_metrics.worker", *worker_args]
-    return processes((scheduler, env), (worker, env)), sched_port, worker_http
+    return scheduler_and_worker(env, "gpu-worker-1", *worker_args)
 
 
 def identities(client: Client) -> dict:

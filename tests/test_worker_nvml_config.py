@@ -5,29 +5,20 @@ for it. Real scheduler and worker processes, real pynvml over the fake driver.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from distributed import Client
 
 from tests.fake_nvml import LIBRARY_NAME
-from tests.helpers import free_port, processes, scrape, values, wait_for
+from tests.helpers import scheduler_and_worker, scrape, values, wait_for
 
-DASK = [sys.executable, "-m", "dask"]
 pytestmark = pytest.mark.integration
 DASK_NVML_OFF = {"DASK_DISTRIBUTED__DIAGNOSTICS__NVML": "False"}
 
 
 def start_cluster(env: dict[str, str], *worker_args: str):
-    sched_port, worker_http = free_port(), free_port()
-    scheduler = [*DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
-                 "--dashboard-address", f"127.0.0.1:{free_port()}"]
-    worker = [*DASK, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", "w1",
-              "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-              "--dashboard-address", f"127.0.0.1:{worker_http}",
-              "--preload", "dask_metrics.worker", "--interval", "0.1", *worker_args]
-    return processes((scheduler, env), (worker, env)), sched_port, worker_http
+    return scheduler_and_worker(env, "w1", "--interval", "0.1", *worker_args)
 
 
 def identity(client: Client) -> dict:
