@@ -234,6 +234,108 @@ PLUGIN_ERRORS = MetricSpec(
     "Scheduler-plugin hooks that raised; the scheduler carried on without that update.",
 )
 
+# -- scheduler preload: where the time went (issue #13) ------------------------------------
+# Dask's fine performance metrics, re-exported: Dask keeps them in memory and shows them on
+# its dashboard only. One counter family per unit, the unit in the name; units Dask records
+# beyond seconds and bytes (custom ``context_meter``/``digest_metric`` units) get a family of
+# their own from activity_spec(). dag_id is "" where Dask's spans cannot tell DAGs apart.
+PREFIX = "prefix"  # Dask task prefix (the function's name); "other" past the per-job cap
+ACTIVITY = "activity"  # thread-cpu, thread-noncpu, idle, disk-read, ..., or a custom label
+CONTEXT = "context"  # gather-dep, get-data, memory-monitor: the cluster-wide contexts
+ACTIVITY_LABELS = (DASK_CLUSTER, JOB_ID, DAG_ID, PREFIX, ACTIVITY)
+CLUSTER_ACTIVITY_LABELS = (DASK_CLUSTER, CONTEXT, ACTIVITY)
+ACTIVITY_FAMILY = "dask_job_activity_"  # + unit + "_total"
+CLUSTER_ACTIVITY_FAMILY = "dask_job_cluster_activity_"  # + unit + "_total"
+OTHER_PREFIX = "other"
+
+
+def safe_unit(unit: str) -> str:
+    """A Dask unit as a metric-name part: lower case, [a-z0-9_] only, never empty."""
+    out = "".join(c if c.isascii() and c.isalnum() else "_" for c in str(unit).lower())
+    out = "_".join(part for part in out.split("_") if part)
+    return out or "unitless"
+
+
+def activity_spec(unit: str) -> MetricSpec:
+    """The per-job counter family of one Dask unit (``seconds``, ``bytes``, a custom one)."""
+    u = safe_unit(unit)
+    return MetricSpec(
+        f"{ACTIVITY_FAMILY}{u}_total", "counter", u, ACTIVITY_LABELS,
+        f"Dask fine performance metric in {u}, per job, DAG (where spans tell), task prefix "
+        "and activity (Dask's execute context).",
+    )
+
+
+def cluster_activity_spec(unit: str) -> MetricSpec:
+    """The cluster-wide counter family of one unit: gather-dep, get-data, memory-monitor."""
+    u = safe_unit(unit)
+    return MetricSpec(
+        f"{CLUSTER_ACTIVITY_FAMILY}{u}_total", "counter", u, CLUSTER_ACTIVITY_LABELS,
+        f"Dask fine performance metric in {u} outside task execution, cluster-wide, per "
+        "context (gather-dep, get-data, memory-monitor) and activity.",
+    )
+
+
+ACTIVITY_SECONDS = activity_spec("seconds")
+ACTIVITY_BYTES = activity_spec("bytes")
+CLUSTER_ACTIVITY_SECONDS = cluster_activity_spec("seconds")
+CLUSTER_ACTIVITY_BYTES = cluster_activity_spec("bytes")
+
+# Each worker's resources, from the heartbeats the scheduler already receives.
+WORKER_LABELS = (DASK_CLUSTER, WORKER)
+WORKER_MEMORY = MetricSpec(
+    "dask_job_worker_memory_bytes", "gauge", "bytes", WORKER_LABELS,
+    "Process memory of the worker (managed + unmanaged), from its heartbeat.",
+)
+WORKER_MANAGED_MEMORY = MetricSpec(
+    "dask_job_worker_managed_memory_bytes", "gauge", "bytes", WORKER_LABELS,
+    "Managed memory: bytes of task results held in the worker's memory; unmanaged is "
+    "dask_job_worker_memory_bytes minus this.",
+)
+WORKER_SPILLED = MetricSpec(
+    "dask_job_worker_spilled_bytes", "gauge", "bytes", WORKER_LABELS,
+    "Bytes of task results the worker has spilled to disk.",
+)
+WORKER_MEMORY_LIMIT = MetricSpec(
+    "dask_job_worker_memory_limit_bytes", "gauge", "bytes", WORKER_LABELS,
+    "The worker's memory limit; 0 when it has none.",
+)
+WORKER_CPU = MetricSpec(
+    "dask_job_worker_cpu_ratio", "gauge", "ratio", WORKER_LABELS,
+    "CPU use of the worker process in cores, as its heartbeat reports it (1 = one core busy).",
+)
+WORKER_THREADS = MetricSpec(
+    "dask_job_worker_threads", "gauge", "", WORKER_LABELS,
+    "Threads the worker runs tasks on.",
+)
+WORKER_EXECUTING = MetricSpec(
+    "dask_job_worker_executing_tasks", "gauge", "", WORKER_LABELS,
+    "Tasks executing on the worker now.",
+)
+WORKER_PROCESSING = MetricSpec(
+    "dask_job_worker_processing_tasks", "gauge", "", WORKER_LABELS,
+    "Tasks the scheduler has assigned to the worker and not seen finish (executing or ready).",
+)
+WORKER_OCCUPANCY = MetricSpec(
+    "dask_job_worker_occupancy_seconds", "gauge", "seconds", WORKER_LABELS,
+    "Expected run time of the tasks processing on the worker (Dask's occupancy).",
+)
+WORKER_STORED = MetricSpec(
+    "dask_job_worker_stored_bytes", "gauge", "bytes", WORKER_LABELS,
+    "Bytes of task results the scheduler knows the worker holds (memory and disk).",
+)
+# What ran where, for GPU time per task prefix: sampled by the same scrapes as the GPUs.
+WORKER_PREFIX_TASKS = MetricSpec(
+    "dask_job_worker_prefix_tasks", "gauge", "",
+    (DASK_CLUSTER, WORKER, JOB_ID, DAG_ID, PREFIX),
+    "Tasks of this DAG and task prefix executing on this worker now; present only while "
+    "above 0.",
+)
+WORKER_RESOURCE_SPECS = [
+    WORKER_MEMORY, WORKER_MANAGED_MEMORY, WORKER_SPILLED, WORKER_MEMORY_LIMIT, WORKER_CPU,
+    WORKER_THREADS, WORKER_EXECUTING, WORKER_PROCESSING, WORKER_OCCUPANCY, WORKER_STORED,
+]
+
 SCHEDULER_SPECS: list[MetricSpec] = [
     CURRENT_JOB,
     CURRENT_DAG,
@@ -245,6 +347,12 @@ SCHEDULER_SPECS: list[MetricSpec] = [
     MONITOR_STOP,
     WORKER_GPU_INFO,
     PLUGIN_ERRORS,
+    ACTIVITY_SECONDS,
+    ACTIVITY_BYTES,
+    CLUSTER_ACTIVITY_SECONDS,
+    CLUSTER_ACTIVITY_BYTES,
+    *WORKER_RESOURCE_SPECS,
+    WORKER_PREFIX_TASKS,
 ]
 
 SPECS: list[MetricSpec] = [*GPU_SPECS, *SCHEDULER_SPECS]
@@ -263,8 +371,25 @@ CSV_METRICS: dict[str, str] = {
     "sm-clock": SM_CLOCK.name,
     "energy": ENERGY.name,
 }
+# Columns from the worker's resources (per worker, not per GPU: joined to each of the
+# worker's GPU samples as-of, like job and dag).
+WORKER_CSV_METRICS: dict[str, str] = {
+    "worker-mem": WORKER_MEMORY.name,
+    "worker-spilled": WORKER_SPILLED.name,
+    "worker-cpu": WORKER_CPU.name,
+    "worker-tasks": WORKER_EXECUTING.name,
+}
 # Key columns of the tidy layout, before the metric columns; the seed layout's (the original
 # tool's worker_<i>.csv files).
 TIDY_KEYS = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job",
              "worker_dag")
 SEED_KEYS = ("job", "dag", "timestamp")
+
+# Files of every export beside the per-worker CSVs, and their columns.
+ACTIVITIES_CSV = "activities.csv"
+ACTIVITY_COLUMNS = ("job", "job_name", "dag", "prefix", "activity", "unit", "value")
+GPU_BY_PREFIX_CSV = "gpu_by_prefix.csv"
+GPU_BY_PREFIX_COLUMNS = ("job", "job_name", "dag", "prefix", "gpu_seconds", "peak_mem",
+                         "energy")
+JOBS_CSV = "jobs.csv"
+JOBS_COLUMNS = ("job", "job_name", "dag", "client", "status", "first_seen", "last_seen")
