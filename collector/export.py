@@ -79,6 +79,7 @@ class ExportResult:
     rows: int
     warnings: list[str]
     cluster: str | None = None
+    store_note: str | None = None  # what this store's export holds differently (NaN dropped)
 
 
 def cluster_names(clusters: Sequence[str]) -> str:
@@ -267,6 +268,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         if progress:
             progress(len(chosen), len(chosen), "")
         _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
+        store = client.store()
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
         record = {
@@ -286,6 +288,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "metrics": [c.name for c in columns],
             "units": {c.name: c.unit for c in columns},
             "prometheus": client.url,
+            "store": store.kind,
+            "store_note": store.note,
             "cluster": scope.cluster,
             "replica_labels": list(scope.replica_labels),
             "workers": [w.name for w in chosen],
@@ -294,12 +298,12 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "warnings": warnings,
             "versions": {"dask-metrics": __version__, "python": platform.python_version(),
                          "requests": requests.__version__,
-                         "prometheus": client.build_version()},
+                         "prometheus": store.version},
         }
         (stage / "export.json").write_text(json.dumps(record, indent=2) + "\n",
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
-                        scope.cluster)
+                        scope.cluster, store.note)
 
 
 def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
