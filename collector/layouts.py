@@ -16,15 +16,16 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from operator import itemgetter
+from pathlib import Path
 
 from dask_metrics.collector.columns import Column
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import SEED_KEYS, TIDY_KEYS
+from dask_metrics.contract import JOBS_CSV, SEED_KEYS, TIDY_KEYS
 
 WORKERS_HEADER = ("worker", "address", "host", "gpus", "uuids")
 LAYOUTS = ("tidy", "seed")
-RESERVED = frozenset({"workers", "export"})
+RESERVED = frozenset({"workers", "export", Path(JOBS_CSV).stem})
 SEED_SEPARATOR = ", "
 
 

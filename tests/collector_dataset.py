@@ -78,6 +78,34 @@ def worker_tasks(worker: str, s: float) -> list[tuple[str, str]]:
     return []
 
 
+# The CORE scheduler's DAGs: (job, dag) -> (job_name, client, first scrape that shows it,
+# first running, first with its final status, that status); seen until the last scrape.
+CORE_DAGS = {
+    ("0", "0"): ("etl", "client-1", 90, 100, 250, 2),
+    ("0", "1"): ("etl", "client-1", 240, 250, 400, 2),
+    ("1", "0"): ("train", "client-1", 410, 420, 500, 3),
+    ("2", "0"): ("etl", "client-2", 520, None, None, 0),  # another job of that name, waiting
+}
+STATUS_WORDS = {0: "waiting", 1: "running", 2: "finished", 3: "erred"}
+
+
+def dag_status(dag: tuple[str, str], s: float) -> float:
+    """dask_job_dag_status of a CORE DAG at scheduler scrape s (seen then)."""
+    _, _, _, running, final, outcome = CORE_DAGS[dag]
+    if final is not None and s >= final:
+        return float(outcome)
+    return 1.0 if running is not None and s >= running else 0.0
+
+
+def expected_jobs() -> list[dict[str, str]]:
+    """jobs.csv of the CORE window [C, C+600], seconds after C."""
+    end = scheduler_times()[-1]
+    return [{"job": job, "job_name": name, "dag": dag, "client": client,
+             "status": STATUS_WORDS[outcome], "first_seen": f"{seen:.3f}",
+             "last_seen": f"{final if final is not None else end:.3f}"}
+            for (job, dag), (name, client, seen, _, final, outcome) in sorted(CORE_DAGS.items())]
+
+
 def as_of(t: float) -> float | None:
     """The last scheduler scrape at or before t (seconds after C)."""
     scrapes = [s for s in scheduler_times() if s <= t]
@@ -228,6 +256,12 @@ class Dataset:
                     om.add("dask_job_worker_gpu_info",
                            {**sched, "worker": worker, "address": address, "gpu": str(gpu),
                             "uuid": f"GPU-{worker[-1]}{gpu}"}, [(c + s, 1.0) for s in part])
+        for (job, dag), (name, client, seen, *_) in CORE_DAGS.items():
+            ids = {**sched, "job_id": job, "dag_id": dag}
+            shown = [s for s in times if s >= seen]
+            om.add("dask_job_dag_info", {**ids, "job_name": name, "client": client},
+                   [(c + s, 1.0) for s in shown])
+            om.add("dask_job_dag_status", ids, [(c + s, dag_status((job, dag), s)) for s in shown])
         om.add("dask_job_monitor_start_timestamp_seconds", sched,
                [(c + s, float(c + 50) if s >= 50 else 0.0) for s in times])
         om.add("dask_job_monitor_stop_timestamp_seconds", sched,
