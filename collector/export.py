@@ -293,6 +293,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "cluster": scope.cluster,
             "replica_labels": list(scope.replica_labels),
             "workers": [w.name for w in chosen],
+            "simulated": any(w.simulated for w in chosen),
+            "simulated_workers": [w.name for w in chosen if w.simulated],
             "files": files,
             "rows": rows_written,
             "warnings": warnings,

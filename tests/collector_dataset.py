@@ -7,9 +7,10 @@ from now reach it and it is inside Prometheus' retention):
 - LONG [T0, T0+12000 s]: worker ``w-long``, one GPU, every metric every second: 12,001
   points per series, over query_range's 11,000-point limit, 108k samples in all.
 - CORE [C, C+600 s], C = T0+13000: ``w-a`` (2 GPUs, every 5 s, restarted: no sample in
-  (295, 420), a new instance label and an energy counter reset after), ``w-b`` (1 GPU, every
-  5 s at +2.5 s, only memory and utilisation), and the scheduler (every 10 s: cluster-wide
-  job/DAG, per-worker tasks, worker addresses, a monitor session from C+50 to C+550).
+  (295, 420), a new instance label and an energy counter reset after), ``w-b`` (1 simulated
+  GPU, every 5 s at +2.5 s, only memory and utilisation), and the scheduler (every 10 s:
+  cluster-wide job/DAG, per-worker tasks, worker addresses, a monitor session from C+50 to
+  C+550, four DAGs of three jobs with names and outcomes).
 - MANY [M, M+60 s], M = T0+14000: workers m-0 … m-49, 2 GPUs each, every 15 s.
 """
 
@@ -29,6 +30,7 @@ CORE_OFFSET = 13000
 MANY_OFFSET = 14000
 MANY_WORKERS = 50
 RESTART = (295, 420)  # w-a's last sample before its restart, and its first after
+SIMULATED = ("w-b",)  # its sidecar serves simulated GPUs (dask_gpu_info simulated="true")
 
 METRICS = {  # column -> series
     "total-mem": "dask_gpu_memory_used_bytes",
@@ -207,7 +209,8 @@ class Dataset:
     def _info(self, om: OpenMetrics, worker: str, gpu: int, uuid: str, host: str,
               times: list[float]) -> None:
         om.add("dask_gpu_info", {"worker": worker, "gpu": str(gpu), "uuid": uuid,
-                                 "hostname": host, "name": "Fake GPU", "simulated": "false",
+                                 "hostname": host, "name": "Fake GPU",
+                                 "simulated": "true" if worker in SIMULATED else "false",
                                  "pci_bus_id": f"0000:0{gpu}:00.0", "driver_version": "550.1",
                                  "instance": f"{host}:9446", "job": "dask-gpu"},
                [(t, 1.0) for t in times])

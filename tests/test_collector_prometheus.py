@@ -223,9 +223,9 @@ def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path
     out, run = core_export
     assert read_csv(out / "workers.csv") == [
         {"worker": "w-a", "address": "tcp://10.0.0.1:40000 tcp://10.0.0.1:40001",
-         "host": "host-a", "gpus": "2", "uuids": "GPU-a0 GPU-a1"},
+         "host": "host-a", "gpus": "2", "uuids": "GPU-a0 GPU-a1", "simulated": "false"},
         {"worker": "w-b", "address": "tcp://10.0.0.2:40000", "host": "host-b", "gpus": "1",
-         "uuids": "GPU-b0"}]
+         "uuids": "GPU-b0", "simulated": "true"}]
     text = (out / "export.json").read_text()
     record = json.loads(text)
     assert record["prometheus"] == prom.url
@@ -233,6 +233,7 @@ def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path
     assert record["metrics"] == COLUMNS
     assert record["units"]["sm-clock"] == "MHz"
     assert record["files"] == ["w-a.csv", "w-b.csv"]
+    assert (record["simulated"], record["simulated_workers"]) == (True, ["w-b"])
     if keeps_nan(prom):  # Debian's VictoriaMetrics reports no version in status/buildinfo
         assert record["versions"]["prometheus"].startswith("2.")
     assert record["asked"]["since"] == format_rfc3339(dataset.core * 1000)
