@@ -35,6 +35,7 @@ FORMATS = ("png", "svg")
 SIZE = (12.0, 6.5)  # inches; at DPI: 1200 x 650 pixels
 DPI = 100
 GIB = 2**30
+MIB = 2**20
 CLUSTER = "cluster"  # the overview's file name; a worker of that name is "worker-cluster"
 MAX_LEGEND = 16
 MAX_ROWS = 40  # workers named on the "ran on" rows of the cluster page; more: rows only
@@ -115,10 +116,11 @@ def _shade(axes: Sequence[Any], found: Sequence[Phase], names: JobNames, unit: f
 
 
 def _capacity(ax: Any, capacities: Sequence[tuple[float | None, str]], what: str) -> None:
-    """Capacity lines on a memory panel: one grey line when all are equal, else a dashed line
-    per GPU or worker in its colour."""
+    """Capacity lines on a memory panel: one grey line when all are equal to the MiB (they
+    are read back from used bytes and %, so equal ones differ in their last digits), else a
+    dashed line per GPU or worker in its colour."""
     known = [(c, colour) for c, colour in capacities if c]
-    if len({c for c, _ in known}) == 1:
+    if len({round(c / MIB) for c, _ in known}) == 1:
         value = known[0][0] / GIB
         ax.axhline(value, color="0.4", linestyle="--", linewidth=1,
                    label=f"capacity{what} ({value:.4g} GiB)")
