@@ -216,13 +216,13 @@ def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
 
 def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookback: int,
                scope: Scope = UNSCOPED) -> list[JobRow]:
-    """The DAGs seen in [start, end] (ms), with their job's name, client and outcome; samples
-    from ``lookback`` ms before ``start`` tell a DAG that ended before the range (see
+    """The DAGs seen in [start, end] (ms), with their job's name, client and outcome: the raw
+    samples of dask_job_dag_status, from ``lookback`` ms before ``start`` to tell a DAG that
+    ended before the range, and only the label sets of dask_job_dag_info (see
     jobs.job_rows)."""
-    series = by_metric(fetch_raw(client, selector([DAG_INFO.name, DAG_STATUS.name],
-                                                  scope=scope), start - lookback, end, chunk,
-                                 scope))
-    return job_rows(series.get(DAG_INFO.name, []), series.get(DAG_STATUS.name, []), start, end)
+    status = fetch_raw(client, scope.of(DAG_STATUS.name), start - lookback, end, chunk, scope)
+    info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, end, chunk, scope)
+    return job_rows(info, status, start, end)
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,

@@ -2,14 +2,14 @@
 peaks table and the plots. Pure logic over fetched series (``fetch.fetch_jobs`` fetches them),
 so export, peaks, plots, the report and ``Monitor`` share one way to name a job.
 
-A DAG's row comes from the scheduler preload's ``dask_job_dag_info`` (its job's name and
-client) and ``dask_job_dag_status`` (its outcome). Times are scrape times: ``first_seen`` is
-the first scrape in the range that showed the DAG, ``last_seen`` the first one that showed
-its final status (finished or erred), or its last scrape in the range when it had none yet:
-the DAG's life at scrape resolution. A finished DAG stays in the series for a while
-(``finished-dag-ttl``), so the later scrapes say nothing new and are not counted. A DAG
-whose final status was already scraped before the range (the previous session's, kept) is
-no row of this range.
+A DAG's row comes from the scheduler preload's ``dask_job_dag_status`` (its outcome and
+times) and ``dask_job_dag_info`` (its job's name and client). Times are scrape times:
+``first_seen`` is the first scrape in the range that showed the DAG, ``last_seen`` the first
+one that showed its final status (finished or erred), or its last scrape in the range when
+it had none yet: the DAG's life at scrape resolution. A finished DAG stays in the series for
+a while (``finished-dag-ttl``), so the later scrapes say nothing new and are not counted. A
+DAG whose final status was already scraped before the range (the previous session's, kept)
+is no row of this range.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class JobRow:
     job_name: str
     dag: str
     client: str
-    status: str  # waiting/running/finished/erred; "" when no status was scraped
+    status: str  # waiting/running/finished/erred
     first_seen: int
     last_seen: int
 
@@ -57,37 +57,37 @@ def _statuses(status: Iterable[Series]) -> dict[tuple[str, str], list[tuple[int,
     return {key: sorted(slot.items()) for key, slot in found.items()}
 
 
-def job_rows(info: Iterable[Series], status: Iterable[Series], start: int, end: int
-             ) -> list[JobRow]:
+def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start: int,
+             end: int) -> list[JobRow]:
     """The DAGs seen in [start, end] (ms), by job then DAG id (pure).
 
-    ``info``/``status``: raw dask_job_dag_info / dask_job_dag_status samples, fetched from a
-    little before ``start`` so that a DAG that had already ended is recognised. Info series
-    with the same job, DAG, name and client (a scheduler scraped at another address, HA
-    replicas) are one DAG; a restarted scheduler numbering its jobs from 0 again gives rows
-    with the same ids and other names or times.
+    ``status``: raw dask_job_dag_status samples, fetched from a little before ``start`` so
+    that a DAG that had already ended is recognised; they place the DAG in time (the
+    preload exports it with dask_job_dag_info, scrape by scrape). ``info``: the label sets
+    of dask_job_dag_info in the range, for the names (their samples would only repeat the
+    status series' times). Series of one DAG from several scheduler addresses or HA replicas
+    are one DAG. A DAG without a status series is no row. A restarted scheduler numbers its
+    jobs from 0 again: such ids' samples are one row, with their names joined by " / ".
     """
-    times: dict[tuple[str, str, str, str], set[int]] = {}
-    for s in info:
-        key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""),
-               s.labels.get(JOB_NAME, ""), s.labels.get(CLIENT, ""))
-        times.setdefault(key, set()).update(s.times)
-    statuses = _statuses(status)
+    named: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
+    for labels in info:
+        key = (labels.get(JOB_ID, ""), labels.get(DAG_ID, ""))
+        named.setdefault(key, {})[labels.get(JOB_NAME, ""), labels.get(CLIENT, "")] = None
     rows = []
-    for (job, dag, name, client), seen in times.items():
-        inside = sorted(t for t in seen if start <= t <= end)
+    for (job, dag), samples in _statuses(status).items():
+        inside = [t for t, _ in samples if start <= t <= end]
         if not inside:
             continue
-        lo, hi = min(seen), inside[-1]
-        mine = [(t, v) for t, v in statuses.get((job, dag), []) if lo <= t <= hi]
-        ended = next((t for t, v in mine if v in FINAL), None)
+        ended = next((t for t, v in samples if v in FINAL and t <= end), None)
         if ended is not None and ended < start:
             continue  # over before the range: a DAG of an earlier session, still kept
-        last = ended if ended is not None else hi
-        final = [v for t, v in mine if t <= last]
-        rows.append(JobRow(job, name, dag, client, status_word(final[-1]) if final else "",
-                           inside[0], last))
-    rows.sort(key=lambda r: (id_key(r.job), id_key(r.dag), r.first_seen))
+        last = ended if ended is not None else inside[-1]
+        final = [v for t, v in samples if t <= last][-1]
+        pairs = sorted(named.get((job, dag), {}))
+        rows.append(JobRow(job, " / ".join(dict.fromkeys(n for n, _ in pairs)), dag,
+                           " / ".join(dict.fromkeys(c for _, c in pairs)),
+                           status_word(final), inside[0], last))
+    rows.sort(key=lambda r: (id_key(r.job), id_key(r.dag)))
     return rows
 
 
