@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.jobs import JobRow, job_rows
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -30,6 +31,8 @@ from dask_metrics.collector.series import (
 from dask_metrics.contract import (
     CURRENT_DAG,
     CURRENT_JOB,
+    DAG_INFO,
+    DAG_STATUS,
     DASK_CLUSTER,
     INFO,
     MONITOR_START,
@@ -209,6 +212,17 @@ def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
                                                   scope=scope), start, end, chunk, scope))
     return cluster_timeline(series.get(CURRENT_JOB.name, []),
                             series.get(CURRENT_DAG.name, []))
+
+
+def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookback: int,
+               scope: Scope = UNSCOPED) -> list[JobRow]:
+    """The DAGs seen in [start, end] (ms), with their job's name, client and outcome: the raw
+    samples of dask_job_dag_status, from ``lookback`` ms before ``start`` to tell a DAG that
+    ended before the range, and only the label sets of dask_job_dag_info (see
+    jobs.job_rows)."""
+    status = fetch_raw(client, scope.of(DAG_STATUS.name), start - lookback, end, chunk, scope)
+    info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, end, chunk, scope)
+    return job_rows(info, status, start, end)
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
