@@ -21,6 +21,7 @@ from distributed import Client, Event, span
 from distributed.metrics import context_meter
 
 from dask_metrics.contract import OTHER_PREFIX
+from dask_metrics.demo import workload
 from tests.helpers import Scrape, wait_for
 from tests.test_scheduler_plugin import cluster, metrics, plugin_of
 
@@ -220,3 +221,20 @@ def test_ten_thousand_prefixes_keep_the_series_of_a_job_within_the_cap():
         assert per_dag["0", "executor"] == cap + 1  # the first batch had 500 prefixes
         assert {n for (dag, _), n in per_dag.items() if dag != "0"} == {1}  # only "other"
         assert plugin_of(lc).ledger.stats()["jobs"] == 1
+
+
+@pytest.mark.integration
+def test_the_demos_three_steps_come_apart_by_activity():
+    with cluster() as lc, Client(lc, name="demo") as client:
+        for step in (workload.read_input, workload.transform, workload.gpu_kernel):
+            client.gather(client.map(step, [0.3] * 2, range(2), pure=False))
+        complete = {("read_input", "I/O", "seconds"): 0.6, ("gpu_kernel", "gpu", "seconds"): 0.6,
+                    ("transform", "thread-cpu", "seconds"): 0.6 - 1e-3}
+        s = wait_for(lambda: matches_dask(client, lc, complete), what="the three steps")
+        per_prefix: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for (_, _, prefix, activity), v in activities(s).items():
+            per_prefix[prefix][activity] = v
+        assert {p for p, acts in per_prefix.items() if acts["I/O"]} == {"read_input"}
+        assert {p for p, acts in per_prefix.items() if acts["gpu"]} == {"gpu_kernel"}
+        cpu = {p: acts["thread-cpu"] for p, acts in per_prefix.items()}
+        assert within(cpu["transform"], 0.6) and cpu["read_input"] < 0.3
