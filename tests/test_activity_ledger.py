@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 
+import dask
 import pytest
 
 from dask_metrics.contract import OTHER_PREFIX
 from dask_metrics.exporter.activity_ledger import ActivityLedger, activity_label
 from dask_metrics.exporter.job_tracker import Dag, JobTracker
 from dask_metrics.exporter.scheduler.fine import cluster_rows, count_prefix_tasks
+from dask_metrics.exporter.scheduler.settings import Settings
 
 SPAN = "span-1"
 
@@ -176,3 +178,16 @@ def test_shares_follow_new_owners(count: int):
     got = table(ledger)
     assert got["seconds", "0", "0", "f", "thread-cpu"] == pytest.approx(2.0)
     assert got["seconds", "1", "0", "f", "thread-cpu"] == pytest.approx(count)
+
+
+@pytest.mark.parametrize(("value", "accepted"), [(7, 7), ("12", 12), (0, None), (2.5, None),
+                                                 ("many", None)])
+def test_max_prefixes_per_job_setting(value: object, accepted: int | None):
+    with dask.config.set({"dask-metrics.scheduler.max-prefixes-per-job": value}):
+        if accepted is None:
+            with pytest.raises(ValueError, match=f"max-prefixes-per-job: {value!r} is not a "
+                                                 "whole number, 1 or more"):
+                Settings.from_config()
+        else:
+            assert Settings.from_config().max_prefixes_per_job == accepted
+    assert Settings.from_config().max_prefixes_per_job == 50  # the default, scheduler.yaml
