@@ -80,8 +80,9 @@ class ActivityLedger:
     # -- fed by the plugin ---------------------------------------------------------------
 
     def observe(self, dag: Dag, tasks: Mapping[Pair, int]) -> None:
-        """``dag`` put ``tasks[(span id, prefix)]`` tasks of that prefix into that span."""
-        if not tasks:
+        """``dag`` put ``tasks[(span id, prefix)]`` tasks of that prefix into that span
+        (nothing to keep for a DAG the tracker forgot already: one done at submission)."""
+        if not tasks or dag.forgotten:
             return
         with self._lock:
             owned = self._owned.setdefault(dag, [])

@@ -134,6 +134,17 @@ def test_forgotten_dags_and_jobs_take_their_counters_and_tables_with_them():
     assert ledger.stats() == {"owned_pairs": 0, "dags": 0, "counters": 0, "jobs": 0}
 
 
+def test_a_dag_forgotten_at_submission_leaves_nothing_behind():
+    ledger = ActivityLedger()
+    tracker = JobTracker(max_finished_dags=0, on_forget=ledger.forget)
+    dag = tracker.submit(client="a", tasks=["f-1"], wanted=["f-1"], state_of=lambda k: "memory")
+    assert dag.forgotten and tracker.dags() == []  # its result was in memory already
+    ledger.observe(dag, {(SPAN, "f"): 1})
+    ledger.add(execute("f", "thread-cpu", 1.0))
+    assert table(ledger) == {("seconds", "", "", "f", "thread-cpu"): 1.0}
+    assert ledger.stats()["owned_pairs"] == ledger.stats()["dags"] == 0
+
+
 def test_units_and_activities_become_safe_bounded_labels():
     tracker, ledger = JobTracker(), ActivityLedger(label_max_length=16)
     dag = submit(tracker, "a", ["f-1"])
