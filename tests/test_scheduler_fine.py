@@ -34,6 +34,7 @@ def read_files(i: int) -> int:
     with context_meter.meter("I/O"):
         time.sleep(SLEEP)
     context_meter.digest_metric("S3 Infrequent Access", 1000 * (i + 1), "bytes")
+    context_meter.digest_metric(("files", "parquet"), 2, "Widget Count")  # a custom unit
     return i
 
 
@@ -108,6 +109,8 @@ def test_io_cpu_and_custom_bytes_of_two_jobs_match_the_work_and_dasks_accounting
         assert ("1", "0", "crunch", "I/O") not in seconds
         assert seconds.get(("0", "0", "read_files", "thread-cpu"), 0.0) < SPIN * TASKS / 2
         assert activities(s, BYTES) == {("0", "0", "read_files", "S3 Infrequent Access"): 10_000}
+        assert activities(s, "dask_job_activity_widget_count_total") == {
+            ("0", "0", "read_files", "files:parquet"): 2 * TASKS}
         assert {j for j, *_ in seconds} == {"0", "1"}  # every second is attributed
         # the cluster-wide contexts: gathering the results read them from the workers
         cluster_rows = s.rows("dask_job_cluster_activity_seconds_total", "context", "activity")
