@@ -13,7 +13,6 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ class WorkerTrace:
 def _combine(gpus: Sequence[GpuTrace], metric: str,
              average: bool) -> tuple[list[float], list[float | None]]:
     """The GPUs' values of ``metric`` summed (or averaged) per sample time, with numpy (the
-    cluster page combines every worker's GPUs: a dict per time costs seconds there)."""
+    cluster page combines every worker's GPUs: half the time of a dict of lists by time)."""
     import numpy as np  # comes with matplotlib; the collector's other commands do without it
 
     pairs = [(g.times, g.values[metric]) for g in gpus if g.values.get(metric)]
@@ -113,7 +112,7 @@ def phases(samples: Iterable[tuple[float, str, str]]) -> list[Phase]:
     found: list[Phase] = []
     current: tuple[float, str, str] | None = None
     last = 0.0
-    for t, job, dag in sorted(samples, key=itemgetter(0)):
+    for t, job, dag in sorted(samples, key=lambda s: s[0]):
         if current is not None and (job, dag) != current[1:]:
             found.append(Phase(current[0], t, current[1], current[2]))
             current = None
@@ -171,9 +170,12 @@ def envelope(times: Sequence[float], values: Sequence[float], lo: float, hi: flo
     return (np.insert(t, cut, (t[cut - 1] + t[cut]) / 2), np.insert(v, cut, np.nan))
 
 
+def _number(text: str) -> float | None:
+    return float(text) if text else None
+
+
 def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
-    """One tidy CSV file; CollectorError when it is not one. Read by column, not by row: a
-    worker's hour at 1 s is 14,400 rows of a dozen columns."""
+    """One tidy CSV file; CollectorError when it is not one."""
     path = Path(path)
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
@@ -181,25 +183,25 @@ def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
         if header is None or tuple(header[: len(FIXED)]) != FIXED:
             raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' "
                                  f"(expected the columns {', '.join(FIXED)} first)")
-        rows = list(reader)
-    if set(map(len, rows)) - {len(header)}:
-        raise CollectorError(f"{path} has rows with other than the header's {len(header)} "
-                             "columns: not a file of 'collector export'")
-    cols: list[Sequence[str]] = list(zip(*rows, strict=True)) if rows else [()] * len(header)
-    times = [float(x) for x in cols[0]]
-    metrics = header[len(FIXED):]
-    columns = [[float(x) if x else None for x in col] for col in cols[len(FIXED):]]
-    where: dict[str, list[int]] = {}
-    for i, gpu in enumerate(cols[3]):
-        where.setdefault(gpu, []).append(i)
-    gpus = [GpuTrace(gpu, cols[4][ix[0]], [times[i] for i in ix],
-                     {m: [col[i] for i in ix] for m, col in zip(metrics, columns, strict=True)})
-            for gpu, ix in where.items()]
-    return WorkerTrace(next(filter(None, cols[2]), path.stem), path.stem,
-                       next(filter(None, cols[1]), ""), metrics,
-                       sorted(gpus, key=lambda g: _gpu_key(g.gpu)),
-                       phases(zip(times, cols[7], cols[8], strict=True)),
-                       phases(zip(times, cols[5], cols[6], strict=True)))
+        metrics = header[len(FIXED):]
+        gpus: dict[str, GpuTrace] = {}
+        mine: list[tuple[float, str, str]] = []
+        cluster: list[tuple[float, str, str]] = []
+        worker = start = ""
+        for row in reader:
+            t = float(row[0])
+            worker, start = worker or row[2], start or row[1]
+            trace = gpus.get(row[3])
+            if trace is None:
+                trace = gpus[row[3]] = GpuTrace(row[3], row[4], [], {m: [] for m in metrics})
+            trace.times.append(t)
+            for name, text in zip(metrics, row[len(FIXED):], strict=True):
+                trace.values[name].append(_number(text))
+            cluster.append((t, row[5], row[6]))
+            mine.append((t, row[7], row[8]))
+    return WorkerTrace(worker or path.stem, path.stem, start, metrics,
+                       sorted(gpus.values(), key=lambda g: _gpu_key(g.gpu)),
+                       phases(mine), phases(cluster))
 
 
 def _gpu_key(gpu: str) -> tuple[int, str]:
