@@ -7,7 +7,9 @@ here the input is a tidy export written the way `collector export` writes it.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from dask_metrics.collector.plotdata import (
     UNKNOWN,
     Phase,
     break_gaps,
+    envelope,
     phases,
     place_labels,
     read_export,
@@ -84,6 +87,40 @@ def test_break_gaps_inserts_a_hole_only_for_a_long_stop():
     assert t[:4] == [0, 1, 2, 3] and t[5:] == [10, 11] and math.isnan(v[4])
     assert break_gaps([0, 1, 2.5, 3], [1.0, 1, 1, 1]) == ([0, 1, 2.5, 3], [1.0, 1, 1, 1])
     assert break_gaps([5], [1.0]) == ([5], [1.0])
+
+
+def test_envelope_keeps_the_min_and_max_of_every_bucket():
+    """At most two points per bucket, and they are the bucket's lowest and highest samples at
+    their own times: a one-sample spike either way survives, no line crosses a hole."""
+    rng = random.Random(14)
+    times = list(range(6000))
+    values = [rng.uniform(0, 100) for _ in times]
+    values[1234], values[4321] = 1e6, -1e6  # one-sample spikes
+    for i in (*range(2000, 2010), 2500):  # holes: missing values
+        values[i] = math.nan
+    width = 20  # 300 buckets over [0, 6000)
+    t, v = envelope(times, values, 0, 6000, 6000 // width)
+    assert list(t) == sorted(t) and len(t) < len(times) / 4
+    drawn = [(a, b) for a, b in zip(t.tolist(), v.tolist(), strict=True) if not math.isnan(b)]
+    buckets: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    run = 0
+    for a, b in zip(times, values, strict=True):
+        if math.isnan(b):
+            run += 1
+        else:
+            buckets.setdefault((run, a // width), []).append((a, b))
+    for key, samples in buckets.items():
+        mine = [p for p in drawn if p in set(samples)]
+        assert len(mine) <= 2, key
+        assert min(samples, key=lambda p: p[1]) in mine and max(samples, key=lambda p: p[1]) in mine
+    assert (1234, 1e6) in drawn and (4321, -1e6) in drawn
+    missing = [a for a, b in zip(times, values, strict=True) if math.isnan(b)]
+    points = list(zip(t.tolist(), v.tolist(), strict=True))
+    for (a, x), (b, y) in itertools.pairwise(points):  # no segment drawn spans a hole
+        assert math.isnan(x) or math.isnan(y) or not any(a < m < b for m in missing)
+    assert sum(math.isnan(y) for _, y in points) == 2  # one break per hole
+    assert [x.tolist() for x in envelope([], [], 0, 1, 10)] == [[], []]
+    assert [x.tolist() for x in envelope([3], [7.0], 3, 3, 10)] == [[3], [7.0]]
 
 
 def test_read_worker_file(export_dir):
