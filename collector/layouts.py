@@ -20,11 +20,12 @@ from operator import itemgetter
 from dask_metrics.collector.columns import Column
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import SEED_KEYS, TIDY_KEYS
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, SEED_KEYS, TIDY_KEYS
 
 WORKERS_HEADER = ("worker", "address", "host", "gpus", "uuids")
 LAYOUTS = ("tidy", "seed")
-RESERVED = frozenset({"workers", "export"})
+RESERVED = frozenset({"workers", "export", ACTIVITIES_CSV.removesuffix(".csv"),
+                      GPU_BY_PREFIX_CSV.removesuffix(".csv")})
 SEED_SEPARATOR = ", "
 
 
