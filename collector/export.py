@@ -26,7 +26,13 @@ import requests
 
 from dask_metrics import __version__
 from dask_metrics.collector.activities import activity_rows, increases, job_names
-from dask_metrics.collector.columns import DEFAULT_NAMES, select, source_metrics, worker_metrics
+from dask_metrics.collector.columns import (
+    DEFAULT_NAMES,
+    Column,
+    select,
+    source_metrics,
+    worker_metrics,
+)
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.fetch import (
     ATTRIBUTION_METRICS,
@@ -113,7 +119,7 @@ class WorkerData(NamedTuple):
     attribution: dict[str, list[Series]]  # raw busy, energy and memory used
 
 
-def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Any],
+def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
                  timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
                  age: int, scope: Scope) -> WorkerData:
     """One worker's series. Without ``step``, the raw counters for gpu_by_prefix come in the
