@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise, repeat
+from itertools import count, groupby, islice, repeat
 from typing import Any
 
 from dask_metrics.collector.series import Samples, Series, gpu_series, id_key
@@ -39,29 +39,33 @@ from dask_metrics.contract import (
 )
 
 PrefixKey = tuple[str, str, str]  # job, dag, prefix
-State = Mapping[PrefixKey, float]
-_NOTHING: dict[PrefixKey, float] = {}
+State = tuple[tuple[PrefixKey, float], ...]  # (key, tasks) of what executed, in key order
+IDLE: State = ()
 
 
 @dataclass(frozen=True)
 class PrefixTimeline:
-    """The tasks per (job, dag, prefix) executing on one worker at each scheduler scrape."""
+    """What executed on one worker, as of each scheduler scrape: from ``times[i]`` on, the
+    state ``states[ids[i]]``. A scrape's state expires ``max_age`` after it (an IDLE entry
+    is added there when no scrape follows sooner), so a lookup is one bisection. Few
+    distinct states recur over many scrapes: each GPU's samples are first summed per state,
+    and only the sums split per task."""
 
     times: list[int]
-    states: list[dict[PrefixKey, float]]
+    ids: list[int]  # one more than times: ids[0] is before the first scrape (IDLE)
+    states: list[State]  # states[0] is IDLE
 
-    def at_each(self, times: Sequence[int], max_age: int) -> list[dict[PrefixKey, float]]:
-        """The state of the last scrape at or before each time, empty when there is none
-        or it is older than ``max_age``."""
-        scrapes, states = self.times, self.states
-        return [states[i - 1] if i and t - scrapes[i - 1] <= max_age else _NOTHING
-                for t, i in zip(times, map(bisect_right, repeat(scrapes), times), strict=True)]
+    def ids_at(self, times: Sequence[int]) -> list[int]:
+        """The state id at each of ``times`` (0: IDLE)."""
+        return list(map(self.ids.__getitem__, map(bisect_right, repeat(self.times), times)))
 
 
-def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series]) -> PrefixTimeline:
+def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: int
+                    ) -> PrefixTimeline:
     """From one worker's dask_job_worker_prefix_tasks series and the scheduler's scrape
     times (dask_job_current_job's): the series exists only while above 0, so a scrape
-    without it is a scrape where that prefix did not execute there."""
+    without it is a scrape where that prefix did not execute there. A state holds until the
+    next scrape, at most ``max_age``."""
     active: dict[int, dict[PrefixKey, float]] = {t: {} for t in scrapes}
     for s in series:
         key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
@@ -69,21 +73,28 @@ def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series]) -> PrefixT
             if v > 0:
                 state = active.setdefault(t, {})
                 state[key] = state.get(key, 0.0) + v
-    times = sorted(active)
-    return PrefixTimeline(times, [active[t] for t in times])
+    known: dict[State, int] = {IDLE: 0}
+    times, ids = [], [0]
+    order = sorted(active)
+    for t, after in zip(order, [*order[1:], None], strict=True):
+        times.append(t)
+        ids.append(known.setdefault(tuple(sorted(active[t].items())), len(known)))
+        if after is None or after > t + max_age + 1:  # expires before the next scrape
+            times.append(t + max_age + 1)
+            ids.append(0)
+    return PrefixTimeline(times, ids, list(known))
 
 
 def increments(samples: Samples, max_gap: int) -> tuple[list[int], list[float]]:
-    """(times, increases) of a counter from each sample to the next, at the later one's time:
-    reset-safe, none across a gap longer than ``max_gap`` or next to a NaN."""
+    """(positions, increases) of a counter from each sample to the next, at the later
+    sample's position: reset-safe, none across a gap longer than ``max_gap`` or next to a
+    NaN (v == v is False for NaN only)."""
     times, values = samples
-    out_t, out_v = [], []
-    for (t0, v0), (t1, v1) in pairwise(zip(times, values, strict=True)):
-        if t1 - t0 > max_gap or math.isnan(v0) or math.isnan(v1):
-            continue
-        out_t.append(t1)
-        out_v.append(v1 - v0 if v1 >= v0 else v1)
-    return out_t, out_v
+    kept = [(i, v1 - v0 if v1 >= v0 else v1)
+            for i, t0, t1, v0, v1 in zip(count(1), times, islice(times, 1, None), values,
+                                         islice(values, 1, None))  # the shortest: n - 1
+            if t1 - t0 <= max_gap and v0 == v0 and v1 == v1]
+    return [i for i, _ in kept], [d for _, d in kept]
 
 
 @dataclass
@@ -95,33 +106,60 @@ class PrefixUse:
     energy: float | None = None
 
 
-def _split(uses: dict[PrefixKey, PrefixUse], states: Iterable[State],
-           amounts: Iterable[float], field: str) -> None:
-    for state, amount in zip(states, amounts, strict=True):
-        tasks = sum(state.values())
-        for key, k in state.items():
-            use = uses.setdefault(key, PrefixUse())
-            share = amount * k / tasks
-            setattr(use, field, (getattr(use, field) or 0.0) + share)
+def _per_state(ids: Iterable[int], amounts: Sequence[float],
+               fold: Callable[[Iterable[float]], float]) -> dict[int, float]:
+    """``amounts`` folded (sum, max) per state id, IDLE left out. A state holds for many
+    samples in a row, so the runs are folded at C speed."""
+    out: dict[int, float] = {}
+    pos = 0
+    for sid, run in groupby(ids):
+        n = len(list(run))
+        if sid:
+            value = fold(amounts[pos:pos + n])
+            out[sid] = fold((out[sid], value)) if sid in out else value
+        pos += n
+    return out
 
 
-def attribute(uses: dict[PrefixKey, PrefixUse], prefixes: PrefixTimeline,
+class _Lookup:
+    """The state ids at a GPU's sample times: its series (and its worker's other GPUs)
+    mostly share one list of times, looked up once."""
+
+    def __init__(self, prefixes: PrefixTimeline) -> None:
+        self.prefixes = prefixes
+        self.times: list[int] | None = None
+        self.ids: list[int] = []
+
+    def __call__(self, times: list[int]) -> list[int]:
+        if times != self.times:
+            self.times, self.ids = times, self.prefixes.ids_at(times)
+        return self.ids
+
+
+def attribute(uses: dict[PrefixKey, PrefixUse], prefixes: PrefixTimeline | _Lookup,
               busy: Samples | None, energy: Samples | None, used: Samples | None,
               max_age: int) -> None:
     """Add one GPU's samples to ``uses`` by the rules of this module."""
-    if busy is not None:
-        times, amounts = increments(busy, max_age)
-        _split(uses, prefixes.at_each(times, max_age), amounts, "gpu_seconds")
-    if energy is not None:
-        times, amounts = increments(energy, max_age)
-        _split(uses, prefixes.at_each(times, max_age), amounts, "energy")
+    lookup = prefixes if isinstance(prefixes, _Lookup) else _Lookup(prefixes)
+    states = lookup.prefixes.states
+    for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
+        if samples is None:
+            continue
+        positions, amounts = increments(samples, max_age)
+        ids = map(lookup(samples[0]).__getitem__, positions)
+        for sid, amount in _per_state(ids, amounts, sum).items():
+            tasks = sum(k for _, k in states[sid])
+            for key, k in states[sid]:
+                use = uses.setdefault(key, PrefixUse())
+                setattr(use, field, (getattr(use, field) or 0.0) + amount * k / tasks)
     if used is not None:
         times, values = used
-        for state, value in zip(prefixes.at_each(times, max_age), values, strict=True):
-            for key in state:
+        clean = [v if v == v else -math.inf for v in values]  # NaN never a peak
+        for sid, peak in _per_state(lookup(times), clean, max).items():
+            for key, _ in states[sid]:
                 use = uses.setdefault(key, PrefixUse())
-                if not math.isnan(value) and (use.peak_mem is None or value > use.peak_mem):
-                    use.peak_mem = value
+                if peak > -math.inf and (use.peak_mem is None or peak > use.peak_mem):
+                    use.peak_mem = peak
 
 
 def add_worker(uses: dict[PrefixKey, PrefixUse], scrapes: Iterable[int],
@@ -131,9 +169,9 @@ def add_worker(uses: dict[PrefixKey, PrefixUse], scrapes: Iterable[int],
     (by metric) against what executed on it (its dask_job_worker_prefix_tasks series)."""
     if not prefix_series:
         return  # nothing executed there, or a scheduler preload without the series
-    prefixes = prefix_timeline(scrapes, prefix_series)
+    lookup = _Lookup(prefix_timeline(scrapes, prefix_series, max_age))
     for metrics in gpu_series(series_by_metric).values():
-        attribute(uses, prefixes, metrics.get(BUSY.name), metrics.get(ENERGY.name),
+        attribute(uses, lookup, metrics.get(BUSY.name), metrics.get(ENERGY.name),
                   metrics.get(MEMORY_USED.name), max_age)
 
 

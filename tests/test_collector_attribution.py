@@ -105,15 +105,16 @@ def _tasks(prefix: str, points: dict[int, float], job: str = "0", dag: str = "0"
 def test_increments_are_reset_safe_and_skip_gaps() -> None:
     times = [0, 5 * S, 10 * S, 15 * S, 200 * S, 205 * S]
     values = [0.0, 4.0, 1.0, 3.0, 50.0, 51.0]  # reset at 10 s; a 185 s gap
-    assert increments((times, values), 120 * S) == ([5 * S, 10 * S, 15 * S, 205 * S],
-                                                   [4.0, 1.0, 2.0, 1.0])
+    assert increments((times, values), 120 * S) == ([1, 2, 3, 5], [4.0, 1.0, 2.0, 1.0])
+    assert increments(([0, S, 2 * S], [1.0, math.nan, 3.0]), 120 * S) == ([], [])
 
 
 def test_busy_seconds_and_energy_are_split_per_executing_task() -> None:
     scrapes = [0, 5 * S, 10 * S, 15 * S]
     # at 5 s: 3 tasks of "train" and 1 of "load"; at 10 s: only "load"; at 15 s: nothing
     prefixes = prefix_timeline(scrapes, [_tasks("train", {5 * S: 3}),
-                                         _tasks("load", {5 * S: 1, 10 * S: 1}, dag="1")])
+                                         _tasks("load", {5 * S: 1, 10 * S: 1}, dag="1")],
+                               120 * S)
     uses: dict = {}
     busy = ([0, 5 * S, 10 * S, 15 * S], [0.0, 4.0, 4.5, 8.5])
     energy = ([0, 5 * S, 10 * S, 15 * S], [100.0, 500.0, 600.0, 1000.0])
@@ -127,24 +128,35 @@ def test_busy_seconds_and_energy_are_split_per_executing_task() -> None:
 
 
 def test_idle_gpu_gives_zero_and_missing_energy_stays_empty() -> None:
-    prefixes = prefix_timeline([0, 5 * S], [_tasks("cpu_only", {5 * S: 2})])
+    prefixes = prefix_timeline([0, 5 * S, 6 * S], [_tasks("cpu_only", {5 * S: 2, 6 * S: 2})],
+                               120 * S)
     uses: dict = {}
-    attribute(uses, prefixes, ([0, 5 * S], [10.0, 10.0]), None, ([0, 5 * S], [1.0, 2.0]),
-              120 * S)
+    used = ([0, 5 * S, 6 * S], [1.0, 2.0, math.nan])  # a NaN sample is never the peak
+    attribute(uses, prefixes, ([0, 5 * S], [10.0, 10.0]), None, used, 120 * S)
     rows = prefix_rows(uses, {"0": "job"})
     assert [tuple(r[c] for c in GPU_BY_PREFIX_COLUMNS) for r in rows] == [
         ("0", "job", "0", "cpu_only", 0.0, 2.0, None)]
 
 
+def test_a_state_expires_max_age_after_its_scrape() -> None:
+    prefixes = prefix_timeline([0, 10 * S], [_tasks("a", {0: 1}), _tasks("b", {10 * S: 1})],
+                               3 * S)
+    names = [[k[2] for k, _ in prefixes.states[i]]
+             for i in prefixes.ids_at([0, 3 * S, 3 * S + 1, 9 * S, 10 * S, 14 * S])]
+    assert names == [["a"], ["a"], [], [], ["b"], []]
+    assert prefixes.ids_at([-1]) == [0]  # before the first scrape: idle
+
+
 def test_prefix_state_is_as_of_and_not_carried_past_max_age_or_empty_scrapes() -> None:
     # "train" seen at 0 s only; the scrape at 10 s has no series: nothing executed then
-    prefixes = prefix_timeline([0, 10 * S], [_tasks("train", {0: 1})])
+    prefixes = prefix_timeline([0, 10 * S], [_tasks("train", {0: 1})], 120 * S)
     uses: dict = {}
     busy = ([0, 4 * S, 12 * S], [0.0, 4.0, 12.0])
     attribute(uses, prefixes, busy, None, None, 120 * S)
     assert uses["0", "0", "train"].gpu_seconds == 4.0  # (0, 4] as of 0 s; (4, 12] as of 10 s
     stale: dict = {}
-    attribute(stale, prefix_timeline([0], [_tasks("train", {0: 1})]), busy, None, None, 3 * S)
+    attribute(stale, prefix_timeline([0], [_tasks("train", {0: 1})], 3 * S), busy, None, None,
+              3 * S)
     assert stale == {}  # the only scrape is older than max_age at every busy increment
 
 
