@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import count, groupby, islice, repeat
 from typing import Any
 
-from dask_metrics.collector.series import Samples, Series, gpu_series, id_key
+from dask_metrics.collector.series import Samples, Series, gpu_series, id_key, join
 from dask_metrics.contract import (
     BUSY,
     DAG_ID,
@@ -65,20 +65,30 @@ def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: i
     """From one worker's dask_job_worker_prefix_tasks series and the scheduler's scrape
     times (dask_job_current_job's): the series exists only while above 0, so a scrape
     without it is a scrape where that prefix did not execute there. A state holds until the
-    next scrape, at most ``max_age``."""
-    active: dict[int, dict[PrefixKey, float]] = {t: {} for t in scrapes}
+    next scrape, at most ``max_age``. Pieces of one key (a restarted scheduler's other
+    instance label) are joined first, so a key has one count per scrape."""
+    pieces: dict[PrefixKey, list[Series]] = {}
     for s in series:
         key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
-        for t, v in zip(s.times, s.values, strict=True):
+        pieces.setdefault(key, []).append(s)
+    executing: dict[int, list[tuple[PrefixKey, float]]] = {}
+    for key in sorted(pieces):  # so that each state's items come in key order
+        times, values = join(pieces[key])
+        for t, v in zip(times, values, strict=True):
             if v > 0:
-                state = active.setdefault(t, {})
-                state[key] = state.get(key, 0.0) + v
+                executing.setdefault(t, []).append((key, v))
     known: dict[State, int] = {IDLE: 0}
     times, ids = [], [0]
-    order = sorted(active)
+    order = sorted(executing.keys() | set(scrapes))
+    last: list[tuple[PrefixKey, float]] | None = None
+    sid = 0
     for t, after in zip(order, [*order[1:], None], strict=True):
+        state = executing.get(t)
+        if state != last:  # most scrapes repeat the one before: no tuple, no hash
+            sid = 0 if state is None else known.setdefault(tuple(state), len(known))
+            last = state
         times.append(t)
-        ids.append(known.setdefault(tuple(sorted(active[t].items())), len(known)))
+        ids.append(sid)
         if after is None or after > t + max_age + 1:  # expires before the next scrape
             times.append(t + max_age + 1)
             ids.append(0)

@@ -138,3 +138,21 @@ def test_the_scope_and_the_replica_labels_are_what_keep_the_rest_out(
         doubled = read_activities(client, since, until, cluster="lab", replica_labels=())
     assert [r["value"] for r in every if r["prefix"] == "train"] == [300.0 + 1000.0 * 300]
     assert [r["value"] for r in doubled] == [2 * 300.0, 2 * 25.0]
+
+
+def test_a_step_grid_and_the_seed_layout_keep_the_same_summaries(
+        prom: PrometheusServer, lab: LabDataset, lab_export: Path, tmp_path: Path) -> None:
+    """gpu_by_prefix is always computed from raw samples; the worker columns follow the
+    grid; in the seed layout a worker column is one slot per GPU like the others."""
+    out = tmp_path / "step"
+    run = collector("export", *span(lab), "--cluster", "lab", "--step", "10s", "--layout",
+                    "seed", "--metrics", "total-mem", "worker-mem", "--out", str(out),
+                    "--prometheus", prom.url)
+    assert run.code == 0, run.err
+    for name in (ACTIVITIES_CSV, GPU_BY_PREFIX_CSV):
+        assert (out / name).read_text() == (lab_export / name).read_text(), name
+    rows = read_csv(out / "worker_0.csv")  # g-0
+    assert [r["timestamp"] for r in rows[:3]] == ["0.000", "10.000", "20.000"]
+    for row in rows:
+        t = float(row["timestamp"]) + LAB_RANGE[0]
+        assert float(row["worker-mem"]) == 2 * GiB + (t - 1) * MiB, row
