@@ -17,7 +17,6 @@ from dask_metrics.contract import (
     ACTIVITY_FAMILY,
     DAG_ID,
     JOB_ID,
-    JOB_NAME,
     PREFIX,
 )
 
@@ -46,19 +45,6 @@ def increase(times: Sequence[int], values: Sequence[float], start: int) -> float
         total += value - previous if value >= previous else value
         previous = value
     return total
-
-
-def job_names(dag_info: Iterable[Series]) -> dict[str, str]:
-    """{job_id: job_name} from dask_job_dag_info: the name of the job's newest sample (job
-    ids start again at 0 after a scheduler restart; the newest name is the one in the
-    range's end)."""
-    newest: dict[str, tuple[int, str]] = {}
-    for s in dag_info:
-        if s.times:
-            job = s.labels.get(JOB_ID, "")
-            if job not in newest or s.times[-1] >= newest[job][0]:
-                newest[job] = (s.times[-1], s.labels.get(JOB_NAME, ""))
-    return {job: name for job, (_, name) in newest.items()}
 
 
 def increases(series: Iterable[Series], start: int) -> dict[ActivityKey, float]:

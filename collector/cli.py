@@ -301,6 +301,8 @@ def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
     ui.info(f"wrote {len(result.files)} worker file(s){of}, {result.rows} rows, "
             f"{format_rfc3339(to_ms(since))} to {format_rfc3339(to_ms(until))}, "
             f"into {result.out}")
+    if result.store_note:
+        ui.info(f"note: {result.store_note}")
     return 0
 
 

@@ -25,7 +25,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, cast
 import requests
 
 from dask_metrics import __version__
-from dask_metrics.collector.activities import activity_rows, increases, job_names
+from dask_metrics.collector.activities import activity_rows, increases
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
     Column,
@@ -42,14 +42,15 @@ from dask_metrics.collector.fetch import (
     discover,
     fetch_activities,
     fetch_cluster,
-    fetch_dag_info,
     fetch_gpu_series,
+    fetch_jobs,
     fetch_prefix_tasks,
     fetch_worker_activity,
     fetch_worker_series,
     in_cluster,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
+from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
 from dask_metrics.collector.layouts import (
     LAYOUTS,
     WORKERS_HEADER,
@@ -81,6 +82,8 @@ from dask_metrics.contract import (
     DASK_CLUSTER,
     GPU_BY_PREFIX_COLUMNS,
     GPU_BY_PREFIX_CSV,
+    JOBS_COLUMNS,
+    JOBS_CSV,
     REPLICA_LABELS,
 )
 
@@ -103,6 +106,7 @@ class ExportResult:
     rows: int
     warnings: list[str]
     cluster: str | None = None
+    store_note: str | None = None  # what this store's export holds differently (NaN dropped)
 
 
 SUMMARIES = (ACTIVITIES_CSV, GPU_BY_PREFIX_CSV)
@@ -331,7 +335,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         if progress:
             progress(len(chosen), len(chosen), "")
         _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
-        names_of_jobs = job_names(fetch_dag_info(client, lo - age, hi, chunk_ms, scope))
+        store = client.store()
+        jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
+        _write_lines(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
+        names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
         _write_lines(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
             _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
         _write_lines(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
@@ -355,27 +362,37 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "metrics": [c.name for c in columns],
             "units": {c.name: c.unit for c in columns},
             "prometheus": client.url,
+            "store": store.kind,
+            "store_note": store.note,
             "cluster": scope.cluster,
             "replica_labels": list(scope.replica_labels),
             "workers": [w.name for w in chosen],
+            "simulated": any(w.simulated for w in chosen),
+            "simulated_workers": [w.name for w in chosen if w.simulated],
             "files": files,
             "summaries": list(SUMMARIES),
             "rows": rows_written,
             "warnings": warnings,
             "versions": {"dask-metrics": __version__, "python": platform.python_version(),
                          "requests": requests.__version__,
-                         "prometheus": client.build_version()},
+                         "prometheus": store.version},
         }
         (stage / "export.json").write_text(json.dumps(record, indent=2) + "\n",
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
-                        scope.cluster)
+                        scope.cluster, store.note)
 
 
 def _activities(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
                 scope: Scope, names: Mapping[str, str]) -> list[dict[str, Any]]:
     return activity_rows(increases(fetch_activities(client, start, end, age, chunk, scope),
                                    start), names)
+
+
+def _job_names(client: PrometheusClient, start: int, end: int, chunk: int, age: int,
+               scope: Scope) -> Mapping[str, str]:
+    """{job id: name} as jobs.csv names them."""
+    return JobNames.from_rows(fetch_jobs(client, start, end, chunk, age, scope)).names
 
 
 def read_activities(client: PrometheusClient, since: float, until: float, *,
@@ -388,8 +405,8 @@ def read_activities(client: PrometheusClient, since: float, until: float, *,
     check_range(since, until)
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
     scope = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    names = job_names(fetch_dag_info(client, start - age, end, chunk_ms, scope))
-    return _activities(client, start, end, age, chunk_ms, scope, names)
+    return _activities(client, start, end, age, chunk_ms, scope,
+                       _job_names(client, start, end, chunk_ms, age, scope))
 
 
 def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
@@ -410,8 +427,7 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
         data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None, age,
                             scope)
         add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
-    return prefix_rows(uses, job_names(fetch_dag_info(client, start - age, end, chunk_ms,
-                                                      scope)))
+    return prefix_rows(uses, _job_names(client, start, end, chunk_ms, age, scope))
 
 
 def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
@@ -428,7 +444,7 @@ def previous_files(out: Path) -> set[str]:
     try:
         record = json.loads((out / "export.json").read_text(encoding="utf-8"))
         names = [*record.get("files", []), *record.get("summaries", []), "workers.csv",
-                 "export.json"]
+                 JOBS_CSV, "export.json"]
     except (OSError, ValueError, AttributeError, TypeError):
         return set()
     return {n for n in names if isinstance(n, str) and n not in ("", ".", "..")

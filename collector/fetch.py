@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.jobs import JobRow, job_rows
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -33,6 +34,7 @@ from dask_metrics.contract import (
     CURRENT_DAG,
     CURRENT_JOB,
     DAG_INFO,
+    DAG_STATUS,
     DASK_CLUSTER,
     ENERGY,
     INFO,
@@ -217,6 +219,17 @@ def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
                             series.get(CURRENT_DAG.name, []))
 
 
+def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookback: int,
+               scope: Scope = UNSCOPED) -> list[JobRow]:
+    """The DAGs seen in [start, end] (ms), with their job's name, client and outcome: the raw
+    samples of dask_job_dag_status, from ``lookback`` ms before ``start`` to tell a DAG that
+    ended before the range, and only the label sets of dask_job_dag_info (see
+    jobs.job_rows)."""
+    status = fetch_raw(client, scope.of(DAG_STATUS.name), start - lookback, end, chunk, scope)
+    info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, end, chunk, scope)
+    return job_rows(info, status, start, end)
+
+
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
                           start: int, end: int, chunk: int, scope: Scope = UNSCOPED
                           ) -> Timeline:
@@ -257,12 +270,6 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
     start."""
     return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope), start - max_age, end,
                      chunk, scope)
-
-
-def fetch_dag_info(client: PrometheusClient, start: int, end: int, chunk: int,
-                   scope: Scope = UNSCOPED) -> list[Series]:
-    """dask_job_dag_info in [start, end]: the job names."""
-    return fetch_raw(client, selector([DAG_INFO.name], scope=scope), start, end, chunk, scope)
 
 
 def fetch_worker_series(client: PrometheusClient, worker: str, metrics: Sequence[str],

@@ -39,7 +39,27 @@ Thanos and Mimir ignore them): ``nocache=1``, else its response cache rounds a q
 start down to a multiple of the step (grid points before --since, off since + k*step);
 ``latency_offset=0``, else instant queries do not see the last 30 s (-search.latencyOffset),
 and a worker or a monitor session that started seconds ago is not found."""
+PROMQL = "promql"  # Prometheus, Thanos, Mimir, Cortex: one query language, one behaviour
+VICTORIA_METRICS = "victoriametrics"
+VICTORIA_METRICS_NOTE = (
+    "the store is VictoriaMetrics: samples that were NaN (a GPU reading that failed) were "
+    "dropped when stored, so their cells are empty where Prometheus' would read NaN "
+    "(docs/collector.md, Stores)")
 _BACKOFF = 0.5
+
+
+@dataclass(frozen=True)
+class Store:
+    """What answers the queries: ``kind`` is PROMQL or VICTORIA_METRICS."""
+
+    kind: str
+    version: str | None
+
+    @property
+    def note(self) -> str | None:
+        """What an export from this store holds differently from Prometheus', if anything."""
+        return VICTORIA_METRICS_NOTE if self.kind == VICTORIA_METRICS else None
+
 _SNIPPET = 200
 
 
@@ -257,6 +277,21 @@ class PrometheusClient:
         except PrometheusError:
             return None
         return str(data.get("version")) if isinstance(data, dict) and data.get("version") else None
+
+    def store(self) -> Store:
+        """Which kind of store answers, and its version. PromQL servers (Prometheus, Thanos,
+        Mimir) report a version; VictoriaMetrics does not, and is told apart by MetricsQL's
+        ``now()``, which PromQL refuses: one small instant query, only when no version came
+        back."""
+        version = self.build_version()
+        if version is None:
+            try:
+                self._api("query", {"query": "now()", **STORE_PARAMS}, "now()")
+            except PrometheusError:
+                pass
+            else:
+                return Store(VICTORIA_METRICS, None)
+        return Store(PROMQL, version)
 
     # ---- plumbing --------------------------------------------------------------------------
 

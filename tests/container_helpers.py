@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import distributed
 import pytest
 
 from tests.doc_commands import shell_commands
@@ -131,9 +132,11 @@ def ensure_base_image() -> str:
 
 def build_options() -> list[str]:
     """What a podman build adds to `docker build`: the Docker image format (HEALTHCHECK is
-    not in OCI's), the Dockerfile's own ignore file, and the host's CA bundle, read-only, as
-    the registries are reached through it."""
-    options = ["--format", "docker", "--ignorefile", "docker/Dockerfile.dockerignore"]
+    not in OCI's), the Dockerfile's own ignore file, the Dask version of the tests' own
+    clients (else Dask warns of a mismatch), and the host's CA bundle, read-only, as the
+    registries are reached through it."""
+    options = ["--format", "docker", "--ignorefile", "docker/Dockerfile.dockerignore",
+               "--build-arg", f"DASK_VERSION={distributed.__version__}"]
     if CA_BUNDLE.is_file():
         options += ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
     return options

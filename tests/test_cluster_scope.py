@@ -115,6 +115,12 @@ def test_each_cluster_exports_its_own_workers(prom: PrometheusServer, data: Clus
         assert [float(r["total-mem"]) for r in rows] == [scope_used(k, i, t) for t in SCOPE_TIMES]
         busy = [float(r["timestamp"]) for r in rows if r["job"] == "0"]
         assert (busy[0], busy[-1]) == ((50, 145) if k == 0 else (150, 245))
+    # jobs.csv: this cluster's DAGs only (both clusters have a job 0, DAG 0, ending otherwise)
+    words = {2.0: "finished", 3.0: "erred"}
+    assert [(r["job"], r["dag"], r["status"], r["first_seen"], r["last_seen"])
+            for r in read_csv(out / "jobs.csv")] == [
+        (job, dag, words[status], "0.000", f"{done:.3f}")
+        for (job, dag), (done, status) in sorted(OUTCOMES[cluster].items())]
 
 
 def test_peaks_are_each_clusters_own(prom: PrometheusServer, data: ClusterDataset) -> None:
@@ -222,7 +228,7 @@ def test_a_re_export_leaves_only_its_own_files_where_plots_read(
     run = collector(*base, "--workers", "w-1")
     assert run.code == 0, run.err
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["export.json", "notes.txt", "w-1.csv", "workers.csv", *SUMMARIES])
+        ["export.json", "jobs.csv", "notes.txt", "w-1.csv", "workers.csv", *SUMMARIES])
     assert json.loads((out / "export.json").read_text())["files"] == ["w-1.csv"]
     (out / "w-0.csv").write_text((out / "w-1.csv").read_text())  # a stray file: not read
     assert [t.worker for t in read_export(out)] == ["w-1"]

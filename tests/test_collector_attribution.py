@@ -13,7 +13,6 @@ from dask_metrics.collector.activities import (
     activity_rows,
     increase,
     increases,
-    job_names,
     unit_of,
 )
 from dask_metrics.collector.columns import select, source_metrics, worker_metrics
@@ -86,13 +85,6 @@ def test_activity_rows_add_pieces_drop_zeros_and_sort() -> None:
         ("2", "etl", "", "load", "thread-cpu", "seconds", 3.0),
         ("10", "", "0", "load", "thread-cpu", "seconds", 5.0),
     ]
-
-
-def test_job_names_take_the_newest_sample() -> None:
-    info = [_s({"job_id": "0", "dag_id": "0", "job_name": "old"}, {S: 1.0}),
-            _s({"job_id": "0", "dag_id": "1", "job_name": "new"}, {5 * S: 1.0}),
-            _s({"job_id": "1", "dag_id": "0", "job_name": "b"}, {2 * S: 1.0})]
-    assert job_names(info) == {"0": "new", "1": "b"}
 
 
 # ---- GPU time per task prefix ------------------------------------------------------------------

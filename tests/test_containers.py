@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.parse
 
+import distributed
 import pytest
 import yaml
 
@@ -190,6 +191,13 @@ def test_scheduler_and_worker_roles_start_from_the_same_image(image):
             output = logs(f"{label}-{role}")
             assert re.search(rf"preload.*{re.escape(module)}", output, re.I), output
             assert "Traceback" not in output, output
+
+
+def test_the_image_runs_the_dask_of_its_build_argument(image):
+    """DASK_VERSION pins Dask in the image to the clients' version (no mismatch warning)."""
+    script = "import dask, distributed; print(dask.__version__, distributed.__version__)"
+    out = podman("run", "--rm", "--entrypoint", "python", image, "-c", script).stdout
+    assert out.split() == [distributed.__version__] * 2, out
 
 
 def test_the_image_has_no_compiler_no_pip_and_a_documented_size(image, request):

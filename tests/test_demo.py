@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import os
 import re
 import signal
@@ -85,12 +86,25 @@ def test_demo_end_to_end(first_run):
         assert max(float(r["peak-mem"]) for r in csv.DictReader(fh)) >= 2**30
     assert printed(stdout, "monitor.successful_jobs()") == [[True, True], [True, True, True]]
     assert "$ collector peaks --since monitor" in stdout and "worker-0  0" in stdout
+    # Names and provenance: the jobs by name, the simulated GPUs marked in files and plots.
+    with open(out / "results" / "jobs.csv", newline="") as fh:
+        dags = [(r["job"], r["job_name"], r["dag"], r["status"]) for r in csv.DictReader(fh)]
+    assert dags == [("0", "etl", "0", "finished"), ("0", "etl", "1", "finished"),
+                    ("1", "train", "0", "finished"), ("1", "train", "1", "finished"),
+                    ("1", "train", "2", "finished")], dags
+    with open(out / "results" / "workers.csv", newline="") as fh:
+        assert {(r["worker"], r["simulated"]) for r in csv.DictReader(fh)} == {
+            (w, "true") for w in WORKERS}
+    assert json.loads((out / "results" / "export.json").read_text())["simulated"] is True
+    assert re.search(r"worker-0  0 .*(etl|train) · DAG \d", stdout), stdout[-2000:]
     # The pictures: real PNG images of the documented size, and SVG files.
     for stem in ("cluster", *WORKERS):
         assert png_size(out / "plots" / f"{stem}.png") == (1200, 650)
         svg = (out / "plots" / f"{stem}.svg").read_text()
-        assert svg.startswith("<?xml") and "<svg" in svg
+        assert svg.startswith("<?xml") and "<svg" in svg and "SIMULATED GPUs" in svg
         assert str(out / "plots" / f"{stem}.png") in stdout
+        assert ("capacity of a worker (4 GiB)" if stem == "cluster" else "capacity (4 GiB)"
+                ) in svg  # --simulate-memory's default, one line for equal capacities
     assert not left_running(out)
     for log in (out / "logs").glob("*.log"):  # a normal shutdown logs no error
         text = log.read_text(errors="replace")  # (Dask may log a closed comm at INFO level)

@@ -198,6 +198,8 @@ ACCOUNTS: dict[str, Account] = {
     "prometheus": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -668,7 +670,7 @@ def test_collector_commands(tmp_path, monkeypatch, capsys):
 
         run("collector export --since 2h --out run-42")
         assert {p.name for p in (work / "run-42").iterdir()} == {
-            "w-a.csv", "w-b.csv", "workers.csv", "export.json", *SUMMARIES}
+            "w-a.csv", "w-b.csv", "workers.csv", "jobs.csv", "export.json", *SUMMARIES}
         with open(work / "run-42" / "w-a.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
         assert len(rows) == 2 * 97 and {r["worker_job"] for r in rows} == {"0", "1"}
@@ -794,6 +796,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
         "prometheus",
         "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3",
+        "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
