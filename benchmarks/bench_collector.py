@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE_VERSION = 2  # bump when the fixture changes: the cached TSDB is keyed by it
+FIXTURE_VERSION = 3  # bump when the fixture changes: the cached TSDB is keyed by it
 GiB = 2**30
 MiB = 2**20
 SCRAPE_OFFSET = 0.5  # the scheduler is scraped half a second after the GPU exporters
@@ -192,6 +192,14 @@ def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int
                           "job_name": f"job-{job}", "client": "c"}
                 series("dask_job_dag_info", labels,
                        ((sched_stamp(s), "1") for s in sched_times if s >= job * 900))
+        fh.write("# TYPE dask_job_dag_status gauge\n")  # running, finished at its end
+        for job in jobs:
+            for dag in range(3):
+                labels = {**sched, "job_id": str(job), "dag_id": str(dag)}
+                end = job * 900 + (dag + 1) * 300
+                series("dask_job_dag_status", labels,
+                       ((sched_stamp(s), "1" if s < end else "2") for s in sched_times
+                        if s >= job * 900))
         fh.write("# TYPE dask_job_activity_seconds counter\n")  # from each job's start on
         for job in jobs:
             for dag, prefix in enumerate(PREFIXES):
@@ -277,7 +285,8 @@ def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[st
                           start - MAX_AGE_MS)
         queries += ranged(f'{{__name__=~"dask_job_worker_prefix_tasks",worker="{w}",'
                           f'{CLUSTER}}}', start - MAX_AGE_MS)
-    queries += ranged(f'{{__name__=~"dask_job_dag_info",{CLUSTER}}}', start - MAX_AGE_MS)
+    queries += ranged(f"dask_job_dag_status{{{CLUSTER}}}", start - MAX_AGE_MS)  # jobs.csv
+    queries += ranged(f"dask_job_dag_info{{{CLUSTER}}}", start, "last_over_time({})")
     queries += ranged(f'{{__name__=~"dask_job_activity_.+_total",{CLUSTER}}}',
                       start - MAX_AGE_MS)
     return queries
