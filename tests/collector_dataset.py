@@ -531,9 +531,11 @@ class LabDataset:
                         "prefix": prefix},
                        [(w + s, n) for s in lab_scrapes() for wk, j, d, p, n in lab_tasks(s)
                         if (wk, j, d, p) == (worker, job, dag, prefix)])
-            for job, name in (("0", "etl"), ("1", "fit-job")):
+            for job, name in (("0", "etl"), ("1", "fit-job")):  # running all along
                 om.add("dask_job_dag_info", {**sched, "job_id": job, "dag_id": "0",
                                              "job_name": name, "client": "c"},
+                       [(w + s, 1.0) for s in lab_scrapes()])
+                om.add("dask_job_dag_status", {**sched, "job_id": job, "dag_id": "0"},
                        [(w + s, 1.0) for s in lab_scrapes()])
             self._resources(om, sched)
             for replica in ("a", "b"):
