@@ -164,8 +164,9 @@ def attribute(uses: dict[PrefixKey, PrefixUse], prefixes: PrefixTimeline | _Look
                 setattr(use, field, (getattr(use, field) or 0.0) + amount * k / tasks)
     if used is not None:
         times, values = used
-        clean = [v if v == v else -math.inf for v in values]  # NaN never a peak
-        for sid, peak in _per_state(lookup(times), clean, max).items():
+        if any(map(math.isnan, values)):  # NaN is never a peak
+            values = [-math.inf if math.isnan(v) else v for v in values]
+        for sid, peak in _per_state(lookup(times), values, max).items():
             for key, _ in states[sid]:
                 use = uses.setdefault(key, PrefixUse())
                 if peak > -math.inf and (use.peak_mem is None or peak > use.peak_mem):
