@@ -200,6 +200,8 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -797,6 +799,7 @@ def test_benchmark_command_lines_parse():
         "prometheus",
         "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3",
         "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5",
+        "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
