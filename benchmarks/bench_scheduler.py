@@ -1,6 +1,7 @@
 """What the scheduler preload costs the scheduler, and proof that its memory stays bounded.
 
     python benchmarks/bench_scheduler.py overhead [--tasks 20000] [--pairs 8] [--workers 1]
+        [--scrape-every 1.0]
     python benchmarks/bench_scheduler.py memory [--dags 100000] [--every 10000] [--tracemalloc]
         [--without-plugin]
 
@@ -8,7 +9,10 @@
 without and with the plugin (ABBA order, so drift cancels), each run on a fresh scheduler
 and workers, and reports wall-time and scheduler-thread CPU ratios (medians, minima and
 adjacent pairs); one more run with the hooks timed gives the CPU spent inside the plugin
-and its cost per transition.
+and its cost per transition, per worker heartbeat (the fine performance metrics it takes
+from the spans extension) and per scrape. Both arms are scraped every ``--scrape-every``
+seconds on the scheduler's thread, as Prometheus would (Dask's own series, and the
+plugin's with it).
 ``memory`` pushes ``--dags`` one-task DAGs through a scheduler with the plugin, from a new
 client every ``--client-every`` DAGs, and prints process memory (``--tracemalloc``: also
 the part allocated by exporter/ code), the tracker's table sizes and the number of
@@ -87,16 +91,19 @@ async def cluster(n_workers: int) -> AsyncIterator[Scheduler]:
 class HookTimer:
     """Time spent inside the plugin's hooks. The timing window also holds a perf_counter
     call and the call into the hook: ``overhead()`` measures that on a no-op hook so it can
-    be subtracted."""
+    be subtracted. ``heartbeat`` is the ledger's share of a worker heartbeat (the spans
+    extension's tap calls it through the plugin), ``collect`` a scrape of the plugin."""
 
     HOOKS = ("transition", "update_graph", "log_event", "add_worker", "remove_worker",
-             "remove_client")  # fmt: skip
+             "remove_client", "collect", "heartbeat")  # fmt: skip
 
     def __init__(self, plugin: Any) -> None:
         self.seconds: dict[str, float] = dict.fromkeys(self.HOOKS, 0.0)
         self.calls: dict[str, int] = dict.fromkeys(self.HOOKS, 0)
         for name in self.HOOKS:
-            setattr(plugin, name, self._timed(name, getattr(plugin, name)))
+            owner, attr = (plugin.ledger, "add") if name == "heartbeat" and hasattr(
+                plugin, "ledger") else (plugin, name)
+            setattr(owner, attr, self._timed(name, getattr(owner, attr)))
 
     def _timed(self, name: str, hook: Any) -> Any:
         seconds, calls = self.seconds, self.calls
@@ -124,13 +131,25 @@ class HookTimer:
         return {h: max(0.0, s - overhead * self.calls[h]) for h, s in self.seconds.items()}
 
 
-async def one_run(scheduler: Scheduler, client: Client, tasks: int, tag: str) -> dict[str, float]:
+async def scraping(every: float) -> None:
+    """Scrape the default registry (Dask's series and the plugin's) every ``every`` s, on
+    the scheduler's thread, like Prometheus' requests to the dashboard port."""
+    while True:
+        await asyncio.sleep(every)
+        generate_latest(REGISTRY)
+
+
+async def one_run(scheduler: Scheduler, client: Client, tasks: int, tag: str,
+                  scrape_every: float = 0.0) -> dict[str, float]:
     dsk, root = tree_graph(tasks, tag)
     transitions = scheduler.transition_counter
+    scraper = asyncio.ensure_future(scraping(scrape_every)) if scrape_every > 0 else None
     cpu, wall = time.thread_time(), time.perf_counter()
     future = client.get(dsk, root, sync=False)
     result = await future
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    if scraper is not None:
+        scraper.cancel()
     expected = sum(range(1, (tasks + 1) // 2 + 1))
     assert result == expected, (result, expected)
     del future
@@ -153,11 +172,14 @@ async def measured_run(args: argparse.Namespace, i: int, plugin: str) -> dict[st
             await scheduler.register_scheduler_plugin(job_plugin, name=PLUGIN_NAME, idempotent=True)
             timer = HookTimer(job_plugin) if plugin == "timed" else None
         await one_run(scheduler, client, 1000, f"warmup{i}")
-        run = await one_run(scheduler, client, args.tasks, f"r{i}")
+        run = await one_run(scheduler, client, args.tasks, f"r{i}", args.scrape_every)
         if timer is not None:
             net = timer.net(HookTimer.overhead())
             run["hooks"] = sum(net.values())
             run["hook_us"] = net["transition"] / timer.calls["transition"] * 1e6
+            for hook in ("heartbeat", "collect", "update_graph"):
+                run[f"{hook}_us"] = net[hook] / max(1, timer.calls[hook]) * 1e6
+                run[f"{hook}_calls"] = timer.calls[hook]
         if job_plugin is not None:
             await job_plugin.close()
     print(f"run {i:2d} plugin {plugin:5s}: {run['wall']:.3f} s wall, {run['cpu']:.3f} s cpu, "
@@ -194,6 +216,11 @@ async def overhead(args: argparse.Namespace) -> None:
           f"| | | {1 + timed['hooks'] / timed['cpu']:.3f} |")  # fmt: skip
     print(f"| inside the transition hook, µs per transition (extra timed run) "
           f"| | {timed['hook_us']:.2f} | |")  # fmt: skip
+    for hook, what in (("heartbeat", "worker heartbeat (fine metrics to the ledger)"),
+                       ("collect", "scrape of the plugin's series"),
+                       ("update_graph", "graph submission")):
+        print(f"| inside the plugin, µs per {what} (extra timed run, "
+              f"{int(timed[f'{hook}_calls'])} calls) | | {timed[f'{hook}_us']:.1f} | |")
 
 
 def traced_mib() -> tuple[float, float]:
@@ -261,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--tasks", type=int, default=20_000)
     o.add_argument("--pairs", type=int, default=8, help="runs with and without the plugin")
     o.add_argument("--workers", type=int, default=1)
+    o.add_argument("--scrape-every", type=float, default=1.0,
+                   help="seconds between scrapes during a run (0: none)")
     m = sub.add_parser("memory", help="many small DAGs: memory and series over time")
     m.add_argument("--dags", type=int, default=100_000)
     m.add_argument("--every", type=int, default=10_000, help="print a row every N DAGs")

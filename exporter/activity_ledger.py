@@ -80,8 +80,9 @@ class ActivityLedger:
     # -- fed by the plugin ---------------------------------------------------------------
 
     def observe(self, dag: Dag, tasks: Mapping[Pair, int]) -> None:
-        """``dag`` put ``tasks[(span id, prefix)]`` tasks of that prefix into that span."""
-        if not tasks:
+        """``dag`` put ``tasks[(span id, prefix)]`` tasks of that prefix into that span
+        (nothing to keep for a DAG the tracker forgot already: one done at submission)."""
+        if not tasks or dag.forgotten:
             return
         with self._lock:
             owned = self._owned.setdefault(dag, [])
@@ -99,7 +100,7 @@ class ActivityLedger:
             for key, value in deltas.items():
                 if not (isinstance(key, tuple) and len(key) == 5 and key[0] == "execute"):
                     continue
-                if not isinstance(value, int | float) or math.isnan(value) or value <= 0:
+                if not isinstance(value, int | float) or math.isnan(value) or value < 0:
                     continue
                 _, span_id, prefix, activity, unit = key
                 prefix = str(prefix)

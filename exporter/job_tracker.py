@@ -60,6 +60,7 @@ class Dag:
     started: float | None = None
     finished: float | None = None
     exported: bool = False  # seen by at least one scrape since it finished
+    forgotten: bool = False  # dropped by retention: nothing may keep data for it any more
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -372,6 +373,7 @@ class JobTracker:
             if len(finished) <= self.max_finished_dags and not aged:
                 break
             finished.popleft()
+            oldest.forgotten = True
             oldest.job.held -= 1
             dropped += 1
             if self._on_forget is not None:

@@ -310,6 +310,15 @@ JOB_HELD = f"{JOB_SHARE} * on(worker) group_left() count by (worker) (dask_gpu_i
 JOB_WORKERS = ('max by (worker, job_id) (dask_job_worker_tasks{job_id=~"$job_id", '
                + W + '}) * 0')
 DAG_NAMED = ("{status} * ignoring(job_name, client) group_left(job_name, client) {info}")
+JOB_SEL = 'job_id=~"$job_id"'
+# Time per activity (Dask's fine performance metrics): seconds per second = threads busy.
+ACTIVITY_RATE = f"rate(dask_job_activity_seconds_total{{{JOB_SEL}}}[{RATE}])"
+# Share of each worker's executing tasks per (job, prefix), times the worker's GPU busy rate.
+PREFIX_SHARE = ("sum by (worker, job_id, prefix) (dask_job_worker_prefix_tasks{"
+                + JOB_SEL + ", " + W + "}) / on(worker) group_left() "
+                "sum by (worker) (dask_job_worker_prefix_tasks)")
+PREFIX_BUSY = (f"{PREFIX_SHARE} * on(worker) group_left() "
+               f"sum by (worker) (rate(dask_gpu_busy_seconds_total[{RATE}]))")
 
 
 # ---- the dashboards --------------------------------------------------------------------------
@@ -598,6 +607,52 @@ def jobs() -> Dashboard:
         "none",
         [target(f"sum by (job_id) ({JOB_BUSY})", "job {{job_id}}")], w=24, h=8, stack=True,
         min_=0))
+    d.row("Where the time went")
+    d.add(
+        timeseries("Time per activity", "Dask's fine performance metrics of the selected "
+                   "jobs' tasks (dask_job_activity_seconds_total): seconds per second, i.e. "
+                   "threads busy, by activity: thread-cpu, thread-noncpu (I/O, GPU, GIL), "
+                   "disk-read/write (spilling), custom context_meter labels...", "short",
+                   [target(f"sum by (activity) ({ACTIVITY_RATE})", "{{activity}}")],
+                   w=12, h=9, stack=True, min_=0),
+        timeseries("Time per task prefix", "The same, by job and task prefix (prefixes "
+                   "beyond the scheduler's max-prefixes-per-job are added up as 'other').",
+                   "short",
+                   [target(f"sum by (job_id, prefix) ({ACTIVITY_RATE})",
+                           "job {{job_id}} / {{prefix}}")],
+                   w=12, h=9, stack=True, min_=0),
+    )
+    d.add(table(
+        "Time per job, prefix and activity", "Seconds over the dashboard's time range "
+        "(increase of dask_job_activity_seconds_total).", "s",
+        [target("sum by (job_id, prefix, activity) (increase(dask_job_activity_seconds_total"
+                "{" + JOB_SEL + "}[$__range]))", "{{activity}}", instant=True, table=True)],
+        w=12, h=9, merge=False, order=("job_id", "prefix", "activity"),
+        rename={"Value": "seconds", "job_id": "job"}))
+    d.add(timeseries(
+        "GPUs busy per task prefix", "Busy GPU-equivalents attributed to each job's task "
+        "prefixes: a worker's GPU busy time split among the prefixes executing on it "
+        "(dask_job_worker_prefix_tasks) in proportion to their tasks.", "none",
+        [target(f"sum by (job_id, prefix) ({PREFIX_BUSY})", "job {{job_id}} / {{prefix}}")],
+        w=12, h=9, stack=True, min_=0))
+    d.row("Workers: memory and CPU beside the GPUs")
+    d.add(
+        timeseries("Worker memory", "Process memory of each worker (RSS) and the managed "
+                   "part (task results in RAM), from its heartbeats; spilled to disk beside.",
+                   "bytes",
+                   [target(f"dask_job_worker_memory_bytes{{{W}}}", "{{worker}} process"),
+                    target(f"dask_job_worker_managed_memory_bytes{{{W}}}", "{{worker}} managed"),
+                    target(f"dask_job_worker_spilled_bytes{{{W}}}", "{{worker}} spilled")],
+                   w=8, h=8, min_=0),
+        timeseries("Worker CPU", "CPU of each worker process in cores (1 = one core busy), "
+                   "from its heartbeats.", "short",
+                   [target(f"dask_job_worker_cpu_ratio{{{W}}}", "{{worker}}")], w=8, h=8,
+                   min_=0),
+        timeseries("GPU utilisation per worker", "Mean utilisation of each worker's GPUs "
+                   "(dask_gpu_busy_seconds_total), beside its CPU and memory.", "percentunit",
+                   [target(f"avg by (worker) ({BUSY})", "{{worker}}")], w=8, h=8, min_=0,
+                   max_=1),
+    )
     d.row("DAGs")
     d.add(
         table("DAGs", "Every DAG seen in the time range with its last status "

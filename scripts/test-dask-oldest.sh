@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 tests=(
   tests/test_scheduler_plugin.py
   tests/test_scheduler_subprocess.py
+  tests/test_scheduler_fine.py
   tests/test_exporter_worker.py
   tests/test_monitor_e2e.py
 )

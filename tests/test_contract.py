@@ -44,6 +44,23 @@ SPEC_NAMES = {spec.name for spec in contract.SPECS}
 FAMILY_NAMES = SPEC_NAMES | {s.name.removesuffix("_total") for s in contract.SPECS
                              if s.type == "counter"}
 HANDLERS = {v for k, v in vars(contract.Handler).items() if k.isupper()}
+DYNAMIC = ((contract.ACTIVITY_FAMILY, contract.activity_spec),
+           (contract.CLUSTER_ACTIVITY_FAMILY, contract.cluster_activity_spec))
+
+
+def dynamic_family(token: str) -> bool:
+    """A family that contract.activity_spec/cluster_activity_spec builds for some Dask unit
+    (custom units get one of their own): its name, or that name without _total."""
+    for family, make in DYNAMIC:
+        if token.startswith(family):
+            unit = token.removeprefix(family)
+            if not token.endswith("_total"):
+                unit += "_total"
+            unit = unit.removesuffix("_total")
+            if unit and unit == contract.safe_unit(unit) and make(unit).name in (
+                    token, f"{token}_total"):
+                return True
+    return False
 
 
 def test_specs_are_unique_and_follow_prometheus_naming():
@@ -58,6 +75,23 @@ def test_specs_are_unique_and_follow_prometheus_naming():
             assert label not in ("job", "instance"), f"{spec.name}: {label} is Prometheus'"
 
 
+@pytest.mark.parametrize("unit", ["seconds", "bytes", "widget count", "S3 £", "", "Count"])
+def test_activity_families_of_any_unit_follow_prometheus_naming(unit: str):
+    for family, make in DYNAMIC:
+        spec = make(unit)
+        assert re.fullmatch(family + r"[a-z0-9]+(_[a-z0-9]+)*_total", spec.name), spec.name
+        assert spec.type == "counter" and spec.unit in spec.name
+        assert dynamic_family(spec.name) and dynamic_family(spec.name.removesuffix("_total"))
+
+
+@pytest.mark.parametrize("token", [
+    "dask_job_activity_", "dask_job_activity__total", "dask_job_activity_Seconds_total",
+    "dask_job_activity_a__b_total", "dask_job_cluster_activity_", "dask_job_activities",
+])
+def test_names_that_no_unit_builds_are_not_activity_families(token: str):
+    assert not dynamic_family(token)
+
+
 @pytest.mark.parametrize("path", project_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_series_and_handler_named_is_declared(path: Path):
     text = path.read_text(errors="replace")
@@ -66,7 +100,7 @@ def test_every_series_and_handler_named_is_declared(path: Path):
         if token.endswith("_"):  # a prefix, as in `grep dask_gpu_` or dask_job_*
             if not any(name.startswith(token) for name in SPEC_NAMES):
                 unknown.add(token + "*")
-        elif token not in FAMILY_NAMES:
+        elif token not in FAMILY_NAMES and not dynamic_family(token):
             unknown.add(token)
     # handler names; the package's own identifiers (dask_metrics_submission...) are not calls
     for token in set(HANDLER.findall(text)):

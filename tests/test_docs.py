@@ -192,6 +192,8 @@ ACCOUNTS: dict[str, Account] = {
     # ---- docs/benchmarks.md: minutes each; their arguments are parsed by their own parser ----
     "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 5":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 3":
+        Run("test_benchmark_command_lines_parse"),
     "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
     "--dags 100000 --every 10000 --tracemalloc": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
@@ -793,6 +795,7 @@ def test_benchmark_command_lines_parse():
     before it runs; a wrong option or value fails as it would for a reader."""
     commands = [
         "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 5",
+        "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 3",
         "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
         "--dags 100000 --every 10000 --tracemalloc",
         "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "

@@ -425,14 +425,17 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(options: str, says:
 
 @pytest.mark.integration
 @pytest.mark.parametrize(("args", "env", "says"), [
-    (["--metrics-port", "BUSY"], {}, "--metrics-port: cannot listen (Address already in use)"),
+    (["--metrics-port", "BUSY"], {},
+     "--metrics-port/--metrics-address: cannot listen (Address already in use)"),
+    (["--metrics-port", "0", "--metrics-address", "no-such-host.invalid"], {},
+     "--metrics-port/--metrics-address: cannot listen ("),
     ([], {"DASK_DASK_METRICS__SCHEDULER__JOB_MODE": "bogus"},
      "dask-metrics.scheduler.job-mode: 'bogus' is not one of client, span, manual"),
     ([], {"DASK_DASK_METRICS__SCHEDULER__FINISHED_DAG_TTL": "soon"},
      "dask-metrics.scheduler.finished-dag-ttl: 'soon' is not a duration"),
     ([], {"DASK_DASK_METRICS__SCHEDULER__MAX_JOBS": "many"},
      "dask-metrics.scheduler.max-jobs: 'many' is not a whole number"),
-], ids=["port-in-use", "job-mode", "ttl", "max-jobs"])
+], ids=["port-in-use", "bad-address", "job-mode", "ttl", "max-jobs"])
 def test_a_bad_preload_setting_stops_the_scheduler_with_one_line(args: list[str],
                                                                  env: dict[str, str], says: str):
     with socket.socket() as busy:

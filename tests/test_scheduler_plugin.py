@@ -391,7 +391,7 @@ def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
             assert len(dag_rows(newest)) == 1
             assert generate_latest(REGISTRY).decode().count("# TYPE dask_job_current_job ") == 1
             c2.run_on_scheduler(
-                lambda dask_scheduler: dask_setup.callback(dask_scheduler, None, None, None, None)
+                lambda dask_scheduler: dask_setup.callback(dask_scheduler, *[None] * 5)
             )
             assert (
                 sum(isinstance(p, JobPlugin) for p in two.scheduler.plugins.values()) == 1
@@ -402,10 +402,13 @@ def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
 
 @pytest.mark.integration
 def test_metrics_port_serves_the_series_instead_of_the_scheduler():
-    with cluster(config={"dask-metrics.scheduler.metrics-port": 0}) as lc, Client(lc) as client:
+    with cluster(config={"dask-metrics.scheduler.metrics-port": 0,
+                         "dask-metrics.scheduler.metrics-address": "127.0.0.1"}) as lc, \
+            Client(lc) as client:
         client.submit(inc, 1).result()
         port = client.sync(client.scheduler.dask_metrics_monitor_status)["metrics_port"]
         assert port and port != lc.scheduler.http_server.port
+        assert plugin_of(lc)._server.addresses == {"127.0.0.1"}  # this host only, as asked
         s = wait_for(lambda: scrape(port).of_cluster(plugin_of(lc).cluster), idle)
         assert statuses(s) == {("0", "0"): FINISHED}
         assert not metrics(lc)["dask_job_current_job"]
@@ -429,10 +432,11 @@ def test_settings_come_from_dask_config_and_the_command_line():
         Settings.from_config()
     ctx = dask_setup.make_context(
         "dask_setup",
-        ["--job-mode", "span", "--metrics-port", "9123", "--prometheus-url", "http://p"],
+        ["--job-mode", "span", "--metrics-port", "9123", "--prometheus-url", "http://p",
+         "--metrics-address", "127.0.0.1"],
     )
     assert ctx.params == {"job_mode": "span", "metrics_port": 9123, "prometheus_url": "http://p",
-                          "cluster": None}
+                          "metrics_address": "127.0.0.1", "cluster": None}
     with pytest.raises(click.BadParameter):
         dask_setup.make_context("dask_setup", ["--job-mode", "bogus"])
 

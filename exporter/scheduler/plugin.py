@@ -85,7 +85,8 @@ class JobPlugin(SchedulerPlugin):
         if self.settings.metrics_port is None:
             HUB.add(self)
         else:  # may fail (port taken): nothing else done yet
-            self._server = MetricsServer(SourceCollector(self), self.settings.metrics_port)
+            self._server = MetricsServer(SourceCollector(self), self.settings.metrics_port,
+                                         self.settings.metrics_address)
             self.metrics_port = self._server.port
             logger.info("dask-metrics: serving dask_job_* on port %d /metrics", self.metrics_port)
         self._scheduler = scheduler

@@ -32,6 +32,11 @@ logger = logging.getLogger(__name__)
     help="serve dask_job_* on this port's /metrics instead of the scheduler's (0: any free)",
 )
 @click.option(
+    "--metrics-address",
+    default=None,
+    help="the address --metrics-port listens on (default: every interface)",
+)
+@click.option(
     CLUSTER_OPTION,
     "cluster",
     default=None,
@@ -44,6 +49,7 @@ def dask_setup(
     job_mode: str | None,
     prometheus_url: str | None,
     metrics_port: int | None,
+    metrics_address: str | None,
     cluster: str | None,
 ) -> None:
     """Add the plugin to the scheduler (once: a second preload of it is ignored)."""
@@ -55,7 +61,7 @@ def dask_setup(
     try:
         settings = Settings.from_config(
             job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port,
-            cluster=cluster,
+            metrics_address=metrics_address, cluster=cluster,
         )
         plugin = JobPlugin(settings)
         plugin.attach(scheduler)
@@ -74,7 +80,7 @@ def _stop(scheduler: Any, exc: BaseException) -> None:
     monitored but exports no jobs loses every session in silence."""
     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, OSError) and not isinstance(exc, ValueError):
-        reason = f"--metrics-port: cannot listen ({exc.strerror or reason})"
+        reason = f"--metrics-port/--metrics-address: cannot listen ({exc.strerror or reason})"
     logger.error("dask-metrics: %s; stopping the scheduler rather than running it without "
                  "job tracking (fix the setting, or remove --preload dask_metrics.scheduler)",
                  reason)

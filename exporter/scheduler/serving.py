@@ -22,17 +22,19 @@ class _MetricsHandler(tornado.web.RequestHandler):
 
 
 class MetricsServer:
-    """Serves ``collector`` on ``port`` (0: any free one) on the running tornado IOLoop, the
-    scheduler's, so a scrape never runs concurrently with the hooks."""
+    """Serves ``collector`` on ``port`` (0: any free one) of ``address`` ("": every
+    interface) on the running tornado IOLoop, the scheduler's, so a scrape never runs
+    concurrently with the hooks."""
 
-    def __init__(self, collector: Collector, port: int) -> None:
+    def __init__(self, collector: Collector, port: int, address: str = "") -> None:
         registry = CollectorRegistry()
         registry.register(collector)
         app = tornado.web.Application([(r"/metrics", _MetricsHandler, {"registry": registry})])
-        sockets = tornado.netutil.bind_sockets(port)
+        sockets = tornado.netutil.bind_sockets(port, address or None)
         self._server = tornado.httpserver.HTTPServer(app)
         self._server.add_sockets(sockets)
         self.port: int = sockets[0].getsockname()[1]
+        self.addresses: set[str] = {s.getsockname()[0] for s in sockets}
 
     def stop(self) -> None:
         self._server.stop()

@@ -33,6 +33,7 @@ class Settings:
     job_mode: JobMode = JobMode.CLIENT
     prometheus_url: str | None = None
     metrics_port: int | None = None
+    metrics_address: str = ""  # "" listens on every interface, as Dask's own servers do
     max_finished_dags: int = 1000
     finished_dag_ttl: float = 300.0
     max_jobs: int = 1000
@@ -68,6 +69,7 @@ class Settings:
             prometheus_url=get("prometheus-url") or None,
             metrics_port=None if port is None or port == ""
             else read("metrics-port", count(0, 65536), "a port (0-65535)"),
+            metrics_address=str(get("metrics-address") or ""),
             max_finished_dags=read("max-finished-dags", count(0), "a whole number, 0 or more"),
             finished_dag_ttl=read(
                 "finished-dag-ttl",
