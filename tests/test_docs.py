@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
 from dask_metrics.collector import cli as collector_cli
+from dask_metrics.collector.export import SUMMARIES
 from tests.doc_commands import (
     ROOT,
     doc_files,
@@ -203,6 +204,8 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
     "83a2cb5": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -673,7 +676,7 @@ def test_collector_commands(tmp_path, monkeypatch, capsys):
 
         run("collector export --since 2h --out run-42")
         assert {p.name for p in (work / "run-42").iterdir()} == {
-            "w-a.csv", "w-b.csv", "workers.csv", "jobs.csv", "export.json"}
+            "w-a.csv", "w-b.csv", "workers.csv", "jobs.csv", "export.json", *SUMMARIES}
         with open(work / "run-42" / "w-a.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
         assert len(rows) == 2 * 97 and {r["worker_job"] for r in rows} == {"0", "1"}
@@ -803,6 +806,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5",
         "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
         "83a2cb5",
+        "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
