@@ -34,9 +34,11 @@ from dask_metrics.collector.fetch import (
     discover,
     fetch_cluster,
     fetch_gpu_series,
+    fetch_jobs,
     fetch_worker_activity,
     in_cluster,
 )
+from dask_metrics.collector.jobs import jobs_csv_rows
 from dask_metrics.collector.layouts import (
     LAYOUTS,
     WORKERS_HEADER,
@@ -59,7 +61,7 @@ from dask_metrics.collector.series import (
     worker_table,
 )
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
-from dask_metrics.contract import DASK_CLUSTER, REPLICA_LABELS
+from dask_metrics.contract import DASK_CLUSTER, JOBS_COLUMNS, JOBS_CSV, REPLICA_LABELS
 
 DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or
@@ -274,6 +276,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         if progress:
             progress(len(chosen), len(chosen), "")
         _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
+        jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
+        _write_lines(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
         record = {
@@ -296,6 +300,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "cluster": scope.cluster,
             "replica_labels": list(scope.replica_labels),
             "workers": [w.name for w in chosen],
+            "simulated": any(w.simulated for w in chosen),
+            "simulated_workers": [w.name for w in chosen if w.simulated],
             "files": files,
             "rows": rows_written,
             "warnings": warnings,
@@ -322,7 +328,7 @@ def previous_files(out: Path) -> set[str]:
     names only: a name with a path in it is not ours to remove)."""
     try:
         record = json.loads((out / "export.json").read_text(encoding="utf-8"))
-        names = [*record.get("files", []), "workers.csv", "export.json"]
+        names = [*record.get("files", []), "workers.csv", JOBS_CSV, "export.json"]
     except (OSError, ValueError, AttributeError, TypeError):
         return set()
     return {n for n in names if isinstance(n, str) and n not in ("", ".", "..")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.jobs import JobRow, job_rows
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -30,6 +31,8 @@ from dask_metrics.collector.series import (
 from dask_metrics.contract import (
     CURRENT_DAG,
     CURRENT_JOB,
+    DAG_INFO,
+    DAG_STATUS,
     DASK_CLUSTER,
     INFO,
     MONITOR_START,
@@ -209,6 +212,17 @@ def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
                                                   scope=scope), start, end, chunk, scope))
     return cluster_timeline(series.get(CURRENT_JOB.name, []),
                             series.get(CURRENT_DAG.name, []))
+
+
+def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookback: int,
+               scope: Scope = UNSCOPED) -> list[JobRow]:
+    """The DAGs seen in [start, end] (ms), with their job's name, client and outcome; samples
+    from ``lookback`` ms before ``start`` tell a DAG that ended before the range (see
+    jobs.job_rows)."""
+    series = by_metric(fetch_raw(client, selector([DAG_INFO.name, DAG_STATUS.name],
+                                                  scope=scope), start - lookback, end, chunk,
+                                 scope))
+    return job_rows(series.get(DAG_INFO.name, []), series.get(DAG_STATUS.name, []), start, end)
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,

@@ -16,15 +16,16 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, repeat
 from operator import itemgetter
+from pathlib import Path
 
 from dask_metrics.collector.columns import Column
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import SEED_KEYS, TIDY_KEYS
+from dask_metrics.contract import JOBS_CSV, SEED_KEYS, TIDY_KEYS
 
-WORKERS_HEADER = ("worker", "address", "host", "gpus", "uuids")
+WORKERS_HEADER = ("worker", "address", "host", "gpus", "uuids", "simulated")
 LAYOUTS = ("tidy", "seed")
-RESERVED = frozenset({"workers", "export"})
+RESERVED = frozenset({"workers", "export", Path(JOBS_CSV).stem})
 SEED_SEPARATOR = ", "
 
 
@@ -136,10 +137,11 @@ def seed_lines(table: WorkerTable, start: int) -> Iterator[str]:
 
 
 def workers_rows(workers: Iterable[WorkerInfo]) -> Iterator[list[str]]:
-    """workers.csv: several addresses or hosts (a restarted worker) are space-separated."""
+    """workers.csv: several addresses or hosts (a restarted worker) are space-separated;
+    ``simulated`` is "true" for a worker with synthetic GPUs, else "false"."""
     for w in workers:
         yield [w.name, " ".join(w.addresses), " ".join(w.hosts), str(len(w.gpus)),
-               " ".join(uuid for _, uuid in w.gpus)]
+               " ".join(uuid for _, uuid in w.gpus), "true" if w.simulated else "false"]
 
 
 def safe_file_names(workers: Sequence[str], layout: str) -> dict[str, str]:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dask_metrics.collector.errors import CollectorError
+from dask_metrics.contract import JOBS_CSV
 
 FIXED = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag")
-NOT_WORKER_FILES = ("workers.csv",)
+NOT_WORKER_FILES = ("workers.csv", JOBS_CSV)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from itertools import chain, pairwise, repeat
 from typing import NamedTuple
 
 from dask_metrics.collector.columns import TOTAL_METRIC, Column
+from dask_metrics.contract import SIMULATED
 
 IDLE = ("", "")
 Samples = tuple[list[int], list[float]]
@@ -211,6 +212,7 @@ class WorkerInfo:
     addresses: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     gpus: list[tuple[str, str]] = field(default_factory=list)
+    simulated: bool = False  # a GPU of it carried simulated="true": synthetic numbers
 
 
 def worker_inventory(gpu_info: Iterable[Mapping[str, str]],
@@ -229,6 +231,7 @@ def worker_inventory(gpu_info: Iterable[Mapping[str, str]],
         info = workers.setdefault(labels.get("worker", ""), WorkerInfo(labels.get("worker", "")))
         add(info.hosts, labels.get("hostname", ""))
         add(info.gpus, (labels.get("gpu", ""), labels.get("uuid", "")))
+        info.simulated = info.simulated or labels.get(SIMULATED) == "true"
     for labels in scheduler_info:
         if labels.get("worker") in workers:
             add(workers[labels["worker"]].addresses, labels.get("address", ""))

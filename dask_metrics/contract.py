@@ -392,4 +392,7 @@ GPU_BY_PREFIX_CSV = "gpu_by_prefix.csv"
 GPU_BY_PREFIX_COLUMNS = ("job", "job_name", "dag", "prefix", "gpu_seconds", "peak_mem",
                          "energy")
 JOBS_CSV = "jobs.csv"
-JOBS_COLUMNS = ("job", "job_name", "dag", "client", "status", "first_seen", "last_seen")
+# first_seen/last_seen: seconds since the export's start, like the per-worker ``timestamp``;
+# the *_time columns: the same times in RFC 3339, like their ``time``.
+JOBS_COLUMNS = ("job", "job_name", "dag", "client", "status", "first_seen", "last_seen",
+                "first_seen_time", "last_seen_time")

@@ -7,9 +7,10 @@ from now reach it and it is inside Prometheus' retention):
 - LONG [T0, T0+12000 s]: worker ``w-long``, one GPU, every metric every second: 12,001
   points per series, over query_range's 11,000-point limit, 108k samples in all.
 - CORE [C, C+600 s], C = T0+13000: ``w-a`` (2 GPUs, every 5 s, restarted: no sample in
-  (295, 420), a new instance label and an energy counter reset after), ``w-b`` (1 GPU, every
-  5 s at +2.5 s, only memory and utilisation), and the scheduler (every 10 s: cluster-wide
-  job/DAG, per-worker tasks, worker addresses, a monitor session from C+50 to C+550).
+  (295, 420), a new instance label and an energy counter reset after), ``w-b`` (1 simulated
+  GPU, every 5 s at +2.5 s, only memory and utilisation), and the scheduler (every 10 s:
+  cluster-wide job/DAG, per-worker tasks, worker addresses, a monitor session from C+50 to
+  C+550, four DAGs of three jobs with names and outcomes).
 - MANY [M, M+60 s], M = T0+14000: workers m-0 … m-49, 2 GPUs each, every 15 s.
 """
 
@@ -29,6 +30,7 @@ CORE_OFFSET = 13000
 MANY_OFFSET = 14000
 MANY_WORKERS = 50
 RESTART = (295, 420)  # w-a's last sample before its restart, and its first after
+SIMULATED = ("w-b",)  # its sidecar serves simulated GPUs (dask_gpu_info simulated="true")
 
 METRICS = {  # column -> series
     "total-mem": "dask_gpu_memory_used_bytes",
@@ -76,6 +78,34 @@ def worker_tasks(worker: str, s: float) -> list[tuple[str, str]]:
     if worker == "w-b":
         return [("0", "1")] if 250 <= s < 400 else []
     return []
+
+
+# The CORE scheduler's DAGs: (job, dag) -> (job_name, client, first scrape that shows it,
+# first running, first with its final status, that status); seen until the last scrape.
+CORE_DAGS = {
+    ("0", "0"): ("etl", "client-1", 90, 100, 250, 2),
+    ("0", "1"): ("etl", "client-1", 240, 250, 400, 2),
+    ("1", "0"): ("train", "client-1", 410, 420, 500, 3),
+    ("2", "0"): ("etl", "client-2", 520, None, None, 0),  # another job of that name, waiting
+}
+STATUS_WORDS = {0: "waiting", 1: "running", 2: "finished", 3: "erred"}
+
+
+def dag_status(dag: tuple[str, str], s: float) -> float:
+    """dask_job_dag_status of a CORE DAG at scheduler scrape s (seen then)."""
+    _, _, _, running, final, outcome = CORE_DAGS[dag]
+    if final is not None and s >= final:
+        return float(outcome)
+    return 1.0 if running is not None and s >= running else 0.0
+
+
+def expected_jobs() -> list[dict[str, str]]:
+    """jobs.csv of the CORE window [C, C+600], seconds after C."""
+    end = scheduler_times()[-1]
+    return [{"job": job, "job_name": name, "dag": dag, "client": client,
+             "status": STATUS_WORDS[outcome], "first_seen": f"{seen:.3f}",
+             "last_seen": f"{final if final is not None else end:.3f}"}
+            for (job, dag), (name, client, seen, _, final, outcome) in sorted(CORE_DAGS.items())]
 
 
 def as_of(t: float) -> float | None:
@@ -179,7 +209,8 @@ class Dataset:
     def _info(self, om: OpenMetrics, worker: str, gpu: int, uuid: str, host: str,
               times: list[float]) -> None:
         om.add("dask_gpu_info", {"worker": worker, "gpu": str(gpu), "uuid": uuid,
-                                 "hostname": host, "name": "Fake GPU", "simulated": "false",
+                                 "hostname": host, "name": "Fake GPU",
+                                 "simulated": "true" if worker in SIMULATED else "false",
                                  "pci_bus_id": f"0000:0{gpu}:00.0", "driver_version": "550.1",
                                  "instance": f"{host}:9446", "job": "dask-gpu"},
                [(t, 1.0) for t in times])
@@ -228,6 +259,12 @@ class Dataset:
                     om.add("dask_job_worker_gpu_info",
                            {**sched, "worker": worker, "address": address, "gpu": str(gpu),
                             "uuid": f"GPU-{worker[-1]}{gpu}"}, [(c + s, 1.0) for s in part])
+        for (job, dag), (name, client, seen, *_) in CORE_DAGS.items():
+            ids = {**sched, "job_id": job, "dag_id": dag}
+            shown = [s for s in times if s >= seen]
+            om.add("dask_job_dag_info", {**ids, "job_name": name, "client": client},
+                   [(c + s, 1.0) for s in shown])
+            om.add("dask_job_dag_status", ids, [(c + s, dag_status((job, dag), s)) for s in shown])
         om.add("dask_job_monitor_start_timestamp_seconds", sched,
                [(c + s, float(c + 50) if s >= 50 else 0.0) for s in times])
         om.add("dask_job_monitor_stop_timestamp_seconds", sched,

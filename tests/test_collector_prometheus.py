@@ -20,6 +20,7 @@ from dask_metrics.collector.export import export
 from dask_metrics.collector.fetch import fetch_steps, selector
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
 from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.contract import JOBS_COLUMNS
 from tests.collector_dataset import (
     COLUMNS,
     LONG_END,
@@ -34,6 +35,7 @@ from tests.collector_dataset import (
     column_value,
     core_value,
     expected_cluster,
+    expected_jobs,
     expected_worker,
     long_value,
     make_dataset,
@@ -140,8 +142,8 @@ def test_tidy_export_matches_the_dataset_value_by_value(core_export: tuple[Path,
                                                         dataset: Dataset,
                                                         prom: PrometheusServer) -> None:
     out, _ = core_export
-    assert sorted(p.name for p in out.iterdir()) == ["export.json", "w-a.csv", "w-b.csv",
-                                                     "workers.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "jobs.csv", "w-a.csv",
+                                                     "w-b.csv", "workers.csv"]
     for worker in ("w-a", "w-b"):
         path = out / f"{worker}.csv"
         assert header(path) == ["timestamp", "time", "worker", "gpu", "uuid", "job", "dag",
@@ -221,9 +223,9 @@ def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path
     out, run = core_export
     assert read_csv(out / "workers.csv") == [
         {"worker": "w-a", "address": "tcp://10.0.0.1:40000 tcp://10.0.0.1:40001",
-         "host": "host-a", "gpus": "2", "uuids": "GPU-a0 GPU-a1"},
+         "host": "host-a", "gpus": "2", "uuids": "GPU-a0 GPU-a1", "simulated": "false"},
         {"worker": "w-b", "address": "tcp://10.0.0.2:40000", "host": "host-b", "gpus": "1",
-         "uuids": "GPU-b0"}]
+         "uuids": "GPU-b0", "simulated": "true"}]
     text = (out / "export.json").read_text()
     record = json.loads(text)
     assert record["prometheus"] == prom.url
@@ -231,11 +233,44 @@ def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path
     assert record["metrics"] == COLUMNS
     assert record["units"]["sm-clock"] == "MHz"
     assert record["files"] == ["w-a.csv", "w-b.csv"]
+    assert (record["simulated"], record["simulated_workers"]) == (True, ["w-b"])
     if keeps_nan(prom):  # Debian's VictoriaMetrics reports no version in status/buildinfo
         assert record["versions"]["prometheus"].startswith("2.")
     assert record["asked"]["since"] == format_rfc3339(dataset.core * 1000)
     for output in (text, run.out, run.err):
         assert PASSWORD not in output and f"{USER}:" not in output
+
+
+def test_jobs_csv_names_each_dag_with_its_outcome_and_times(core_export: tuple[Path, Run],
+                                                           dataset: Dataset) -> None:
+    """Every DAG of the window by job name and client, its final status, and when it was
+    first seen and last seen unfinished, in seconds since the start and in RFC 3339."""
+    out, _ = core_export
+    assert header(out / "jobs.csv") == list(JOBS_COLUMNS)
+    rows = read_csv(out / "jobs.csv")
+    times = [{k: r.pop(k) for k in ("first_seen_time", "last_seen_time")} for r in rows]
+    assert rows == expected_jobs()
+    for row, stamps in zip(rows, times, strict=True):
+        for key in ("first_seen", "last_seen"):
+            seconds = dataset.core + float(row[key])
+            assert stamps[f"{key}_time"] == format_rfc3339(round(seconds * 1000))
+
+
+def test_jobs_csv_leaves_out_dags_that_ended_before_the_range(prom: PrometheusServer,
+                                                             dataset: Dataset,
+                                                             password_file: Path,
+                                                             tmp_path: Path) -> None:
+    """From C+450: etl's DAGs had finished (still exported, scraped as finished before), so
+    only train (erred at 500) and the waiting etl of client-2 are rows; train is first seen
+    at the range's first scrape."""
+    out = tmp_path / "late"
+    run = collector("export", "--since", str(dataset.core + 450), "--until",
+                    str(dataset.core + 600), "--out", str(out), *auth(prom, password_file))
+    assert run.code == 0, run.err
+    rows = read_csv(out / "jobs.csv")
+    assert [(r["job"], r["job_name"], r["dag"], r["status"], r["first_seen"], r["last_seen"])
+            for r in rows] == [("1", "train", "0", "erred", "0.000", "50.000"),
+                               ("2", "etl", "0", "waiting", "70.000", "150.000")]
 
 
 # ---- export: seed, step, long ranges, many workers -----------------------------------------
@@ -247,7 +282,7 @@ def test_seed_layout_is_the_original_files(prom: PrometheusServer, dataset: Data
     run = collector("export", "--since", str(dataset.core), "--until", str(dataset.core + 600),
                     "--layout", "seed", "--out", str(out), *auth(prom, password_file))
     assert run.code == 0, run.err
-    assert sorted(p.name for p in out.iterdir()) == ["export.json", "worker_0.csv",
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "jobs.csv", "worker_0.csv",
                                                      "worker_1.csv", "workers.csv"]
     assert [r["worker"] for r in read_csv(out / "workers.csv")] == ["w-a", "w-b"]
     for index, worker in enumerate(("w-a", "w-b")):

@@ -29,6 +29,7 @@ from dask_metrics.collector.layouts import (
     seed_lines,
     tidy_header,
     tidy_lines,
+    workers_rows,
 )
 from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.promapi import PrometheusClient, redact_url, split_credentials
@@ -280,13 +281,14 @@ def test_lines_are_what_csv_writes_row_by_row() -> None:
 def test_workers_inventory_and_selection() -> None:
     gpu_info = [{"worker": "w-10", "gpu": "1", "uuid": "B", "hostname": "h2"},
                 {"worker": "w-10", "gpu": "0", "uuid": "A", "hostname": "h1"},
-                {"worker": "w-2", "gpu": "0", "uuid": "C", "hostname": "h1"}]
+                {"worker": "w-2", "gpu": "0", "uuid": "C", "hostname": "h1", "simulated": "true"}]
     sched = [{"worker": "w-10", "address": "tcp://x:1"}, {"worker": "w-10", "address": "tcp://x:2"},
              {"worker": "gone", "address": "tcp://y:1"}]
     found = worker_inventory(gpu_info, sched)
-    assert found == [WorkerInfo("w-2", [], ["h1"], [("0", "C")]),
+    assert found == [WorkerInfo("w-2", [], ["h1"], [("0", "C")], simulated=True),
                      WorkerInfo("w-10", ["tcp://x:1", "tcp://x:2"], ["h2", "h1"],
                                 [("0", "A"), ("1", "B")])]
+    assert [row[-1] for row in workers_rows(found)] == ["true", "false"]
     assert [w.name for w in select_workers(found, ["w-1*"])] == ["w-10"]
     assert select_workers(found, None) == found
     with pytest.raises(LookupError, match="w-3"):

@@ -119,9 +119,21 @@ def test_monitor_outlives_its_client_and_exports_per_worker_csv(cluster, session
         [(r["time"], r["job"], r["dag"], r["worker_job"]) for r in rows],
         stack.query("dask_job_worker_tasks[3m]"))  # what the scheduler reported, if it fails
     assert "" in {r["worker_job"] for r in rows[-3:]}  # idle again at the end
-    workers = (out / "workers.csv").read_text()
-    assert "gpu-a" in workers and "gpu-b" in workers
-    assert stack.prometheus_url in (out / "export.json").read_text()
+    with open(out / "workers.csv", newline="") as fh:
+        workers = list(csv.DictReader(fh))
+    assert [(w["worker"], w["simulated"]) for w in workers] == [("gpu-a", "false"),
+                                                                ("gpu-b", "false")]
+    record = json.loads((out / "export.json").read_text())
+    assert record["prometheus"] == stack.prometheus_url and record["simulated"] is False
+    with open(out / "jobs.csv", newline="") as fh:
+        dags = list(csv.DictReader(fh))
+    assert [(d["job"], d["job_name"], d["dag"], d["status"]) for d in dags] == [
+        ("0", "job-a", "0", "finished"), ("1", "job-b", "0", "erred")]
+    assert [d["client"].split("-")[:3] for d in dags] == [["Client", "job", "a"],
+                                                         ["Client", "job", "b"]]  # Dask's ids
+    for d in dags:  # seen within the session, the erred DAG after the first one
+        assert 0 <= float(d["first_seen"]) <= float(d["last_seen"]) <= times[-1] + 2
+    assert float(dags[1]["first_seen"]) >= float(dags[0]["first_seen"])
 
 
 def test_monitor_command_line(cluster, session):
