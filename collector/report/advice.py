@@ -171,6 +171,16 @@ def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]
         out += _idle_gpus(job, idle_percent)
     for gpu in gpus:
         out += _near_capacity(gpu)
+    if not report["jobs"]:  # sizes from a session without work would be advice on nothing
+        return out + _no_jobs(gpus)
     out += _pool(gpus, headroom)
     out += _sharing(gpus, headroom)
     return out
+
+
+def _no_jobs(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    seconds = sum(g.get("gpu_seconds") or 0 for g in gpus)
+    return [{"kind": "idle-gpu", "text": f"No job ran in this session: its {len(gpus)} GPU(s) "
+             f"were held for {seconds:.0f} GPU seconds without Dask work. Release them "
+             "between runs (scale the cluster down, or adapt()).",
+             "based_on": {"gpus": len(gpus), "gpu_seconds": seconds}}]

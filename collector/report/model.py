@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from dask_metrics.collector.peaks import Peak, gpu_peaks
@@ -124,25 +125,20 @@ def _status(statuses: Iterable[str]) -> str:
 
 
 def _seconds_of(text: str | None) -> float | None:
-    """A jobs.csv time: unix seconds or RFC 3339."""
+    """Unix seconds of an RFC 3339 time (jobs.csv's ``*_time`` columns), None if not one."""
     if not text:
         return None
     try:
-        return float(text)
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        from datetime import datetime
-
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
+        return None
 
 
 def _wall(rows: Sequence[Mapping[str, str]], use: Mapping[str, Any]) -> dict[str, Any]:
     """Wall time: from jobs.csv's first and last seen where the export has them (the
     scheduler's view), else the first and last GPU interval attributed to it."""
-    firsts = [s for r in rows if (s := _seconds_of(r.get("first_seen"))) is not None]
-    lasts = [s for r in rows if (s := _seconds_of(r.get("last_seen"))) is not None]
+    firsts = [s for r in rows if (s := _seconds_of(r.get("first_seen_time"))) is not None]
+    lasts = [s for r in rows if (s := _seconds_of(r.get("last_seen_time"))) is not None]
     if firsts and lasts:
         begin, end, source = min(firsts), max(lasts), "jobs.csv (scheduler)"
     elif use["seen_first"] and use["seen_last"]:
