@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import os
 import re
 import signal
@@ -91,6 +92,13 @@ def test_demo_end_to_end(first_run):
         svg = (out / "plots" / f"{stem}.svg").read_text()
         assert svg.startswith("<?xml") and "<svg" in svg
         assert str(out / "plots" / f"{stem}.png") in stdout
+    # The session report (Monitor.report): its path printed, both jobs by name, simulated.
+    assert str(out / "report" / "report.html") in stdout
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["session"]["simulated"] == "all"
+    assert [(j["job_name"], j["status"]) for j in report["jobs"]] == [("etl", "finished"),
+                                                                      ("train", "finished")]
+    assert "SIMULATED GPUs" in (out / "report" / "report.html").read_text()
     assert not left_running(out)
     for log in (out / "logs").glob("*.log"):  # a normal shutdown logs no error
         text = log.read_text(errors="replace")  # (Dask may log a closed comm at INFO level)

@@ -126,6 +126,11 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_local_deployment"),
     # ---- the collector, against a real Prometheus ----
     "export DASK_METRICS_PROMETHEUS_URL=http://prometheus:9090": Run("test_collector_commands"),
+    "collector report --since monitor --out report": Mapped(
+        "tests/test_report.py::test_a_session_without_jobs",
+        "the same command with --cluster and --prometheus, on a scripted session"),
+    "collector report --since monitor --format text": Mapped(
+        "tests/test_report.py::test_text_format_prints_the_same_sections"),
     "collector export --since 2h --out run-42": Run("test_collector_commands"),
     "collector export --since monitor --layout seed": Run("test_collector_commands"),
     "collector peaks --since 2024-05-01T12:00:00Z --until 2024-05-01T14:00:00Z":
