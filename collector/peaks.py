@@ -36,8 +36,10 @@ from dask_metrics.collector.fetch import (
     data_span,
     fetch_cluster,
     fetch_gpu_series,
+    fetch_jobs,
     fetch_worker_activity,
 )
+from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
@@ -53,8 +55,9 @@ class Peak:
     """The peak of one GPU (or of one GPU during one job, with ``by="job"``).
 
     ``time`` (ms) is the first scrape that reported the peak; ``job``/``dag`` are what ran on
-    that worker then (empty when idle). The spike itself happened within the exporter's peak
-    window before ``time``.
+    that worker then (empty when idle), ``job_name`` its job's name and ``phase`` how tables
+    and plots call it (``etl · DAG 2``, see jobs.JobNames). The spike itself happened within
+    the exporter's peak window before ``time``.
     """
 
     worker: str
@@ -65,6 +68,8 @@ class Peak:
     time: int
     job: str
     dag: str
+    job_name: str = ""
+    phase: str = ""
 
     @property
     def peak_percent(self) -> float | None:
@@ -77,7 +82,8 @@ class Peak:
                 "peak_bytes": _json_number(self.peak_bytes),
                 "total_bytes": _json_number(self.total_bytes),
                 "peak_percent": self.peak_percent, "time": format_rfc3339(self.time),
-                "job": _json_id(self.job), "dag": _json_id(self.dag)}
+                "job": _json_id(self.job), "dag": _json_id(self.dag),
+                "job_name": self.job_name or None}
 
 
 def _json_id(value: str) -> int | str | None:
@@ -124,14 +130,14 @@ def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
 
 def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
               activity: Timeline, max_age: int, by_job: bool = False,
-              since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW)
-              ) -> list[Peak]:
+              since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW),
+              names: JobNames = NO_NAMES) -> list[Peak]:
     """Peaks of one worker's GPUs (pure). The first sample at the maximum is reported.
 
     With ``by_job`` there is one peak per GPU and job that ran on the worker (samples while it
     was idle are left out); the DAG is the one running at the peak. With ``since`` (ms), the
     peak gauge's samples before ``since + peak_window`` count only above the first one
-    (see ``_sources``), with used memory's.
+    (see ``_sources``), with used memory's. ``names`` names the jobs (jobs.csv's rows).
     """
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
@@ -144,7 +150,8 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
         tagged.sort(key=lambda item: (id_key(item[0]), item[1]))
         for _, group in groupby(tagged, key=lambda item: item[0]):
             _, t, v, (job, dag) = max(group, key=lambda item: (item[2], -item[1]))
-            peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag))
+            peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
+                              names.names.get(job, ""), names.phase(job, dag)))
     return peaks
 
 
@@ -170,6 +177,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
     found: list[Peak] = []
     for i, info in enumerate(chosen):
         if progress:
@@ -179,7 +187,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
         activity = fetch_worker_activity(client, info.name, timeline, start - age, end,
                                          chunk_ms, scope)
         found += gpu_peaks(info.name, series, activity, age, by_job=by == "job", since=begin,
-                           peak_window=to_ms(peak_window))
+                           peak_window=to_ms(peak_window), names=names)
     if progress:
         progress(len(chosen), len(chosen), "")
     return found
@@ -190,12 +198,12 @@ def _bytes(value: float | None) -> str:
 
 
 def format_table(found: Sequence[Peak]) -> str:
-    """A plain aligned table for a terminal."""
-    header = ["worker", "gpu", "uuid", "peak", "total", "peak %", "time", "job", "dag"]
+    """A plain aligned table for a terminal; ``during``: the job (and DAG) by name."""
+    header = ["worker", "gpu", "uuid", "peak", "total", "peak %", "time", "during"]
     lines = [header] + [
         [p.worker, p.gpu, p.uuid, _bytes(p.peak_bytes), _bytes(p.total_bytes),
          "" if p.peak_percent is None else f"{p.peak_percent:.2f}", format_rfc3339(p.time),
-         p.job, p.dag] for p in found]
+         p.phase] for p in found]
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                      for row in lines)

@@ -1,6 +1,8 @@
 """Pictures of an export: per worker, GPU utilisation and memory over time with the job/DAG
-phases shaded, and a cluster overview. Needs the optional extra ``dask-metrics[plot]``
-(matplotlib), imported only here so that the rest of the collector does without it.
+phases shaded and named, and a cluster overview with what ran on each worker. Simulated GPUs
+are marked on the picture itself, so that a copied PNG cannot pass for a real run. Needs the
+optional extra ``dask-metrics[plot]`` (matplotlib), imported only here so that the rest of
+the collector does without it.
 """
 
 from __future__ import annotations
@@ -9,13 +11,25 @@ import fnmatch
 import math
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from dask_metrics.atomicfile import atomic_open
 from dask_metrics.collector.errors import CollectorError, UsageError
-from dask_metrics.collector.plotdata import Phase, WorkerTrace, break_gaps, read_export
+from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.plotdata import (
+    UNKNOWN,
+    Phase,
+    Provenance,
+    WorkerTrace,
+    break_gaps,
+    place_labels,
+    read_export,
+    read_provenance,
+    time_unit,
+    worker_capacity,
+)
 
 FORMATS = ("png", "svg")
 SIZE = (12.0, 6.5)  # inches; at DPI: 1200 x 650 pixels
@@ -23,6 +37,9 @@ DPI = 100
 GIB = 2**30
 CLUSTER = "cluster"  # the overview's file name; a worker of that name is "worker-cluster"
 MAX_LEGEND = 16
+MAX_ROWS = 40  # workers named on the "ran on" rows of the cluster page; more: rows only
+CHARS_PER_AXIS = 150  # 7-point characters across an axes of the figure (a little under)
+LABEL_ROW = 0.07  # height of a row of phase labels above an axes, in axes fractions
 PLOT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util")
 
 
@@ -46,86 +63,169 @@ def _nan(values: Sequence[float | None], scale: float = 1.0) -> list[float]:
 
 
 def _line(ax: Any, times: Sequence[float], values: Sequence[float | None], scale: float = 1.0,
-          **style: Any) -> None:
-    """A line that breaks where a value is missing or samples stop for a while."""
-    t, v = break_gaps(times, _nan(values, scale))
+          unit: float = 1.0, **style: Any) -> None:
+    """A line that breaks where a value is missing or samples stop for a while; ``unit``:
+    seconds per unit of the time axis."""
+    t, v = break_gaps([x / unit for x in times], _nan(values, scale))
     ax.plot(t, v, **style)
 
 
-def _shade(axes: Sequence[Any], found: Sequence[Phase]) -> None:
-    """One colour per job, a label per DAG where there is room for it."""
+def _colours(found: Iterable[Phase]) -> dict[str, str]:
+    """One colour per job, in the order the jobs first ran."""
+    ordered = sorted(found, key=lambda p: p.start)
+    return {job: f"C{i % 10}" for i, job in enumerate(dict.fromkeys(p.job for p in ordered))}
+
+
+def _forms(names: JobNames, p: Phase) -> tuple[str, ...]:
+    """A phase's label, then shorter forms for a narrow phase (its job shows by colour):
+    ``etl · DAG 2``, ``DAG 2``, ``2``; a job's only DAG keeps the job's name."""
+    full = names.phase(p.job, p.dag)
+    return (full, f"DAG {p.dag}", p.dag) if p.dag and full != names.job(p.job) else (full,)
+
+
+def _shade(axes: Sequence[Any], found: Sequence[Phase], names: JobNames, unit: float,
+           colours: dict[str, str], top: Any = None) -> None:
+    """One colour per job, a line where each DAG starts; every phase labelled by name above
+    ``top`` (the first of ``axes`` by default), narrow ones on staggered rows rather than
+    left out; each job once in the legend of the first axes."""
     if not found:
         return
-    colours = {job: f"C{i % 10}" for i, job in enumerate(dict.fromkeys(p.job for p in found))}
-    top = axes[0]
+    top = axes[0] if top is None else top
     left, right = top.get_xlim()
-    for p in found:
+    per_char = (right - left) / CHARS_PER_AXIS
+    ordered = sorted(found, key=lambda p: (p.start + p.end) / 2)
+    forms = [_forms(names, p) for p in ordered]
+    centres = [(p.start + p.end) / 2 / unit for p in ordered]
+    placed = place_labels([(c, [(len(f) + 1) * per_char for f in texts])
+                           for c, texts in zip(centres, forms, strict=True)])
+    legend: set[str] = set()
+    for p, texts, centre, (row, form) in zip(ordered, forms, centres, placed, strict=True):
+        text = texts[form]
+        colour = colours[p.job]
         for ax in axes:  # a line where each DAG starts: a job's DAGs share its colour
-            ax.axvspan(p.start, p.end, color=colours[p.job], alpha=0.15, linewidth=0)
-            ax.axvline(p.start, color=colours[p.job], alpha=0.6, linewidth=0.8)
-        if (p.end - p.start) >= 0.04 * (right - left):
-            top.text((p.start + p.end) / 2, 1.01, f"job {p.job}\nDAG {p.dag}",
-                     transform=top.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
-    top.set_xlim(left, right)
+            label = names.job(p.job) if ax is axes[0] and p.job not in legend else None
+            ax.axvspan(p.start / unit, p.end / unit, color=colour, alpha=0.15, linewidth=0,
+                       label=label)
+            ax.axvline(p.start / unit, color=colour, alpha=0.6, linewidth=0.8)
+        legend.add(p.job)
+        top.text(centre, 1.01 + LABEL_ROW * row, text, transform=top.get_xaxis_transform(),
+                 ha="center", va="bottom", fontsize=7, color=colour, clip_on=False)
+    for ax in axes:
+        ax.set_xlim(left, right)
 
 
-def _finish(fig: Any, util: Any, mem: Any, title: str, legend: bool = True) -> None:
+def _capacity(ax: Any, capacities: Sequence[tuple[float | None, str]], what: str) -> None:
+    """Capacity lines on a memory panel: one grey line when all are equal, else a dashed line
+    per GPU or worker in its colour."""
+    known = [(c, colour) for c, colour in capacities if c]
+    if len({c for c, _ in known}) == 1:
+        value = known[0][0] / GIB
+        ax.axhline(value, color="0.4", linestyle="--", linewidth=1,
+                   label=f"capacity{what} ({value:.4g} GiB)")
+        return
+    for i, (c, colour) in enumerate(known):
+        ax.axhline(c / GIB, color=colour, linestyle=(0, (4, 2)), linewidth=1,
+                   label=f"capacity{what} (dashed)" if i == 0 else None)
+
+
+def _finish(fig: Any, util: Any, mem: Any, title: str, unit: tuple[float, str], start: str,
+            legend: bool = True, simulated: str = "") -> None:
     util.set_ylim(0, 105)
     util.set_ylabel("GPU utilisation (%)")
     mem.set_ylabel("GPU memory (GiB)")
     mem.set_ylim(bottom=0)
-    mem.set_xlabel("seconds since the start")
+    mem.set_xlabel(f"{unit[1]} since the start" + (f" ({start})" if start else ""))
     for ax in (util, mem):
         ax.grid(alpha=0.3)
         if legend and ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
-    fig.suptitle(title, fontsize=11)
+    if simulated:
+        title = f"{simulated}: {title}"
+        fig.text(0.5, 0.45, "SIMULATED GPUs", fontsize=56, color="red", alpha=0.12,
+                 rotation=20, ha="center", va="center", in_layout=False)
+    fig.suptitle(title, fontsize=11, color="red" if simulated else "black")
 
 
-def worker_figure(trace: WorkerTrace) -> Any:
+def _span(traces: Sequence[WorkerTrace]) -> float:
+    return max((g.times[-1] for t in traces for g in t.gpus if g.times), default=0.0)
+
+
+def worker_figure(trace: WorkerTrace, provenance: Provenance = UNKNOWN) -> Any:
     fig = _figure()
     util, mem = fig.subplots(2, 1, sharex=True)
-    capacity = None
+    unit = time_unit(_span([trace]))
     for i, gpu in enumerate(trace.gpus):
         colour, name = f"C{i % 10}", f"GPU {gpu.gpu}"
         if "compute-util" in gpu.values:
-            _line(util, gpu.times, gpu.values["compute-util"], color=colour,
+            _line(util, gpu.times, gpu.values["compute-util"], unit=unit[0], color=colour,
                   label=f"{name} compute")
         if "mem-bw-util" in gpu.values:
-            _line(util, gpu.times, gpu.values["mem-bw-util"], color=colour, linestyle="--",
-                  label=f"{name} memory bandwidth")
+            _line(util, gpu.times, gpu.values["mem-bw-util"], unit=unit[0], color=colour,
+                  linestyle="--", label=f"{name} memory bandwidth")
         if "total-mem" in gpu.values:
-            _line(mem, gpu.times, gpu.values["total-mem"], 1 / GIB, color=colour,
+            _line(mem, gpu.times, gpu.values["total-mem"], 1 / GIB, unit[0], color=colour,
                   label=f"{name} used")
         if "peak-mem" in gpu.values:
-            _line(mem, gpu.times, gpu.values["peak-mem"], 1 / GIB, color=colour, linestyle=":",
-                  drawstyle="steps-post", label=f"{name} peak (between scrapes too)")
-        capacity = capacity or gpu.capacity()
-    if capacity:
-        mem.axhline(capacity / GIB, color="0.4", linestyle="--", linewidth=1, label="capacity")
-    _shade((util, mem), trace.phases)
-    since = f" from {trace.start}" if trace.start else ""
-    _finish(fig, util, mem, f"{trace.worker}: {len(trace.gpus)} GPU(s){since}, "
-            "shaded: the job/DAG running on this worker")
+            _line(mem, gpu.times, gpu.values["peak-mem"], 1 / GIB, unit[0], color=colour,
+                  linestyle=":", drawstyle="steps-post",
+                  label=f"{name} peak (between scrapes too)")
+    _capacity(mem, [(g.capacity(), f"C{i % 10}") for i, g in enumerate(trace.gpus)], "")
+    _shade((util, mem), trace.phases, provenance.names, unit[0], _colours(trace.phases))
+    simulated = "SIMULATED GPUs" if trace.worker in provenance.simulated else ""
+    _finish(fig, util, mem, f"{trace.worker}: {len(trace.gpus)} GPU(s)\nshaded: the job/DAG "
+            "running on this worker", unit, trace.start, simulated=simulated)
     return fig
 
 
-def cluster_figure(traces: Sequence[WorkerTrace]) -> Any:
+def _where(ax: Any, traces: Sequence[WorkerTrace], names: JobNames, unit: float,
+           colours: dict[str, str]) -> None:
+    """What ran on each worker: a row per worker (the first on top), a bar per phase in its
+    job's colour, each job once in the legend."""
+    seen: set[str] = set()
+    for row, trace in enumerate(traces):
+        for p in trace.phases:
+            label = names.job(p.job) if p.job not in seen else None
+            seen.add(p.job)
+            ax.broken_barh([(p.start / unit, (p.end - p.start) / unit)], (row - 0.4, 0.8),
+                           facecolors=colours[p.job], edgecolors=colours[p.job],
+                           linewidth=0.8, label=label)
+    ax.set_ylim(len(traces) - 0.5, -0.5)
+    if len(traces) <= MAX_ROWS:
+        ax.set_yticks(range(len(traces)), [t.worker for t in traces], fontsize=7)
+    else:
+        ax.set_yticks([])
+    ax.set_ylabel("ran on", fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    if seen:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False,
+                  title="job", title_fontsize=7)
+
+
+def cluster_figure(traces: Sequence[WorkerTrace], provenance: Provenance = UNKNOWN
+                   ) -> Any:
     fig = _figure()
-    util, mem = fig.subplots(2, 1, sharex=True)
+    rows = min(0.3 + 0.12 * len(traces), 1.6)
+    where, util, mem = fig.subplots(3, 1, sharex=True, height_ratios=[rows, 2, 2])
+    unit = time_unit(_span(traces))
     for i, trace in enumerate(traces):
         style = {"color": f"C{i % 10}", "label": trace.worker, "linewidth": 1}
         if "compute-util" in trace.metrics:
-            _line(util, *trace.mean("compute-util"), **style)
+            _line(util, *trace.mean("compute-util"), unit=unit[0], **style)
         if "total-mem" in trace.metrics:
-            _line(mem, *trace.total("total-mem"), 1 / GIB, **style)
+            _line(mem, *trace.total("total-mem"), 1 / GIB, unit[0], **style)
+    _capacity(mem, [(worker_capacity(t), f"C{i % 10}") for i, t in enumerate(traces)],
+              " of a worker")
     busiest = max(traces, key=lambda t: sum(len(g.times) for g in t.gpus))
-    _shade((util, mem), busiest.cluster_phases)
+    colours = _colours([p for t in traces for p in (*t.phases, *t.cluster_phases)])
+    _where(where, traces, provenance.names, unit[0], colours)
+    _shade((util, mem), busiest.cluster_phases, provenance.names, unit[0], colours, top=where)
     gpus = sum(len(t.gpus) for t in traces)
-    since = f" from {busiest.start}" if busiest.start else ""
-    _finish(fig, util, mem, f"cluster: {len(traces)} worker(s), {gpus} GPU(s){since}; mean "
-            "utilisation and memory used per worker, shaded: the cluster's job/DAG",
-            legend=len(traces) <= MAX_LEGEND)
+    fake = [t.worker for t in traces if t.worker in provenance.simulated]
+    simulated = (f"SIMULATED GPUs on {len(fake)} of {len(traces)} worker(s)" if fake else "")
+    _finish(fig, util, mem, f"cluster: {len(traces)} worker(s), {gpus} GPU(s)\ntop: what ran "
+            "on each worker; below: mean utilisation and memory used per worker, shaded: the "
+            "cluster's oldest unfinished job/DAG", unit, busiest.start,
+            legend=len(traces) <= MAX_LEGEND, simulated=simulated)
     return fig
 
 
@@ -150,6 +250,7 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                          f"{', '.join(FORMATS)})")
     require_matplotlib()
     traces = read_export(folder)
+    provenance = read_provenance(folder)
     if workers:
         traces = [t for t in traces if any(fnmatch.fnmatchcase(t.worker, w) for w in workers)]
         if not traces:
@@ -161,8 +262,8 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     try:
         for trace in traces:
             stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
-            written += _save(worker_figure(trace), target / stem, formats)
-        written += _save(cluster_figure(traces), target / CLUSTER, formats)
+            written += _save(worker_figure(trace, provenance), target / stem, formats)
+        written += _save(cluster_figure(traces, provenance), target / CLUSTER, formats)
     except BaseException:  # a folder made for pictures that could not all be drawn goes
         if created:
             shutil.rmtree(target, ignore_errors=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.contract import JOBS_CSV
 
 FIXED = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag")
@@ -187,3 +188,77 @@ def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
     if not files:
         raise CollectorError(f"{folder} holds no worker CSV files")
     return [read_worker_file(p) for p in files]
+
+
+# ---- provenance: names and simulated GPUs, from the export's other files -------------------
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the worker files do not say: the jobs' names (jobs.csv) and which workers' GPUs
+    are simulated (workers.csv). An export without those files (an older one, CSV files from
+    elsewhere) gives ids only and no simulated marks."""
+
+    names: JobNames = NO_NAMES
+    simulated: frozenset[str] = frozenset()
+
+
+UNKNOWN = Provenance()
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows as dicts; none when it is missing. CollectorError when unreadable."""
+    if not path.exists():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise CollectorError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def read_provenance(folder: str | os.PathLike[str]) -> Provenance:
+    """The job names and simulated workers of an export folder."""
+    folder = Path(folder)
+    jobs = _rows(folder / JOBS_CSV)
+    names = JobNames.of((r.get("job") or "", r.get("job_name") or "", r.get("dag") or "")
+                        for r in jobs) if jobs else NO_NAMES
+    simulated = frozenset(r.get("worker") or "" for r in _rows(folder / "workers.csv")
+                          if r.get("simulated") == "true")
+    return Provenance(names, simulated)
+
+
+# ---- axes ----------------------------------------------------------------------------------
+
+TIME_UNITS = ((15 * 60, 1.0, "seconds"), (10 * 3600, 60.0, "minutes"),
+              (math.inf, 3600.0, "hours"))
+
+
+def time_unit(span: float) -> tuple[float, str]:
+    """(seconds per unit, unit) for a time axis ``span`` seconds long: seconds up to 15
+    minutes, minutes up to 10 hours, hours beyond, so that ticks read as round numbers."""
+    return next((size, unit) for limit, size, unit in TIME_UNITS if span <= limit)
+
+
+def place_labels(labels: Sequence[tuple[float, Sequence[float]]], levels: int = 3
+                 ) -> list[tuple[int, int]]:
+    """(row, form) for each label, given in order of position as (centre, widths of its
+    forms, longest first), row 0 nearest the axes: the first form that fits on a free row
+    (one where it overlaps no label placed before) on the lowest such row; when no form
+    fits anywhere, the shortest on the row that frees first. Labels are never dropped."""
+    ends = [-math.inf] * levels
+    out = []
+    for centre, widths in labels:
+        fits = ((form, row) for form, width in enumerate(widths) for row in range(levels)
+                if ends[row] <= centre - width / 2)
+        form, row = next(fits, (len(widths) - 1, min(range(levels), key=ends.__getitem__)))
+        ends[row] = max(ends[row], centre + widths[form] / 2)
+        out.append((row, form))
+    return out
+
+
+def worker_capacity(trace: WorkerTrace) -> float | None:
+    """The memory capacity of all the worker's GPUs together (bytes), as ``total`` sums
+    their memory; None when a GPU's capacity is unknown."""
+    found = [g.capacity() for g in trace.gpus]
+    return None if not found or None in found else sum(c for c in found if c is not None)

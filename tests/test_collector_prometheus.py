@@ -23,6 +23,7 @@ from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import JOBS_COLUMNS
 from tests.collector_dataset import (
     COLUMNS,
+    CORE_DAGS,
     LONG_END,
     MANY_WORKERS,
     METRICS,
@@ -483,7 +484,8 @@ def expected_peaks(by_job: bool) -> list[dict[str, object]]:
                               "peak_bytes": value, "total_bytes": TOTAL,
                               "peak_percent": round(value / TOTAL * 100, 2), "t": t,
                               "job": int(job_id) if job_id else None,
-                              "dag": int(dag_id) if dag_id else None})
+                              "dag": int(dag_id) if dag_id else None,
+                              "job_name": CORE_DAGS[job_id, dag_id][0] if job_id else None})
     return found
 
 
@@ -509,9 +511,12 @@ def test_peaks_table(prom: PrometheusServer, dataset: Dataset, password_file: Pa
     assert run.code == 0, run.err
     lines = run.out.splitlines()
     assert lines[0].split() == ["worker", "gpu", "uuid", "peak", "total", "peak", "%", "time",
-                                "job", "dag"]
+                                "during"]
+    # job 0 is one of two jobs called etl (the other is job 2), and has two DAGs
     assert lines[1].split() == ["w-a", "0", "GPU-a0", "12.00", "GiB", "16.00", "GiB", "75.00",
-                                format_rfc3339((dataset.core + 260) * 1000), "0", "0"]
+                                format_rfc3339((dataset.core + 260) * 1000), "etl", "(job",
+                                "0)", "·", "DAG", "0"]
+    assert lines[2].split()[-1] == "train"  # job 1: a name of its own, one DAG
     assert len(lines) == 3
 
 

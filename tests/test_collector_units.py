@@ -22,6 +22,7 @@ from dask_metrics.collector.columns import (
 )
 from dask_metrics.collector.connection import load_config, parse_header, parse_timeout, resolve
 from dask_metrics.collector.errors import UsageError
+from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.layouts import (
     format_value,
     safe_file_names,
@@ -31,7 +32,7 @@ from dask_metrics.collector.layouts import (
     tidy_lines,
     workers_rows,
 )
-from dask_metrics.collector.peaks import gpu_peaks
+from dask_metrics.collector.peaks import format_table, gpu_peaks
 from dask_metrics.collector.promapi import PrometheusClient, redact_url, split_credentials
 from dask_metrics.collector.series import (
     IDLE,
@@ -447,3 +448,17 @@ def test_a_peak_carried_from_before_the_start_is_not_the_sessions():
     (peak,) = gpu_peaks("w", {USED_METRIC: [used], PEAK_METRIC: [spiked]}, idle, 0,
                         since=since, peak_window=30_000)
     assert peak.peak_bytes == 12 * gib and peak.time == times[4]
+
+
+def test_peaks_are_named_by_the_job_that_ran_and_the_table_shows_the_name():
+    gib = 2**30
+    used = _gpu(USED_METRIC, [1000, 2000, 3000], [1.0 * gib, 5.0 * gib, 2.0 * gib])
+    ran = Timeline([1000, 2000, 3000], [("", ""), ("4", "1"), ("", "")])
+    names = JobNames.of([("4", "etl", "0"), ("4", "etl", "1")])
+    (peak,) = gpu_peaks("w", {USED_METRIC: [used]}, ran, 10_000, names=names)
+    assert (peak.job, peak.dag, peak.job_name, peak.phase) == ("4", "1", "etl", "etl · DAG 1")
+    assert peak.to_json()["job_name"] == "etl"
+    header, line = format_table([peak]).splitlines()
+    assert header.split()[-1] == "during" and line.endswith("etl · DAG 1")
+    (unnamed,) = gpu_peaks("w", {USED_METRIC: [used]}, ran, 10_000)
+    assert unnamed.phase == "job 4 · DAG 1" and unnamed.to_json()["job_name"] is None

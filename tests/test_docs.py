@@ -672,7 +672,7 @@ def test_collector_commands(tmp_path, monkeypatch, capsys):
 
         run("collector export --since 2h --out run-42")
         assert {p.name for p in (work / "run-42").iterdir()} == {
-            "w-a.csv", "w-b.csv", "workers.csv", "export.json"}
+            "w-a.csv", "w-b.csv", "workers.csv", "jobs.csv", "export.json"}
         with open(work / "run-42" / "w-a.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
         assert len(rows) == 2 * 97 and {r["worker_job"] for r in rows} == {"0", "1"}

@@ -15,26 +15,42 @@ import pytest
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.plotdata import (
     FIXED,
+    UNKNOWN,
     Phase,
     break_gaps,
     phases,
+    place_labels,
     read_export,
+    read_provenance,
     read_worker_file,
+    time_unit,
+    worker_capacity,
 )
+from dask_metrics.contract import JOBS_COLUMNS, JOBS_CSV
 from tests.helpers import collector_process, png_size
 
 GiB = 2**30
 HEADER = [*FIXED, "total-mem", "mem-util", "compute-util", "peak-mem"]
 
 
-def write_export(folder: Path, workers: dict[str, list[list[object]]]) -> Path:
+def write_export(folder: Path, workers: dict[str, list[list[object]]],
+                 jobs: list[list[str]] | None = None, simulated: tuple[str, ...] = ()) -> Path:
+    """Worker files as `collector export` writes them; with ``jobs``, jobs.csv rows (job,
+    job_name, dag), and workers.csv marking the ``simulated`` workers."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, rows in workers.items():
         with open(folder / f"{name}.csv", "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(HEADER)
             writer.writerows(rows)
-    (folder / "workers.csv").write_text("worker,address,host,gpus,uuids\n")
+    (folder / "workers.csv").write_text("worker,address,host,gpus,uuids,simulated\n" + "".join(
+        f"{w},,,1,,{'true' if w in simulated else 'false'}\n" for w in workers))
+    if jobs is not None:
+        with open(folder / JOBS_CSV, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(JOBS_COLUMNS)
+            writer.writerows([job, name, dag, "c", "finished", "0", "1", "", ""]
+                             for job, name, dag in jobs)
     return folder
 
 
@@ -95,6 +111,76 @@ def test_read_export_refuses_what_is_not_a_tidy_export(tmp_path, export_dir):
         read_export(write_export(tmp_path / "empty", {}))
     with pytest.raises(CollectorError, match="not a folder"):
         read_export(tmp_path / "missing")
+
+
+def test_time_axis_unit_follows_the_length_of_the_range():
+    assert time_unit(0) == time_unit(900) == (1.0, "seconds")
+    assert time_unit(901) == time_unit(10 * 3600) == (60.0, "minutes")
+    assert time_unit(10 * 3600 + 1) == time_unit(30 * 86400) == (3600.0, "hours")
+
+
+def test_narrow_phase_labels_are_staggered_shortened_never_dropped():
+    wide = [(5, [10]), (25, [10]), (45, [10])]
+    assert place_labels(wide) == [(0, 0), (0, 0), (0, 0)]  # room for all on the first row
+    narrow = [(5, [10, 2]), (7, [10, 2]), (9, [10, 2]), (11, [10, 2]), (35, [10, 2])]
+    assert place_labels(narrow) == [
+        (0, 0), (1, 0), (2, 0),  # stacked while the full labels overlap
+        (0, 1),  # no row free for the full label: the short one, which fits on row 0
+        (0, 0)]  # room again
+    crowded = [(0, [4, 2])] * 5  # nothing fits: the shortest form where a row frees first
+    assert [form for _, form in place_labels(crowded)] == [0, 0, 0, 1, 1]
+    assert len(place_labels(crowded)) == 5
+
+
+def test_provenance_names_jobs_and_marks_simulated_workers(tmp_path, export_dir):
+    plain = read_provenance(export_dir)
+    assert plain.simulated == frozenset() and plain.names.phase("0", "1") == "job 0 · DAG 1"
+    named = read_provenance(write_export(tmp_path / "named", {"a": [], "b": []},
+                                         jobs=[["0", "etl", "0"], ["0", "etl", "1"],
+                                               ["1", "train", "0"]], simulated=("b",)))
+    assert named.simulated == {"b"}
+    assert (named.names.phase("0", "1"), named.names.phase("1", "0")) == ("etl · DAG 1",
+                                                                          "train")
+    assert read_provenance(tmp_path / "nothing-here") == UNKNOWN
+
+
+def test_worker_capacity_sums_its_gpus(export_dir):
+    assert worker_capacity(read_worker_file(export_dir / "a.csv")) == pytest.approx(32 * GiB)
+    assert worker_capacity(read_worker_file(export_dir / "b.csv")) == pytest.approx(16 * GiB)
+
+
+@pytest.mark.integration
+def test_plots_name_the_jobs_mark_simulated_gpus_and_show_capacity(export_dir, tmp_path):
+    """Phases labelled by job name (every DAG, narrow or not), what ran on each worker on the
+    cluster page, a capacity line on every memory panel, simulated workers marked; a long
+    range is drawn in hours."""
+    folder = write_export(tmp_path / "named", {
+        "a": [row(t, "a", g, *(("0", str(t // 4)) if 2 <= t < 10 else ("1", "0") if t == 11
+                                else ("", "")), used=(t + 1) * GiB)
+              for t in range(14) for g in (0, 1)],
+        "b": [row(t, "b", 0, *(("0", "1") if 4 <= t < 8 else ("", ""))) for t in range(14)]},
+        jobs=[["0", "etl", "0"], ["0", "etl", "1"], ["0", "etl", "2"], ["1", "train", "0"]],
+        simulated=("b",))
+    out = tmp_path / "plots"
+    done = collector_process("plot", "--csv", str(folder), "--out", str(out), "--format", "png",
+                             "svg")
+    assert done.returncode == 0, done.stderr
+    a, b, cluster = ((out / f"{n}.svg").read_text() for n in ("a", "b", "cluster"))
+    for label in ("etl · DAG 0", "etl · DAG 1", "etl · DAG 2", "train"):  # train: 1 sample
+        assert label in a, label
+    assert "job 0" not in a  # names, not ids
+    assert "capacity (16 GiB)" in a and "capacity (16 GiB)" in b
+    assert "capacity of a worker (dashed)" in cluster  # a: 32 GiB, b: 16 GiB
+    assert "SIMULATED GPUs" in b and "SIMULATED GPUs" not in a
+    assert "SIMULATED GPUs on 1 of 2 worker(s)" in cluster
+    assert "ran on" in cluster and "seconds since the start" in cluster
+    assert png_size(out / "a.png") == png_size(out / "cluster.png") == (1200, 650)
+    long = write_export(tmp_path / "long", {"a": [row(t, "a", 0, "0", "0") for t in
+                                                  range(0, 40_000, 600)]}, jobs=[["0", "etl", "0"]])
+    done = collector_process("plot", "--csv", str(long), "--out", str(tmp_path / "lp"),
+                             "--format", "svg")
+    assert done.returncode == 0, done.stderr
+    assert "hours since the start" in (tmp_path / "lp" / "a.svg").read_text()
 
 
 @pytest.mark.integration
