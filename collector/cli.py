@@ -37,8 +37,8 @@ from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, format_table, 
 from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
 from dask_metrics.collector.promapi import COMPRESSIONS, PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
+from dask_metrics.collector.report.build import DEFAULT_PLOTS, make_report
 from dask_metrics.collector.report.build import FORMATS as REPORT_FORMATS
-from dask_metrics.collector.report.build import make_report
 from dask_metrics.collector.timespec import (
     MONITOR,
     format_duration,
@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="GPU memory a job needs = its peak x this (default %(default)s)")
     rep.add_argument("--peak-window", metavar="DURATION",
                      default=format_duration(DEFAULT_PEAK_WINDOW), help="as for peaks")
+    rep.add_argument("--plots", metavar="N", type=int, default=DEFAULT_PLOTS,
+                     help="plot the N workers with the highest peak memory (default "
+                     "%(default)s; 0: none, the fastest report)")
 
     sched = argparse.ArgumentParser(add_help=False)
     sched.add_argument("--scheduler", metavar="ADDR",
@@ -358,15 +361,18 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
         raise UsageError("--out DIR is required for --format html")
     if not args.headroom >= 1:
         raise UsageError(f"--headroom {args.headroom:g}: must be at least 1")
+    if args.plots < 0:
+        raise UsageError(f"--plots {args.plots}: must be 0 or more")
     since, until = _span(client, opts)
     asked = {"since": args.since, "until": args.until, "workers": opts["workers"],
-             "cluster": args.cluster, "headroom": args.headroom, "format": args.format}
+             "cluster": args.cluster, "headroom": args.headroom, "format": args.format,
+             "plots": args.plots}
     result = make_report(client, since, until, args.out, fmt=args.format,
                          workers=opts["workers"], max_age=opts["max_age"], chunk=opts["chunk"],
                          progress=ui.progress, cluster=opts["cluster"],
                          replica_labels=opts["replica_labels"],
                          peak_window=_duration(args.peak_window, "--peak-window"),
-                         headroom=args.headroom, asked=asked)
+                         headroom=args.headroom, plots=args.plots, asked=asked)
     if result.text is not None:
         print(result.text, end="")
     if result.out is not None:

@@ -395,3 +395,25 @@ def test_bad_input_is_one_line(prom: PrometheusServer, tmp_path: Path) -> None:
         assert run.code == code and words in run.err, run.err
         assert len(run.err.strip().splitlines()) == 1 and "Traceback" not in run.err
     assert not (tmp_path / "report.html").exists()
+
+
+def test_job_peaks_from_dag_peaks_are_gpu_peaks_by_job() -> None:
+    """The report takes per-job peaks from its per-DAG ones: the same as peaks --by job."""
+    from dask_metrics.collector.columns import PEAK_METRIC, TOTAL_METRIC
+    from dask_metrics.collector.peaks import gpu_peaks
+    from dask_metrics.collector.report.model import dag_timeline, job_peaks
+    from dask_metrics.collector.series import Series, Timeline
+
+    times = list(range(0, 100_000, 5000))
+    values = [float(v) for v in (3, 9, 9, 2, 7, 8, 8, 1, 5, 5, 4, 9, 6, 0, 9, 3, 2, 8, 1, 1)]
+    labels = {"gpu": "0", "uuid": "GPU-x"}
+    series = {PEAK_METRIC: [Series(labels, times, values)],
+              TOTAL_METRIC: [Series(labels, times, [10.0] * len(times))]}
+    states = [("1", "0")] * 4 + [("1", "1")] * 4 + [("", "")] * 3 + [("2", "0")] * 5 + \
+        [("1", "2")] * 4
+    activity = Timeline(times, states)
+    by_job = gpu_peaks("w", series, activity, 120_000, by_job=True)
+    derived = job_peaks(gpu_peaks("w", series, dag_timeline(activity), 120_000, by_job=True))
+    key = lambda p: (p.job, p.peak_bytes, p.time, p.dag)  # noqa: E731
+    assert sorted(map(key, derived)) == sorted(map(key, by_job))
+    assert {(p.job, p.time) for p in by_job} == {("1", 5000), ("2", 55000)}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import glob
 import json
 import os
 import tempfile
@@ -37,9 +36,11 @@ from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, INFO, JOBS_
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy")
 REPORT_HTML, REPORT_JSON = "report.html", "report.json"
 FORMATS = ("html", "text")
-MAX_WORKER_PLOTS = 12
-"""Per-worker plots on the page: the workers with the highest peak memory (% of capacity)
-first; ``collector plot`` draws them all."""
+WORKERS_CSV = "workers.csv"  # as export writes it
+DEFAULT_PLOTS = 4
+"""Per-worker plots on the page: the workers with the highest peak memory (% of capacity).
+A plot costs more than exporting its worker, so the page draws a few; ``collector plot``
+draws them all."""
 
 
 @dataclass(frozen=True)
@@ -58,36 +59,49 @@ def _rows(path: Path) -> list[dict[str, str]] | None:
         return list(csv.DictReader(fh))
 
 
-def _plots(data: Path, folder: Path, report: Mapping[str, Any]) -> tuple[list[dict[str, Any]],
-                                                                        dict[str, bytes]]:
-    """The cluster overview and the per-worker plots, as (entries for report.json, images)."""
+def _plot_folder(data: Path, folder: Path, files: Mapping[str, str], chosen: Sequence[str]
+                 ) -> Path:
+    """An export folder holding only the ``chosen`` workers' files (linked, not copied) and
+    the export's jobs.csv and workers.csv: plot_export reads every worker file of a folder,
+    and a file it does not draw would cost its reading."""
+    folder.mkdir()
+    for name in (JOBS_CSV, WORKERS_CSV):
+        if (data / name).exists():
+            os.link(data / name, folder / name)
+    for worker in chosen:
+        os.link(data / files[worker], folder / files[worker])
+    record = {"files": [files[w] for w in chosen]}
+    (folder / "export.json").write_text(json.dumps(record), encoding="utf-8")
+    return folder
+
+
+def _plots(data: Path, work: Path, files: Mapping[str, str], report: Mapping[str, Any],
+           most: int) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """Plots of the ``most`` workers with the highest peak memory (% of capacity) and their
+    overview, as (entries for report.json, images)."""
     from dask_metrics.collector.plot import plot_export
 
-    peaks = sorted(((g.get("capacity_bytes") and p["peak_bytes"] / g["capacity_bytes"]) or 0,
-                    w["worker"]) for w in report["session"]["workers"] for g in w["gpus"]
-                   for p in [_gpu_peak(report, w["worker"], g["gpu"])] if p)
-    ranked = list(dict.fromkeys(name for _, name in sorted(peaks, reverse=True)))
-    ranked += [w["worker"] for w in report["session"]["workers"] if w["worker"] not in ranked]
-    chosen = ranked[:MAX_WORKER_PLOTS]
+    workers = [w["worker"] for w in report["session"]["workers"]]
+    percent = {w: 0.0 for w in workers}
+    for job in report["jobs"]:
+        for p in job["peaks"]:
+            percent[p["worker"]] = max(percent.get(p["worker"], 0.0), p["peak_percent"] or 0.0)
+    chosen = sorted(workers, key=lambda w: -percent[w])[:most]
     if not chosen:
-        return [], {}
-    written = plot_export(data, folder, ["png"], [glob.escape(w) for w in chosen])
+        return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
+                 else "no plots: no worker"}], {}
+    folder = _plot_folder(data, work / "plot-data", files, chosen)
+    written = plot_export(folder, work / "plots", ["png"])
     images = {p.name: p.read_bytes() for p in written}
-    cluster = [p.name for p in written if p.stem == "cluster"]
-    workers = [p.name for p in written if p.stem != "cluster"]
-    entries = [{"file": name, "what": "cluster overview"} for name in cluster]
-    entries += [{"file": name, "what": "worker"} for name in workers]
-    left = len(report["session"]["workers"]) - len(chosen)
-    if left > 0:
-        entries.append({"file": None, "what": f"{left} more worker(s) not drawn here: "
+    overview = "cluster overview" if len(chosen) == len(workers) else (
+        f"overview of the {len(chosen)} workers drawn here")
+    entries = [{"file": p.name, "what": overview if p.stem == "cluster" else "worker"}
+               for p in sorted(written, key=lambda p: (p.stem != "cluster", p.stem))]
+    if len(chosen) < len(workers):
+        entries.append({"file": None, "what": f"{len(workers) - len(chosen)} more worker(s) "
+                        f"not drawn here (the {len(chosen)} with the highest peak memory are): "
                         "'collector plot' draws every worker"})
     return entries, images
-
-
-def _gpu_peak(report: Mapping[str, Any], worker: str, gpu: str) -> dict[str, Any] | None:
-    found = [p for j in report["jobs"] for p in j["peaks"]
-             if p["worker"] == worker and p["gpu"] == gpu]
-    return max(found, key=lambda p: p["peak_bytes"] or 0, default=None)
 
 
 def make_report(client: PrometheusClient, since: float, until: float,
@@ -96,11 +110,12 @@ def make_report(client: PrometheusClient, since: float, until: float,
                 chunk: float = DEFAULT_CHUNK, progress: Progress | None = None,
                 cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
                 any_cluster: bool = False, peak_window: float = DEFAULT_PEAK_WINDOW,
-                headroom: float = DEFAULT_HEADROOM, plots: bool = True,
+                headroom: float = DEFAULT_HEADROOM, plots: int = DEFAULT_PLOTS,
                 asked: Mapping[str, Any] | None = None) -> ReportResult:
     """The report of [since, until] (unix seconds): ``fmt`` "html" writes out/report.html and
     out/report.json; "text" returns the text rendering (and writes report.json where ``out``
-    is given). ``plots``: draw them (needs matplotlib; without it the page says so). Other
+    is given). ``plots``: how many workers to draw (needs matplotlib; without it the page says
+so). Other
     arguments as for ``export``. Raises CollectorError as ``export`` does."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
@@ -108,6 +123,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
         raise ValueError("an HTML report needs a folder to write into")
     if not headroom >= 1:
         raise ValueError(f"headroom {headroom:g}: must be at least 1")
+    if plots < 0:
+        raise ValueError(f"plots {plots}: must be 0 or more")
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(peak_window))
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
@@ -129,9 +146,10 @@ def make_report(client: PrometheusClient, since: float, until: float,
         body = build(session, gather.workers, labels, _rows(data / JOBS_CSV), load_models(),
                      headroom, _rows(data / ACTIVITIES_CSV), _rows(data / GPU_BY_PREFIX_CSV))
         images: dict[str, bytes] = {}
-        if fmt == "html" and plots:
+        if fmt == "html":
             try:
-                body["plots"], images = _plots(data, Path(tmp) / "plots", body)
+                files = dict(zip(result.workers, result.files, strict=True))
+                body["plots"], images = _plots(data, Path(tmp), files, body, plots)
             except CollectorError as exc:  # matplotlib missing: the page says so
                 body["plots"] = [{"file": None, "what": f"no plots: {exc}"}]
     files: list[Path] = []

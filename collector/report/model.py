@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +43,17 @@ def dag_timeline(activity: Timeline) -> Timeline:
                                      for job, dag in activity.states])
 
 
+def job_peaks(dag_peaks: Iterable[Peak]) -> list[Peak]:
+    """Per GPU and job, the largest of its DAGs' peaks (the first on a tie): what
+    ``gpu_peaks(by_job=True)`` finds, without going over the samples again."""
+    best: dict[tuple[str, str, str], Peak] = {}
+    for p in dag_peaks:
+        key = (p.gpu, p.uuid, p.job.split(DAG_SEPARATOR)[0])
+        if key not in best or (p.peak_bytes, -p.time) > (best[key].peak_bytes, -best[key].time):
+            best[key] = p
+    return [replace(p, job=job) for (_, _, job), p in best.items()]
+
+
 @dataclass
 class Gatherer:
     """The export's ``visit``: reduces each worker to its WorkerFacts as it goes by."""
@@ -59,9 +70,9 @@ class Gatherer:
             return gpu_peaks(info.name, series, timeline, self.max_age, by_job=by_job,
                              since=self.since, peak_window=self.peak_window)
 
-        self.workers.append(WorkerFacts(
-            info, gpu_usage(table, self.columns, self.max_age), peaks(activity, True),
-            peaks(dag_timeline(activity), True), peaks(activity, False)))
+        by_dag = peaks(dag_timeline(activity), True)
+        self.workers.append(WorkerFacts(info, gpu_usage(table, self.columns, self.max_age),
+                                        job_peaks(by_dag), by_dag, peaks(activity, False)))
 
 
 # ---- numbers for JSON ------------------------------------------------------------------------

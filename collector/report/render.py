@@ -196,7 +196,7 @@ def _plots(report: Mapping[str, Any]) -> Section:
         else:
             section.notes.append(plot["what"])
     if not report["plots"]:
-        section.notes.append("No plots (text format, or no worker).")
+        section.notes.append("Plots are on the HTML page (collector report --format html).")
     return section
 
 

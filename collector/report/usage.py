@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import sub
 
 from dask_metrics.collector.series import WorkerTable
 
@@ -62,34 +63,60 @@ def _max(a: int | None, b: int | None) -> int | None:
 def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
               ) -> dict[UsageKey, Usage]:
     """{(job, dag, gpu, uuid): Usage} of one worker's table (``columns``: its column names,
-    in the table's order; ``compute-util`` in %, ``energy`` in J)."""
+    in the table's order; ``compute-util`` in %, ``energy`` in J).
+
+    Works run by run (consecutive intervals of one state), each run's sums taken over whole
+    slices: an export has millions of intervals, and a Python step per interval was most of
+    a report's time."""
     util_at = columns.index(UTIL) if UTIL in columns else None
     energy_at = columns.index(ENERGY) if ENERGY in columns else None
-    state_at = dict(zip(table.times, table.worker, strict=True))
     found: dict[UsageKey, Usage] = {}
     for g in table.gpus:
-        utils = g.columns[util_at] if util_at is not None else [None] * len(g.times)
-        energies = g.columns[energy_at] if energy_at is not None else [None] * len(g.times)
-        for i in range(1, len(g.times)):
-            t0, t1 = g.times[i - 1], g.times[i]
-            if t1 - t0 > max_age:
+        times = g.times
+        if times == table.times:
+            states = table.worker
+        else:
+            state_at = dict(zip(table.times, table.worker, strict=True))
+            states = [state_at[t] for t in times]
+        none = [None] * len(times)
+        utils = g.columns[util_at] if util_at is not None else none
+        energies = g.columns[energy_at] if energy_at is not None else none
+        cuts = [i for i in range(2, len(times)) if states[i] != states[i - 1]]
+        for lo, hi in zip([1, *cuts], [*cuts, len(times)], strict=True):
+            if lo >= hi:
                 continue
-            job, dag = state_at[t1]
-            u = found.setdefault((job, dag, g.gpu, g.uuid), Usage())
-            dt = (t1 - t0) / 1000
-            u.seconds += dt
-            util = utils[i]
-            if util is not None and util == util:  # NaN: no reading
-                u.busy += dt * util / 100
-                if util < IDLE_PERCENT and job:
-                    u.idle += dt
-            e0, e1 = energies[i - 1], energies[i]
-            if e0 is not None and e1 is not None and e1 >= e0:
-                u.energy += e1 - e0
-                u.energy_intervals += 1
-            u.first = _min(u.first, t0)
-            u.last = _max(u.last, t1)
+            job, dag = states[lo]
+            _add_run(found, (job, dag, g.gpu, g.uuid), times, utils, energies, lo, hi,
+                     max_age)
     return found
+
+
+def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
+             utils: Sequence[float | None], energies: Sequence[float | None], lo: int,
+             hi: int, max_age: int) -> None:
+    """Add the intervals ending at lo..hi-1 (gaps longer than ``max_age`` left out)."""
+    dts = list(map(sub, times[lo:hi], times[lo - 1:hi - 1]))
+    keep = [d <= max_age for d in dts]
+    if not all(keep):
+        dts = [d if k else 0 for d, k in zip(dts, keep, strict=True)]
+    if not any(dts):
+        return
+    u = found.setdefault(key, Usage())
+    u.seconds += sum(dts) / 1000
+    us = [x if x is not None and x == x else None for x in utils[lo:hi]]  # NaN: no reading
+    u.busy += sum(d * x for d, x in zip(dts, us, strict=True) if x is not None) / 100_000
+    if key[0]:  # a job ran
+        u.idle += sum(d for d, x in zip(dts, us, strict=True)
+                      if x is not None and x < IDLE_PERCENT) / 1000
+    rises = [e1 - e0 for d, e0, e1 in zip(dts, energies[lo - 1:hi - 1], energies[lo:hi],
+                                          strict=True)
+             if d and e0 is not None and e1 is not None and e1 >= e0]
+    u.energy += sum(rises)
+    u.energy_intervals += len(rises)
+    first = next(i for i, d in enumerate(dts) if d)
+    last = max(i for i, d in enumerate(dts) if d)
+    u.first = _min(u.first, times[lo + first - 1])
+    u.last = _max(u.last, times[lo + last])
 
 
 def total(usages: Mapping[object, Usage]) -> Usage:
