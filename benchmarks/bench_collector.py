@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE_VERSION = 1  # bump when the fixture changes: the cached TSDB is keyed by it
+FIXTURE_VERSION = 2  # bump when the fixture changes: the cached TSDB is keyed by it
 GiB = 2**30
 MiB = 2**20
 SCRAPE_OFFSET = 0.5  # the scheduler is scraped half a second after the GPU exporters
@@ -61,6 +61,12 @@ METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem", "power", "temper
 SOURCES = ["dask_gpu_memory_used_bytes", "dask_gpu_utilization_ratio",
            "dask_gpu_memory_peak_bytes", "dask_gpu_power_watts",
            "dask_gpu_temperature_celsius", "dask_gpu_memory_total_bytes"]
+# What the export also reads for gpu_by_prefix.csv (dask_metrics.collector.fetch
+# ATTRIBUTION_METRICS not among the columns' series), in the same query; the fixture has the
+# busy counter (every exporter serves it), not the energy one.
+ATTRIBUTION = ["dask_gpu_busy_seconds_total", "dask_gpu_energy_joules_total"]
+PREFIXES = ("load", "train", "save")
+ACTIVITIES = ("thread-cpu", "thread-noncpu", "executor", "other")
 PROM_ARGS = ["--query.max-samples=500000000", "--query.timeout=10m",
              "--storage.tsdb.retention.time=100y", "--query.lookback-delta=5m"]
 
@@ -88,6 +94,8 @@ def gpu_value(metric: str, w: int, g: int, t: int) -> str:
         return repr(100 + ((t * 7 + w + g) % 3000) / 10)
     if metric == "dask_gpu_temperature_celsius":
         return str(40 + (t // 60 + w + g) % 40)
+    if metric == "dask_gpu_busy_seconds_total":
+        return repr(t * ((w + g) % 10) / 10)
     raise KeyError(metric)
 
 
@@ -147,6 +155,13 @@ def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int
                               "instance": f"node-{w}:9446", "job": "dask-gpu"}
                     series(metric, labels,
                            ((stamp[t], gpu_value(metric, w, g, t)) for t in times))
+        busy = ATTRIBUTION[0]
+        fh.write(f"# TYPE {busy.removesuffix('_total')} counter\n")
+        for w in range(workers):
+            for g in range(gpus):
+                labels = {"worker": worker_name(w), "gpu": str(g), "uuid": f"GPU-{w}-{g}",
+                          "instance": f"node-{w}:9446", "job": "dask-gpu"}
+                series(busy, labels, ((stamp[t], gpu_value(busy, w, g, t)) for t in times))
         for name, index in (("dask_job_current_job", 0), ("dask_job_current_dag", 1)):
             fh.write(f"# TYPE {name} gauge\n")
             series(name, sched, ((sched_stamp(s), str(cluster_state(s)[index]))
@@ -160,6 +175,32 @@ def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int
                 series("dask_job_worker_tasks", labels,
                        ((sched_stamp(s), str(1 + w % 3)) for s in sched_times
                         if worker_dag(w, s) == (job, dag)))
+        fh.write("# TYPE dask_job_worker_prefix_tasks gauge\n")  # one prefix per DAG
+        for w in range(workers):
+            dags = sorted({d for s in sched_times if (d := worker_dag(w, s)) is not None})
+            for job, dag in dags:
+                labels = {**sched, "worker": worker_name(w), "job_id": str(job),
+                          "dag_id": str(dag), "prefix": PREFIXES[dag % len(PREFIXES)]}
+                series("dask_job_worker_prefix_tasks", labels,
+                       ((sched_stamp(s), str(1 + w % 3)) for s in sched_times
+                        if worker_dag(w, s) == (job, dag)))
+        jobs = sorted({cluster_state(s)[0] for s in sched_times} - {-1})
+        fh.write("# TYPE dask_job_dag_info gauge\n")
+        for job in jobs:
+            for dag in range(3):
+                labels = {**sched, "job_id": str(job), "dag_id": str(dag),
+                          "job_name": f"job-{job}", "client": "c"}
+                series("dask_job_dag_info", labels,
+                       ((sched_stamp(s), "1") for s in sched_times if s >= job * 900))
+        fh.write("# TYPE dask_job_activity_seconds counter\n")  # from each job's start on
+        for job in jobs:
+            for dag, prefix in enumerate(PREFIXES):
+                for a, activity in enumerate(ACTIVITIES):
+                    labels = {**sched, "job_id": str(job), "dag_id": str(dag),
+                              "prefix": prefix, "activity": activity}
+                    series("dask_job_activity_seconds_total", labels,
+                           ((sched_stamp(s), repr((s - job * 900) * (a + 1) / 10))
+                            for s in sched_times if s >= job * 900))
         fh.write("# EOF\n")
     return count
 
@@ -230,10 +271,15 @@ def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[st
                *ranged(f'{{__name__=~"dask_job_current_job|dask_job_current_dag",{CLUSTER}}}',
                        start - MAX_AGE_MS)]
     for w in workers:
-        queries += ranged(f'{{__name__=~"{"|".join(SOURCES)}",worker="{w}",{CLUSTER}}}',
-                          start)
+        queries += ranged(f'{{__name__=~"{"|".join(SOURCES + ATTRIBUTION)}",worker="{w}",'
+                          f'{CLUSTER}}}', start)
         queries += ranged(f'{{__name__=~"dask_job_worker_tasks",worker="{w}",{CLUSTER}}}',
                           start - MAX_AGE_MS)
+        queries += ranged(f'{{__name__=~"dask_job_worker_prefix_tasks",worker="{w}",'
+                          f'{CLUSTER}}}', start - MAX_AGE_MS)
+    queries += ranged(f'{{__name__=~"dask_job_dag_info",{CLUSTER}}}', start - MAX_AGE_MS)
+    queries += ranged(f'{{__name__=~"dask_job_activity_.+_total",{CLUSTER}}}',
+                      start - MAX_AGE_MS)
     return queries
 
 

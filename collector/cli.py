@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dask_metrics import __version__
-from dask_metrics.collector.columns import NAMES, select
+from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, WORKER_COLUMNS, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
 from dask_metrics.collector.errors import (
     CollectorError,
@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", metavar="DIR",
                      help="output folder (default dask-metrics-<start time>)")
     exp.add_argument("--metrics", metavar="NAME", nargs="+",
-                     help=f"metric columns (default all): {', '.join(NAMES)}")
+                     help=f"metric columns: {', '.join(NAMES)} (default: all but the "
+                     f"worker's own {', '.join(c.name for c in WORKER_COLUMNS)})")
     exp.add_argument("--step", metavar="DURATION",
                      help="resample on a grid of this step (default: raw samples)")
     exp.add_argument("--layout", choices=LAYOUTS, default="tidy",
@@ -192,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     actions = mon.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = actions.add_parser("start", parents=[sched], help="start a session")
     start.add_argument("--metrics", metavar="NAME", nargs="+",
-                       help=f"metrics the session tracks (default all): {', '.join(NAMES)}")
+                       help=f"metrics the session tracks: {', '.join(NAMES)} (default "
+                       f"{', '.join(DEFAULT_NAMES)})")
     stop = actions.add_parser("stop", parents=[sched],
                               help="stop the session once running DAGs have finished")
     stop.add_argument("--force", action="store_true", help="stop now, without waiting")
@@ -476,7 +478,7 @@ def _describe(session: dict[str, Any] | None) -> str:
         return "no monitor session yet"
     start = format_rfc3339(to_ms(session["start"]))
     stop = format_rfc3339(to_ms(session["stop"])) if session.get("stop") else "running"
-    metrics = ", ".join(session.get("metrics") or ()) or "all metrics"
+    metrics = ", ".join(session.get("metrics") or ()) or "the default metrics"
     return f"monitor session {session['id']}: {start} to {stop} ({metrics})"
 
 

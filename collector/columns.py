@@ -24,6 +24,7 @@ class Column:
     unit: str
     scale: float = 1.0
     per_total: bool = False
+    per_worker: bool = False  # a worker's series (no gpu label), joined as-of to its GPU rows
 
     def values(self, raw: Sequence[float | None], totals: Sequence[float | None]
                ) -> list[float | None]:
@@ -49,20 +50,32 @@ _UNITS: dict[str, tuple[str, float, bool]] = {  # name: (unit, scale, per_total)
     "temperature": ("°C", 1.0, False),
     "sm-clock": ("MHz", 1e-6, False),
     "energy": ("J", 1.0, False),
+    "worker-mem": ("bytes", 1.0, False),
+    "worker-spilled": ("bytes", 1.0, False),
+    "worker-cpu": ("% of one core", 100.0, False),  # 100 = one core busy, as top shows
+    "worker-tasks": ("tasks", 1.0, False),
 }
-COLUMNS: tuple[Column, ...] = tuple(
+GPU_COLUMNS: tuple[Column, ...] = tuple(
     Column(name, metric, *_UNITS[name]) for name, metric in contract.CSV_METRICS.items()
 )
+WORKER_COLUMNS: tuple[Column, ...] = tuple(
+    Column(name, metric, *_UNITS[name], per_worker=True)
+    for name, metric in contract.WORKER_CSV_METRICS.items()
+)
+COLUMNS: tuple[Column, ...] = GPU_COLUMNS + WORKER_COLUMNS
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+# What an export writes when no column is named: the GPU columns, so that the files of the
+# original workflow keep their columns; the worker's columns are asked for by name.
+DEFAULT_NAMES: tuple[str, ...] = tuple(c.name for c in GPU_COLUMNS)
 
 
 def select(names: Iterable[str] | None) -> tuple[Column, ...]:
-    """The columns named (all when None), always in the canonical order above.
+    """The columns named (DEFAULT_NAMES when None), always in the canonical order above.
 
     Raises ValueError naming an unknown metric and the known ones.
     """
     if names is None:
-        return COLUMNS
+        return GPU_COLUMNS
     wanted = set()
     for name in names:
         if name not in NAMES:
@@ -74,9 +87,15 @@ def select(names: Iterable[str] | None) -> tuple[Column, ...]:
 
 
 def source_metrics(columns: Sequence[Column]) -> list[str]:
-    """The Prometheus series the columns read, the total included when a ratio needs it."""
-    metrics = dict.fromkeys(c.metric for c in columns)
+    """The per-GPU series the columns read, the total included when a ratio needs it; memory
+    used when only worker columns are chosen, since the rows are the GPU samples."""
+    metrics = dict.fromkeys(c.metric for c in columns if not c.per_worker)
     if any(c.per_total for c in columns):
         metrics[TOTAL_METRIC] = None
-    return list(metrics)
+    return list(metrics) or [USED_METRIC]
+
+
+def worker_metrics(columns: Sequence[Column]) -> list[str]:
+    """The worker series (one per worker, from the scheduler preload) the columns read."""
+    return list(dict.fromkeys(c.metric for c in columns if c.per_worker))
 

@@ -20,29 +20,43 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 import requests
 
 from dask_metrics import __version__
-from dask_metrics.collector.columns import NAMES, select, source_metrics
+from dask_metrics.collector.activities import activity_rows, increases, job_names
+from dask_metrics.collector.columns import (
+    DEFAULT_NAMES,
+    Column,
+    select,
+    source_metrics,
+    worker_metrics,
+)
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.fetch import (
+    ATTRIBUTION_METRICS,
     Scope,
     clusters_of,
     data_span,
     discover,
+    fetch_activities,
     fetch_cluster,
+    fetch_dag_info,
     fetch_gpu_series,
     fetch_jobs,
+    fetch_prefix_tasks,
     fetch_worker_activity,
+    fetch_worker_series,
     in_cluster,
 )
+from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
 from dask_metrics.collector.jobs import jobs_csv_rows
 from dask_metrics.collector.layouts import (
     LAYOUTS,
     WORKERS_HEADER,
     csv_line,
+    format_value,
     safe_file_names,
     seed_header,
     seed_lines,
@@ -52,16 +66,28 @@ from dask_metrics.collector.layouts import (
 )
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
+    Samples,
     Series,
     Timeline,
     WorkerInfo,
     WorkerTable,
+    by_metric,
+    joined_by_metric,
     select_workers,
     worker_inventory,
     worker_table,
 )
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
-from dask_metrics.contract import DASK_CLUSTER, JOBS_COLUMNS, JOBS_CSV, REPLICA_LABELS
+from dask_metrics.contract import (
+    ACTIVITIES_CSV,
+    ACTIVITY_COLUMNS,
+    DASK_CLUSTER,
+    GPU_BY_PREFIX_COLUMNS,
+    GPU_BY_PREFIX_CSV,
+    JOBS_COLUMNS,
+    JOBS_CSV,
+    REPLICA_LABELS,
+)
 
 DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or
@@ -85,6 +111,46 @@ class ExportResult:
     rows: int
     warnings: list[str]
     cluster: str | None = None
+
+
+SUMMARIES = (ACTIVITIES_CSV, GPU_BY_PREFIX_CSV)
+"""The per-job files of every export, beside the workers' files (export.json's "summaries")."""
+
+
+class WorkerData(NamedTuple):
+    """What one worker's part of an export reads from Prometheus."""
+
+    gpu: dict[str, list[Series]]  # the columns' series (raw, or on the --step grid)
+    ran: Timeline  # its job/DAG at each scheduler scrape
+    resources: dict[str, Samples]  # the worker columns' series
+    prefixes: list[Series]  # dask_job_worker_prefix_tasks
+    attribution: dict[str, list[Series]]  # raw busy, energy and memory used
+
+
+def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
+                 timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
+                 age: int, scope: Scope) -> WorkerData:
+    """One worker's series. Without ``step``, the raw counters for gpu_by_prefix come in the
+    columns' own query; on a grid they are asked for raw, apart."""
+    metrics = source_metrics(columns)
+    extra = [] if step else [m for m in ATTRIBUTION_METRICS if m not in metrics]
+    gpu = fetch_gpu_series(client, worker, metrics + extra, lo, hi, chunk, step, age, scope)
+    attribution = gpu if not step else fetch_gpu_series(
+        client, worker, list(ATTRIBUTION_METRICS), lo, hi, chunk, None, age, scope)
+    resources = joined_by_metric(by_metric(fetch_worker_series(
+        client, worker, worker_metrics(columns), lo - age, hi, chunk, scope)))
+    return WorkerData(gpu, fetch_worker_activity(client, worker, timeline, lo - age, hi, chunk,
+                                                 scope),
+                      resources, fetch_prefix_tasks(client, worker, lo - age, hi, chunk, scope),
+                      attribution)
+
+
+def summary_lines(rows: Iterable[Mapping[str, Any]], header: Sequence[str]) -> Iterator[str]:
+    """CSV lines of activities.csv or gpu_by_prefix.csv rows: numbers as in the workers'
+    files, None empty."""
+    for row in rows:
+        yield csv_line(v if isinstance(v, str) else format_value(v)
+                       for v in (row[k] for k in header))
 
 
 def cluster_names(clusters: Sequence[str]) -> str:
@@ -251,22 +317,22 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
-    def fetch(i: int) -> tuple[dict[str, list[Series]], Timeline]:
+    def fetch(i: int) -> WorkerData:
         worker = chosen[i].name
         if progress:
             progress(i, len(chosen), worker)
-        series = fetch_gpu_series(client, worker, source_metrics(columns), lo, hi, chunk_ms,
-                                  step_ms, age, scope)
-        return series, fetch_worker_activity(client, worker, timeline, lo - age, hi, chunk_ms,
-                                             scope)
+        return fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
+                            scope)
 
     rows_written = 0
+    uses: dict[PrefixKey, PrefixUse] = {}
     with _staging(target) as stage:
         fetched = prefetched(fetch, range(len(chosen)))
-        for info, (series, activity) in zip(chosen, fetched, strict=True):
-            table = worker_table(series, columns, timeline, activity, age)
+        for info, data in zip(chosen, fetched, strict=True):
+            table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
+            add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
             if visit:
-                visit(info, series, activity, table)
+                visit(info, data.gpu, data.ran, table)
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:
@@ -278,12 +344,17 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
         _write_lines(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
+        names_of_jobs = job_names(fetch_dag_info(client, lo - age, hi, chunk_ms, scope))
+        _write_lines(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
+            _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
+        _write_lines(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
+                     summary_lines(prefix_rows(uses, names_of_jobs), GPU_BY_PREFIX_COLUMNS))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
         record = {
             "command": "export",
             "asked": dict(asked) if asked is not None else {
-                "since": since, "until": until, "metrics": list(metrics or NAMES),
+                "since": since, "until": until, "metrics": list(metrics or DEFAULT_NAMES),
                 "step": step, "max_age": max_age, "layout": layout,
                 "workers": list(workers) if workers else None, "chunk": chunk,
                 "cluster": cluster},
@@ -303,6 +374,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "simulated": any(w.simulated for w in chosen),
             "simulated_workers": [w.name for w in chosen if w.simulated],
             "files": files,
+            "summaries": list(SUMMARIES),
             "rows": rows_written,
             "warnings": warnings,
             "versions": {"dask-metrics": __version__, "python": platform.python_version(),
@@ -313,6 +385,48 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
                         scope.cluster)
+
+
+def _activities(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
+                scope: Scope, names: Mapping[str, str]) -> list[dict[str, Any]]:
+    return activity_rows(increases(fetch_activities(client, start, end, age, chunk, scope),
+                                   start), names)
+
+
+def read_activities(client: PrometheusClient, since: float, until: float, *,
+                    cluster: str | None = None, any_cluster: bool = False,
+                    replica_labels: Sequence[str] = REPLICA_LABELS,
+                    max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK
+                    ) -> list[dict[str, Any]]:
+    """activities.csv's rows for [since, until] (unix seconds), as dicts keyed by
+    ACTIVITY_COLUMNS (value a float); ``cluster`` None reads every cluster."""
+    check_range(since, until)
+    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    scope = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    names = job_names(fetch_dag_info(client, start - age, end, chunk_ms, scope))
+    return _activities(client, start, end, age, chunk_ms, scope, names)
+
+
+def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
+                       cluster: str | None = None, any_cluster: bool = False,
+                       replica_labels: Sequence[str] = REPLICA_LABELS,
+                       max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK
+                       ) -> list[dict[str, Any]]:
+    """gpu_by_prefix.csv's rows for [since, until] (unix seconds), as dicts keyed by
+    GPU_BY_PREFIX_COLUMNS (numbers as floats, None where unknown); the cluster as for
+    ``find_workers``."""
+    check_range(since, until)
+    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
+                                 any_cluster)
+    timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    uses: dict[PrefixKey, PrefixUse] = {}
+    for info in chosen:
+        data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None, age,
+                            scope)
+        add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
+    return prefix_rows(uses, job_names(fetch_dag_info(client, start - age, end, chunk_ms,
+                                                      scope)))
 
 
 def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
@@ -328,7 +442,8 @@ def previous_files(out: Path) -> set[str]:
     names only: a name with a path in it is not ours to remove)."""
     try:
         record = json.loads((out / "export.json").read_text(encoding="utf-8"))
-        names = [*record.get("files", []), "workers.csv", JOBS_CSV, "export.json"]
+        names = [*record.get("files", []), *record.get("summaries", []), "workers.csv", JOBS_CSV,
+                 "export.json"]
     except (OSError, ValueError, AttributeError, TypeError):
         return set()
     return {n for n in names if isinstance(n, str) and n not in ("", ".", "..")

@@ -29,16 +29,21 @@ from dask_metrics.collector.series import (
     worker_timeline,
 )
 from dask_metrics.contract import (
+    ACTIVITY_FAMILY,
+    BUSY,
     CURRENT_DAG,
     CURRENT_JOB,
     DAG_INFO,
     DAG_STATUS,
     DASK_CLUSTER,
+    ENERGY,
     INFO,
+    MEMORY_USED,
     MONITOR_START,
     MONITOR_STOP,
     REPLICA_LABELS,
     WORKER_GPU_INFO,
+    WORKER_PREFIX_TASKS,
     WORKER_TASKS,
 )
 
@@ -252,6 +257,42 @@ def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[st
         expr = f"last_over_time({scope.of(metric, worker=worker)}[{max_age}ms])"
         out[metric] = fetch_steps(client, expr, start, end, step, scope)
     return out
+
+
+ACTIVITY_SERIES = f"{ACTIVITY_FAMILY}.+_total"  # every unit's family (a regex on __name__)
+ATTRIBUTION_METRICS = (BUSY.name, ENERGY.name, MEMORY_USED.name)  # gpu_by_prefix reads these
+
+
+def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
+                     scope: Scope = UNSCOPED) -> list[Series]:
+    """Every sample of the fine-performance-metric counters of every unit in
+    [start - max_age, end]: the samples before ``start`` give each counter's value at the
+    start."""
+    return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope), start - max_age, end,
+                     chunk, scope)
+
+
+def fetch_dag_info(client: PrometheusClient, start: int, end: int, chunk: int,
+                   scope: Scope = UNSCOPED) -> list[Series]:
+    """dask_job_dag_info in [start, end]: the job names."""
+    return fetch_raw(client, selector([DAG_INFO.name], scope=scope), start, end, chunk, scope)
+
+
+def fetch_worker_series(client: PrometheusClient, worker: str, metrics: Sequence[str],
+                        start: int, end: int, chunk: int, scope: Scope = UNSCOPED
+                        ) -> list[Series]:
+    """Raw samples of ``worker``'s series ``metrics`` in [start, end] (its resources, what
+    ran on it), for as-of joins to its GPU samples."""
+    if not metrics:
+        return []
+    return fetch_raw(client, selector(metrics, worker, scope), start, end, chunk, scope)
+
+
+def fetch_prefix_tasks(client: PrometheusClient, worker: str, start: int, end: int,
+                       chunk: int, scope: Scope = UNSCOPED) -> list[Series]:
+    """What executed on ``worker`` per job, DAG and task prefix in [start, end]."""
+    return fetch_worker_series(client, worker, [WORKER_PREFIX_TASKS.name], start, end, chunk,
+                               scope)
 
 
 def _without(labels: dict[str, str], names: set[str]) -> dict[str, str]:

@@ -21,11 +21,12 @@ from pathlib import Path
 from dask_metrics.collector.columns import Column
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import JOBS_CSV, SEED_KEYS, TIDY_KEYS
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, SEED_KEYS, TIDY_KEYS
 
 WORKERS_HEADER = ("worker", "address", "host", "gpus", "uuids", "simulated")
 LAYOUTS = ("tidy", "seed")
-RESERVED = frozenset({"workers", "export", Path(JOBS_CSV).stem})
+RESERVED = frozenset({"workers", "export", Path(JOBS_CSV).stem, ACTIVITIES_CSV.removesuffix(".csv"),
+                      GPU_BY_PREFIX_CSV.removesuffix(".csv")})
 SEED_SEPARATOR = ", "
 
 

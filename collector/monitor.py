@@ -13,13 +13,18 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from dask_metrics.collector.columns import NAMES, select
+from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
 from dask_metrics.collector.errors import CollectorError, UsageError
-from dask_metrics.collector.export import ExportResult, export
+from dask_metrics.collector.export import (
+    ExportResult,
+    export,
+    read_activities,
+    read_gpu_by_prefix,
+)
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
@@ -69,7 +74,7 @@ class Monitor:
                                     f"(known: {', '.join(CONNECTION_OPTIONS)})")
         self.client = client
         self._address = _address_of(client)
-        self.metrics: list[str] = list(NAMES)
+        self.metrics: list[str] = list(DEFAULT_NAMES)
         self.scrape_wait = scrape_wait
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._prometheus = prometheus
@@ -93,7 +98,7 @@ class Monitor:
         status = self.status()
         session = status.get("session") or {}
         if status.get("running"):
-            recorded = ", ".join(session.get("metrics") or ()) or "all metrics"
+            recorded = ", ".join(session.get("metrics") or ()) or "the default metrics"
             raise MonitorError(
                 f"monitor session {session.get('id', '?')} is already running and records "
                 f"{recorded}: attach() chooses the columns of the next start(); stop() the "
@@ -170,6 +175,32 @@ class Monitor:
         for p in found:  # peaks come in worker order, then GPU order
             by_worker.setdefault(p.worker, []).append(round(p.peak_percent or 0))
         return list(by_worker.values())
+
+    def activities(self) -> list[dict[str, Any]]:
+        """activities.csv of the running or last session: per job, DAG (where known), task
+        prefix, activity and unit, how much it grew during the session::
+
+            [{"job": "0", "job_name": "etl", "dag": "0", "prefix": "load",
+              "activity": "thread-cpu", "unit": "seconds", "value": 12.5}, ...]
+        """
+        return self._session_rows(read_activities)
+
+    def gpu_by_prefix(self) -> list[dict[str, Any]]:
+        """gpu_by_prefix.csv of the running or last session: per job, DAG and task prefix,
+        GPU busy seconds, peak memory (bytes) and energy (J, None where the GPUs report
+        none), attributed as docs/collector.md describes::
+
+            [{"job": "0", "job_name": "etl", "dag": "0", "prefix": "train",
+              "gpu_seconds": 41.2, "peak_mem": 8589934592.0, "energy": 5210.0}, ...]
+        """
+        return self._session_rows(read_gpu_by_prefix)
+
+    def _session_rows(self, read: Callable[..., list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        session = self.session()
+        scope = self.scope()
+        with self._prometheus_client() as prom:
+            since, until = self._range(prom, session)
+            return list(read(prom, since, until, **_scoping(scope)))
 
     def jobs(self) -> list[dict[str, Any]]:
         """The jobs of the running or last session, each with the DAGs it submitted while the

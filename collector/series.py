@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 from itertools import chain, pairwise, repeat
 from typing import NamedTuple
 
-from dask_metrics.collector.columns import TOTAL_METRIC, Column
+from dask_metrics.collector.columns import TOTAL_METRIC, USED_METRIC, Column
 from dask_metrics.contract import SIMULATED
 
 IDLE = ("", "")
@@ -380,21 +380,49 @@ def _at(samples: Samples | None, times: list[int]) -> list[float | None]:
     return list(map(dict(zip(*samples, strict=True)).get, times))
 
 
+def as_of(samples: Samples | None, times: Sequence[int], max_age: int) -> list[float | None]:
+    """The value of the last sample at or before each of ``times``, None where there is
+    none or it is older than ``max_age`` (a worker's series joined to its GPU samples)."""
+    if samples is None:
+        return [None] * len(times)
+    stamps, values = samples
+    return [values[i - 1] if i and t - stamps[i - 1] <= max_age else None
+            for t, i in zip(times, map(bisect_right, repeat(stamps), times), strict=True)]
+
+
+def joined_by_metric(series_by_metric: Mapping[str, Iterable[Series]]) -> dict[str, Samples]:
+    """{metric: (times, values)}: each metric's series joined into one (a worker's series
+    from a restarted scheduler carry other instance labels; the first piece wins a tie)."""
+    out = {}
+    for metric, series in series_by_metric.items():
+        pieces = [s for s in series if s.times]
+        if pieces:
+            out[metric] = ((pieces[0].times, pieces[0].values) if len(pieces) == 1
+                           else join(pieces))
+    return out
+
+
 def worker_table(series_by_metric: Mapping[str, Iterable[Series]], columns: Sequence[Column],
-                 cluster: Timeline, worker: Timeline, max_age: int) -> WorkerTable:
+                 cluster: Timeline, worker: Timeline, max_age: int,
+                 worker_series: Mapping[str, Samples] | None = None) -> WorkerTable:
     """Rows at every time one of the columns' series has a sample, column by column.
 
     A column whose series has no sample at that time stays empty (None). ``mem-util``
     divides by the total of the same scrape. A GPU with no sample in these columns has no
-    rows. The job/DAG lookups are made once per sample time, not once per GPU.
+    rows. The job/DAG lookups are made once per sample time, not once per GPU. Worker
+    columns (``worker_series``, from joined_by_metric) take the worker's last sample at most
+    ``max_age`` old at each GPU sample; they add no rows (with only worker columns, the rows
+    are the samples of memory used).
     """
+    timed = [c.metric for c in columns if not c.per_worker] or [USED_METRIC]
     gpus = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
-        times = _union([metrics[m][0] for m in dict.fromkeys(c.metric for c in columns)
-                        if m in metrics])
+        times = _union([metrics[m][0] for m in dict.fromkeys(timed) if m in metrics])
         if times:
             totals = _at(metrics.get(TOTAL_METRIC), times)
             gpus.append(GpuTable(gpu, uuid, times, [
-                c.values(_at(metrics.get(c.metric), times), totals) for c in columns]))
+                c.values(as_of((worker_series or {}).get(c.metric), times, max_age)
+                         if c.per_worker else _at(metrics.get(c.metric), times), totals)
+                for c in columns]))
     every = _union([g.times for g in gpus])
     return WorkerTable(gpus, every, cluster.at_each(every, max_age), worker.at_each(every, max_age))

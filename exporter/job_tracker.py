@@ -164,6 +164,7 @@ class JobTracker:
         max_session_jobs: int = 10_000,
         label_max_length: int = 128,
         clock: Callable[[], float] = time.time,
+        on_forget: Callable[[Dag | Job], None] | None = None,
     ) -> None:
         self.mode = JobMode(mode)
         self.max_finished_dags = max_finished_dags
@@ -172,6 +173,9 @@ class JobTracker:
         self.max_session_jobs = max_session_jobs
         self.label_max_length = label_max_length
         self._clock = clock
+        # Told of every DAG and job the tracker forgets, so what is kept per DAG or job
+        # elsewhere (the activity ledger) is forgotten with it.
+        self._on_forget = on_forget
 
         self._jobs: dict[Hashable, Job] = {}  # by job key, oldest first
         self._job_ids = 0
@@ -370,6 +374,8 @@ class JobTracker:
             finished.popleft()
             oldest.job.held -= 1
             dropped += 1
+            if self._on_forget is not None:
+                self._on_forget(oldest)
         if dropped:
             self._evict_jobs()
         return dropped
@@ -381,7 +387,9 @@ class JobTracker:
             return
         idle = [k for k, job in self._jobs.items() if not job.held and not job.pinned]
         for key in idle[:excess]:
-            del self._jobs[key]
+            job = self._jobs.pop(key)
+            if self._on_forget is not None:
+                self._on_forget(job)
 
     # -- monitor sessions ------------------------------------------------------------------
 
@@ -418,6 +426,10 @@ class JobTracker:
         for dag in self._unfinished:
             return dag.job.id, dag.id
         return IDLE, IDLE
+
+    def owner(self, key: Key) -> Dag | None:
+        """The DAG a live task runs for; None for a task submitted before the tracker."""
+        return self._owner.get(key)
 
     def unfinished(self) -> list[Dag]:
         return list(self._unfinished)

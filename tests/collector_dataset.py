@@ -422,3 +422,167 @@ class ClusterDataset:
 def make_cluster_dataset() -> ClusterDataset:
     """B: a whole hour between 6 and 5 hours ago."""
     return ClusterDataset((int(time.time()) - 5 * 3600) // 3600 * 3600)
+
+
+# ---- where the time went (issue #13) ---------------------------------------------------------
+#
+# Relative to W (a whole hour about four hours ago), 500 s; the export reads [W+100, W+400].
+# Cluster "lab": GPU sidecars every 5 s at 0, 5, ...; its scheduler every 5 s one second
+# earlier (4, 9, ...), so a GPU sample at t takes the scheduler's scrape at t-1.
+# - g-0 (1 GPU): utilisation 0.8 in [150, 250), else 0 (the busy counter is its integral);
+#   100 W, its energy counter reset at 200 (after: 500 + 100 (t - 200));
+#   memory used 5 GiB at 155..245, else 1 GiB.
+# - g-1 (1 GPU, no energy counter): utilisation 0.5 in [200, 300); 2 GiB used.
+# - what executed (dask_job_worker_prefix_tasks, at scheduler scrapes s):
+#   g-0: load (job 0 DAG 0, 1 task) for s in [100, 150); train (job 0 DAG 0, 2 tasks) for s
+#   in [150, 250); prep (job 1 DAG 0, 2 tasks) for s in [200, 250). g-1: fit (job 1 DAG 0,
+#   1 task) for s in [200, 300).
+# - activities: job 0 DAG 0 train thread-cpu seconds = s (there before the range);
+#   job 1 DAG "" prep disk-read seconds: born at 204 at 5, + s/10, the scheduler restarted
+#   at 304 (from 1 again); job 0 DAG 0 train memory-read bytes: 1000, never growing.
+#   Scraped by two HA replicas (prometheus_replica a and b), same values.
+# - worker resources of g-0: memory 2 GiB + s MiB, spilled s KiB, cpu 1.5 cores, executing
+#   = what executed.
+# Cluster "other": a g-0 of its own, busy all the time, running train of its job 0 DAG 0,
+# with far bigger activity counters: none of it may show in lab's files.
+
+LAB_RANGE = (100, 400)
+LAB_TIMES = [float(t) for t in range(0, 501, 5)]
+
+
+def lab_scrapes() -> list[float]:
+    return [t + 4 for t in range(0, 500, 5)]
+
+
+def lab_busy(worker: str, t: float) -> float:
+    lo, hi, util = (150, 250, 0.8) if worker == "g-0" else (200, 300, 0.5)
+    return util * max(0.0, min(t, hi) - lo)
+
+
+def lab_tasks(s: float) -> list[tuple[str, str, str, str, float]]:
+    """(worker, job, dag, prefix, tasks) executing at scheduler scrape s."""
+    out = []
+    if 100 <= s < 150:
+        out.append(("g-0", "0", "0", "load", 1.0))
+    if 150 <= s < 250:
+        out.append(("g-0", "0", "0", "train", 2.0))
+    if 200 <= s < 250:
+        out.append(("g-0", "1", "0", "prep", 2.0))
+    if 200 <= s < 300:
+        out.append(("g-1", "1", "0", "fit", 1.0))
+    return out
+
+
+def lab_prep(s: float) -> float:
+    return 5 + (s - 204) / 10 if s < 304 else 1 + (s - 304) / 10
+
+
+# The files the collector must write for [W+100, W+400], worked out by hand from the above:
+# g-0's busy intervals (t-5, t] for t = 155..250 give 4 s each: 155..200 to train alone
+# (40 s), 205..250 half to train, half to prep (20 s each); each interval is 500 J (the reset
+# at 200 counts from 0); load ran while the GPU idled (0 s, yet 10 intervals of 500 J).
+# g-1: fit gets 2.5 s for t = 205..300 (50 s), no energy. Activities: train 399 - 99 = 300 s;
+# prep 14.5 before the restart + 10.5 after = 25 s.
+LAB_GPU_BY_PREFIX = [
+    ("0", "etl", "0", "load", 0.0, 1 * GiB, 5000.0),
+    ("0", "etl", "0", "train", 60.0, 5 * GiB, 7500.0),
+    ("1", "fit-job", "0", "fit", 50.0, 2 * GiB, None),
+    ("1", "fit-job", "0", "prep", 20.0, 5 * GiB, 2500.0),
+]
+LAB_ACTIVITIES = [
+    ("0", "etl", "0", "train", "thread-cpu", "seconds", 300.0),
+    ("1", "fit-job", "", "prep", "disk-read", "seconds", 25.0),
+]
+
+
+@dataclass(frozen=True)
+class LabDataset:
+    base: int
+
+    def openmetrics(self) -> OpenMetrics:
+        om = OpenMetrics()
+        w = self.base
+        for cluster in ("lab", "other"):
+            workers = ("g-0", "g-1") if cluster == "lab" else ("g-0",)
+            for worker in workers:
+                self._gpu(om, cluster, worker)
+            sched = {"instance": f"{cluster}-scheduler:8787", "job": "dask-scheduler",
+                     "dask_cluster": cluster}
+            for name in ("dask_job_current_job", "dask_job_current_dag"):
+                om.add(name, sched, [(w + s, 0.0) for s in lab_scrapes()])
+            for worker in workers:
+                om.add("dask_job_worker_gpu_info", {**sched, "worker": worker, "gpu": "0",
+                                                    "address": f"tcp://{worker}:1",
+                                                    "uuid": f"GPU-{cluster}-{worker}"},
+                       [(w + s, 1.0) for s in lab_scrapes()])
+            if cluster == "other":
+                om.add("dask_job_worker_prefix_tasks", {**sched, "worker": "g-0", "job_id": "0",
+                                                        "dag_id": "0", "prefix": "train"},
+                       [(w + s, 4.0) for s in lab_scrapes()])
+                om.add("dask_job_activity_seconds_total",
+                       {**sched, "job_id": "0", "dag_id": "0", "prefix": "train",
+                        "activity": "thread-cpu"},
+                       [(w + s, 1000.0 * s) for s in lab_scrapes()], "counter")
+                continue
+            keys = {(wk, j, d, p) for s in lab_scrapes() for wk, j, d, p, _ in lab_tasks(s)}
+            for worker, job, dag, prefix in sorted(keys):
+                om.add("dask_job_worker_prefix_tasks",
+                       {**sched, "worker": worker, "job_id": job, "dag_id": dag,
+                        "prefix": prefix},
+                       [(w + s, n) for s in lab_scrapes() for wk, j, d, p, n in lab_tasks(s)
+                        if (wk, j, d, p) == (worker, job, dag, prefix)])
+            for job, name in (("0", "etl"), ("1", "fit-job")):
+                om.add("dask_job_dag_info", {**sched, "job_id": job, "dag_id": "0",
+                                             "job_name": name, "client": "c"},
+                       [(w + s, 1.0) for s in lab_scrapes()])
+            self._resources(om, sched)
+            for replica in ("a", "b"):
+                self._activities(om, {**sched, "prometheus_replica": replica})
+        return om
+
+    def _gpu(self, om: OpenMetrics, cluster: str, worker: str) -> None:
+        w = self.base
+        labels = {"worker": worker, "gpu": "0", "uuid": f"GPU-{cluster}-{worker}",
+                  "instance": f"{cluster}-{worker}:9446", "job": "dask-gpu",
+                  "dask_cluster": cluster}
+        om.add("dask_gpu_info", {**labels, "hostname": worker, "name": "Fake GPU"},
+               [(w + t, 1.0) for t in LAB_TIMES])
+        busy = (lambda t: t) if cluster == "other" else (lambda t: lab_busy(worker, t))
+        om.add("dask_gpu_busy_seconds_total", labels,
+               [(w + t, busy(t)) for t in LAB_TIMES], "counter")
+        used = 2 * GiB if worker == "g-1" else 1 * GiB
+        om.add("dask_gpu_memory_used_bytes", labels,
+               [(w + t, 5 * GiB if worker == "g-0" and 155 <= t <= 245 else used)
+                for t in LAB_TIMES])
+        om.add("dask_gpu_memory_total_bytes", labels, [(w + t, float(TOTAL)) for t in LAB_TIMES])
+        if worker == "g-0":
+            om.add("dask_gpu_energy_joules_total", labels,
+                   [(w + t, 1000 + 100 * t if t < 200 else 500 + 100 * (t - 200))
+                    for t in LAB_TIMES], "counter")
+
+    def _resources(self, om: OpenMetrics, sched: dict[str, str]) -> None:
+        w, labels = self.base, {**sched, "worker": "g-0"}
+        om.add("dask_job_worker_memory_bytes", labels,
+               [(w + s, 2 * GiB + s * MiB) for s in lab_scrapes()])
+        om.add("dask_job_worker_spilled_bytes", labels,
+               [(w + s, s * 1024) for s in lab_scrapes()])
+        om.add("dask_job_worker_cpu_ratio", labels, [(w + s, 1.5) for s in lab_scrapes()])
+        om.add("dask_job_worker_executing_tasks", labels,
+               [(w + s, sum(n for wk, *_, n in lab_tasks(s) if wk == "g-0"))
+                for s in lab_scrapes()])
+
+    def _activities(self, om: OpenMetrics, sched: dict[str, str]) -> None:
+        w = self.base
+        train = {**sched, "job_id": "0", "dag_id": "0", "prefix": "train"}
+        om.add("dask_job_activity_seconds_total", {**train, "activity": "thread-cpu"},
+               [(w + s, s) for s in lab_scrapes()], "counter")
+        om.add("dask_job_activity_bytes_total", {**train, "activity": "memory-read"},
+               [(w + s, 1000.0) for s in lab_scrapes()], "counter")
+        om.add("dask_job_activity_seconds_total",
+               {**sched, "job_id": "1", "dag_id": "", "prefix": "prep", "activity": "disk-read"},
+               [(w + s, lab_prep(s)) for s in lab_scrapes() if s >= 204], "counter")
+
+
+def make_lab_dataset() -> LabDataset:
+    """W: a whole hour between 4 and 3 hours ago."""
+    return LabDataset((int(time.time()) - 4 * 3600) // 3600 * 3600)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dask_metrics.collector.export import SUMMARIES
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.plotdata import read_export
 from dask_metrics.contract import Handler
@@ -220,8 +221,8 @@ def test_a_re_export_leaves_only_its_own_files_where_plots_read(
     (out / "notes.txt").write_text("mine")
     run = collector(*base, "--workers", "w-1")
     assert run.code == 0, run.err
-    assert sorted(p.name for p in out.iterdir()) == ["export.json", "notes.txt", "w-1.csv",
-                                                     "workers.csv"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["export.json", "notes.txt", "w-1.csv", "workers.csv", *SUMMARIES])
     assert json.loads((out / "export.json").read_text())["files"] == ["w-1.csv"]
     (out / "w-0.csv").write_text((out / "w-1.csv").read_text())  # a stray file: not read
     assert [t.worker for t in read_export(out)] == ["w-1"]

@@ -16,7 +16,7 @@ import pytest
 
 from dask_metrics.collector.columns import select, source_metrics
 from dask_metrics.collector.connection import ENV_URL
-from dask_metrics.collector.export import export
+from dask_metrics.collector.export import SUMMARIES, export
 from dask_metrics.collector.fetch import fetch_steps, selector
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
 from dask_metrics.collector.timespec import format_rfc3339
@@ -143,8 +143,8 @@ def test_tidy_export_matches_the_dataset_value_by_value(core_export: tuple[Path,
                                                         dataset: Dataset,
                                                         prom: PrometheusServer) -> None:
     out, _ = core_export
-    assert sorted(p.name for p in out.iterdir()) == ["export.json", "jobs.csv", "w-a.csv",
-                                                     "w-b.csv", "workers.csv"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["export.json", "jobs.csv", "w-a.csv", "w-b.csv", "workers.csv", *SUMMARIES])
     for worker in ("w-a", "w-b"):
         path = out / f"{worker}.csv"
         assert header(path) == ["timestamp", "time", "worker", "gpu", "uuid", "job", "dag",
@@ -283,8 +283,8 @@ def test_seed_layout_is_the_original_files(prom: PrometheusServer, dataset: Data
     run = collector("export", "--since", str(dataset.core), "--until", str(dataset.core + 600),
                     "--layout", "seed", "--out", str(out), *auth(prom, password_file))
     assert run.code == 0, run.err
-    assert sorted(p.name for p in out.iterdir()) == ["export.json", "jobs.csv", "worker_0.csv",
-                                                     "worker_1.csv", "workers.csv"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["export.json", "jobs.csv", "worker_0.csv", "worker_1.csv", "workers.csv", *SUMMARIES])
     assert [r["worker"] for r in read_csv(out / "workers.csv")] == ["w-a", "w-b"]
     for index, worker in enumerate(("w-a", "w-b")):
         path = out / f"worker_{index}.csv"

@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
 from dask_metrics.collector import cli as collector_cli
+from dask_metrics.collector.export import SUMMARIES
 from tests.doc_commands import (
     ROOT,
     doc_files,
@@ -672,7 +673,7 @@ def test_collector_commands(tmp_path, monkeypatch, capsys):
 
         run("collector export --since 2h --out run-42")
         assert {p.name for p in (work / "run-42").iterdir()} == {
-            "w-a.csv", "w-b.csv", "workers.csv", "jobs.csv", "export.json"}
+            "w-a.csv", "w-b.csv", "workers.csv", "jobs.csv", "export.json", *SUMMARIES}
         with open(work / "run-42" / "w-a.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
         assert len(rows) == 2 * 97 and {r["worker_job"] for r in rows} == {"0", "1"}

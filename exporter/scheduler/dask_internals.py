@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 from distributed.protocol.serialize import ToPickle
 
@@ -196,3 +196,134 @@ def stolen(topic: str, msg: Any) -> tuple[Any, str] | None:
     if topic != "stealing" or msg[0] != "confirm":
         return None
     return msg[1], msg[4]
+
+
+# -- fine performance metrics and worker resources (issue #13) ------------------------------
+
+#: Contexts of Scheduler.cumulative_worker_metrics that are not exported cluster-wide:
+#: "execute" is exported per job from the spans, "p2p" repeats time already in "execute"
+#: (distributed.shuffle._core logs both; 2024.1.0, 2026.8.0).
+_PER_TASK_CONTEXTS = frozenset({"execute", "p2p"})
+
+
+def tap_span_heartbeats(
+    scheduler: Any, sink: Callable[[Mapping[Any, float]], None]
+) -> Callable[[], None] | None:
+    """Hand ``sink`` what every worker heartbeat adds to the spans' metrics; returns the
+    undo, or None when this Dask has no spans extension to tap.
+
+    Scheduler.heartbeat_worker calls extensions[name].heartbeat(ws, data) for the data each
+    worker extension sent; the spans extension's data is {("execute"|"p2p", span_id, prefix
+    or where, activity, unit): value added since the last heartbeat}, which it adds to
+    Span._cumulative_worker_metrics (distributed.spans.SpansSchedulerExtension.heartbeat;
+    2024.1.0, 2026.8.0). The sink sees the data after Dask took it, and only if Dask did."""
+    spans = scheduler.extensions.get("spans")
+    original = getattr(spans, "heartbeat", None)
+    if original is None:
+        return None
+
+    def heartbeat(ws: Any, data: dict[Any, float]) -> None:
+        original(ws, data)
+        sink(data)
+
+    spans.heartbeat = heartbeat  # the instance attribute shadows the method
+
+    def undo() -> None:
+        if spans.__dict__.get("heartbeat") is heartbeat:
+            del spans.heartbeat
+
+    return undo
+
+
+def span_prefixes(scheduler: Any, keys: Iterable[Any]) -> Counter[tuple[Any, str]]:
+    """(span id, task prefix) -> how many of ``keys`` are in that span with that prefix.
+
+    TaskState.group.span_id is set when the spans extension observes the tasks, before the
+    plugins' update_graph; TaskState.prefix.name is key_split(key), the prefix workers
+    report metrics under (distributed.scheduler, distributed.spans; 2024.1.0, 2026.8.0)."""
+    known = scheduler.tasks
+    out: Counter[tuple[Any, str]] = Counter()
+    for key in keys:
+        ts = known.get(key)
+        if ts is not None and ts.group.span_id is not None:
+            out[ts.group.span_id, ts.prefix.name] += 1
+    return out
+
+
+def _copied(read: Callable[[], Any]) -> Any:
+    """``read()`` again when a scrape from another thread saw a dict change size."""
+    for _ in range(100):
+        try:
+            return read()
+        except RuntimeError:
+            continue
+    raise RuntimeError("the scheduler's state kept changing during 100 reads")
+
+
+def cluster_metrics(scheduler: Any) -> list[tuple[str, tuple[Any, ...], Any, float]]:
+    """(context, activity parts, unit, value) of the fine performance metrics outside task
+    execution (gather-dep, get-data, memory-monitor, and any later context).
+
+    Scheduler.cumulative_worker_metrics sums every heartbeat's digests: tuple keys
+    (context, *activity, unit), execute and p2p without their span id; other keys are not
+    fine performance metrics (distributed.scheduler.heartbeat_worker; 2024.1.0, 2026.8.0)."""
+    items = _copied(lambda: list(scheduler.cumulative_worker_metrics.items()))
+    return [
+        (str(key[0]), key[1:-1], key[-1], value)
+        for key, value in items
+        if isinstance(key, tuple) and len(key) >= 3 and key[0] not in _PER_TASK_CONTEXTS
+    ]
+
+
+class WorkerResources(NamedTuple):
+    """One worker's resources as the scheduler knows them from its heartbeats."""
+
+    name: Any
+    address: str
+    memory: int  # process memory (RSS)
+    managed: int  # managed memory in RAM
+    spilled: int  # managed memory on disk
+    memory_limit: int
+    cpu: float  # cores (heartbeat's cpu percent / 100)
+    threads: int
+    executing: int
+    processing: int
+    occupancy: float
+    stored: int  # bytes of results the scheduler knows it holds
+
+
+def worker_resources(scheduler: Any) -> list[WorkerResources]:
+    """Every worker's resources, from what the last heartbeat and the scheduler hold.
+
+    WorkerState.memory is a MemoryState (.process, .managed: in RAM, .spilled: on disk),
+    .memory_limit, .nthreads, .processing (set), .occupancy, .nbytes; .metrics is the last
+    heartbeat's metrics: "cpu" (percent of one core) and "task_counts" (worker task state
+    -> count, "executing" among them) (distributed.scheduler, Worker.get_metrics;
+    2024.1.0, 2026.8.0)."""
+    out = []
+    for ws in _copied(lambda: list(scheduler.workers.values())):
+        mem = ws.memory
+        metrics = ws.metrics or {}
+        counts = metrics.get("task_counts") or {}
+        out.append(WorkerResources(
+            ws.name, ws.address, mem.process, mem.managed, mem.spilled, ws.memory_limit or 0,
+            float(metrics.get("cpu") or 0.0) / 100.0, ws.nthreads,
+            int(counts.get("executing", 0)), len(ws.processing), float(ws.occupancy),
+            ws.nbytes,
+        ))
+    return out
+
+
+def executing_tasks(scheduler: Any) -> list[tuple[Any, str, list[tuple[Any, str]]]]:
+    """(name, address, [(key, prefix)...]) per worker: the tasks executing on it.
+
+    WorkerState.executing maps TaskState -> duration for the tasks the worker reported
+    executing in its last heartbeat (its active_keys: really running, not merely ready);
+    a task that finished since is no longer processing on that worker and is left out
+    (Scheduler.heartbeat_worker, Worker.heartbeat; 2024.1.0, 2026.8.0)."""
+    out = []
+    for ws in _copied(lambda: list(scheduler.workers.values())):
+        running = _copied(lambda ws=ws: list(ws.executing))
+        out.append((ws.name, ws.address, [
+            (ts.key, ts.prefix.name) for ts in running if ts.processing_on is ws]))
+    return out

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
 
 from dask_metrics.contract import (
+    ACTIVITY_FAMILY,
+    CLUSTER_ACTIVITY_FAMILY,
     CURRENT_DAG,
     CURRENT_JOB,
     DAG_INFO,
@@ -20,20 +23,37 @@ from dask_metrics.contract import (
     MONITOR_STOP,
     PLUGIN_ERRORS,
     SCHEDULER_SPECS,
+    WORKER_CPU,
+    WORKER_EXECUTING,
     WORKER_GPU_INFO,
+    WORKER_MANAGED_MEMORY,
+    WORKER_MEMORY,
+    WORKER_MEMORY_LIMIT,
+    WORKER_OCCUPANCY,
+    WORKER_PREFIX_TASKS,
+    WORKER_PROCESSING,
+    WORKER_SPILLED,
+    WORKER_STORED,
     WORKER_TASKS,
+    WORKER_THREADS,
+    activity_spec,
+    cluster_activity_spec,
 )
 from dask_metrics.exporter.job_tracker import Snapshot
+from dask_metrics.exporter.scheduler.fine import FineSnapshot
 from dask_metrics.metricspec import MetricSpec
 
 logger = logging.getLogger(__name__)
 
 
-def families(snap: Snapshot, errors: dict[str, int], cluster: str) -> list[Metric]:
+def families(snap: Snapshot, errors: dict[str, int], cluster: str,
+             fine: FineSnapshot | None = None) -> list[Metric]:
     """The metric families of one scrape; every series is labelled dask_cluster=cluster."""
     fam = {spec.name: spec.family() for spec in SCHEDULER_SPECS}
 
     def add(spec: MetricSpec, labels: list[str], value: float) -> None:
+        if spec.name not in fam:  # an activity unit beyond seconds and bytes
+            fam[spec.name] = spec.family()
         fam[spec.name].add_metric([cluster, *labels], value)  # the one place it is added
 
     add(CURRENT_JOB, [], snap.current_job)
@@ -52,7 +72,39 @@ def families(snap: Snapshot, errors: dict[str, int], cluster: str) -> list[Metri
         add(WORKER_GPU_INFO, [worker, address, str(gpu), uuid], 1)
     for hook, count in errors.items():
         add(PLUGIN_ERRORS, [hook], count)
+    if fine is not None:
+        _add_fine(add, fine)
     return list(fam.values())
+
+
+def _add_fine(add: Callable[[MetricSpec, list[str], float], None], fine: FineSnapshot) -> None:
+    """The issue-#13 series: activities per job and cluster-wide, worker resources, prefix
+    tasks."""
+    specs: dict[str, MetricSpec] = {}
+
+    def spec_of(family: str, unit: str) -> MetricSpec:
+        spec = specs.get(family + unit)
+        if spec is None:
+            make = activity_spec if family == ACTIVITY_FAMILY else cluster_activity_spec
+            spec = specs[family + unit] = make(unit)
+        return spec
+
+    for a in fine.activities:
+        add(spec_of(ACTIVITY_FAMILY, a.unit), [a.job_id, a.dag_id, a.prefix, a.activity],
+            a.value)
+    for unit, context, activity, value in fine.cluster:
+        add(spec_of(CLUSTER_ACTIVITY_FAMILY, unit), [context, activity], value)
+    for worker, r in fine.workers:
+        for spec, value in (
+            (WORKER_MEMORY, r.memory), (WORKER_MANAGED_MEMORY, r.managed),
+            (WORKER_SPILLED, r.spilled), (WORKER_MEMORY_LIMIT, r.memory_limit),
+            (WORKER_CPU, r.cpu), (WORKER_THREADS, r.threads),
+            (WORKER_EXECUTING, r.executing), (WORKER_PROCESSING, r.processing),
+            (WORKER_OCCUPANCY, r.occupancy), (WORKER_STORED, r.stored),
+        ):
+            add(spec, [worker], value)
+    for worker, job_id, dag_id, prefix, tasks in fine.prefix_tasks:
+        add(WORKER_PREFIX_TASKS, [worker, job_id, dag_id, prefix], tasks)
 
 
 def errors_family(errors: dict[str, int], cluster: str) -> Metric:

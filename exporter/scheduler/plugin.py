@@ -15,10 +15,12 @@ from tornado.ioloop import PeriodicCallback
 
 from dask_metrics.contract import DASK_CLUSTER
 from dask_metrics.exporter import cluster as cluster_name
+from dask_metrics.exporter.activity_ledger import ActivityLedger
 from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_tracker import JobMode, JobTracker
 from dask_metrics.exporter.scheduler import dask_internals
 from dask_metrics.exporter.scheduler.families import HUB, SourceCollector, errors_family, families
+from dask_metrics.exporter.scheduler.fine import fine_snapshot
 from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
 from dask_metrics.exporter.scheduler.serving import MetricsServer
 from dask_metrics.exporter.scheduler.settings import Settings
@@ -34,6 +36,7 @@ HOOKS = (
     "remove_client",
     "log_event",
     "evict",
+    "heartbeat",
     "collect",
 )
 _TASK_OVER = frozenset({"memory", "erred", "forgotten"})
@@ -47,6 +50,8 @@ class JobPlugin(SchedulerPlugin):
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings.from_config()
         s = self.settings
+        # Dask's fine performance metrics per job, DAG and prefix (fed by heartbeats)
+        self.ledger = ActivityLedger(s.max_prefixes_per_job, s.label_max_length)
         self.tracker = JobTracker(
             s.job_mode,
             max_finished_dags=s.max_finished_dags,
@@ -54,6 +59,7 @@ class JobPlugin(SchedulerPlugin):
             max_jobs=s.max_jobs,
             max_sessions=s.max_sessions,
             label_max_length=s.label_max_length,
+            on_forget=self.ledger.forget,
         )
         self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port,
                                        lambda: self.cluster)
@@ -87,6 +93,12 @@ class JobPlugin(SchedulerPlugin):
             dask_internals.add_handlers(scheduler, self.monitor.handlers()),
             dask_internals.tap_update_graph(scheduler),
         ]
+        untap = dask_internals.tap_span_heartbeats(scheduler, self._heartbeat)
+        if untap is None:
+            logger.warning("dask-metrics: this scheduler has no spans extension: no "
+                           "dask_job_activity_* series per job (the cluster-wide ones stay)")
+        else:
+            self._detach.append(untap)
         for address in dask_internals.worker_addresses(scheduler):
             self.add_worker(scheduler, address)
         period = max(0.1, min(self.settings.finished_dag_ttl / 2, 5.0))
@@ -143,7 +155,7 @@ class JobPlugin(SchedulerPlugin):
                 span = dask_internals.submitted_span() or dask_internals.top_level_span(
                     scheduler, keys
                 )
-            self.tracker.submit(
+            dag = self.tracker.submit(
                 client=client,
                 tasks=tasks,
                 wanted=keys,
@@ -152,6 +164,9 @@ class JobPlugin(SchedulerPlugin):
                 span=span,
                 submitter=submitter,
             )
+            owner = self.tracker.owner
+            self.ledger.observe(dag, dask_internals.span_prefixes(
+                scheduler, (key for key in tasks if owner(key) is dag)))
         except Exception:
             self._failed("update_graph")
 
@@ -206,6 +221,13 @@ class JobPlugin(SchedulerPlugin):
         except Exception:
             self._failed("log_event")
 
+    def _heartbeat(self, deltas: Any) -> None:
+        """A worker heartbeat's additions to the spans' fine performance metrics."""
+        try:
+            self.ledger.add(deltas)
+        except Exception:
+            self._failed("heartbeat")
+
     def _evict(self) -> None:
         try:
             self.tracker.evict()
@@ -222,7 +244,10 @@ class JobPlugin(SchedulerPlugin):
         if cluster is None:
             return []
         try:
-            return families(self.tracker.snapshot(), dict(self.errors), cluster)
+            scheduler = self._scheduler
+            fine = None if scheduler is None else fine_snapshot(scheduler, self.tracker,
+                                                                self.ledger)
+            return families(self.tracker.snapshot(), dict(self.errors), cluster, fine)
         except Exception:
             self._failed("collect")
             return [errors_family(dict(self.errors), cluster)]

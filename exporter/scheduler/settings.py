@@ -38,6 +38,7 @@ class Settings:
     max_jobs: int = 1000
     max_sessions: int = 100
     label_max_length: int = 128
+    max_prefixes_per_job: int = 50
     cluster: str | None = None  # the user's dask_cluster value; None: derived at attach
 
     @classmethod
@@ -75,5 +76,7 @@ class Settings:
             max_jobs=read("max-jobs", count(1), "a whole number, 1 or more"),
             max_sessions=read("max-sessions", count(1), "a whole number, 1 or more"),
             label_max_length=read("label-max-length", count(16), "a whole number, 16 or more"),
+            max_prefixes_per_job=read("max-prefixes-per-job", count(1),
+                                      "a whole number, 1 or more"),
             cluster=cluster.configured(overrides.get("cluster")),
         )

@@ -1,0 +1,85 @@
+"""activities.csv: how much of each of Dask's fine performance metrics a job, DAG, task
+prefix and activity accrued over an export's range, from the counters the scheduler preload
+exports (``dask_job_activity_<unit>_total``). Pure: the rules are tested without a server.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from dask_metrics.collector.series import Series, id_key
+from dask_metrics.contract import (
+    ACTIVITY,
+    ACTIVITY_COLUMNS,
+    ACTIVITY_FAMILY,
+    DAG_ID,
+    JOB_ID,
+    JOB_NAME,
+    PREFIX,
+)
+
+ActivityKey = tuple[str, str, str, str, str]  # job, dag, prefix, activity, unit
+
+
+def unit_of(metric: str) -> str:
+    """``dask_job_activity_seconds_total`` -> ``seconds``."""
+    return metric.removeprefix(ACTIVITY_FAMILY).removesuffix("_total")
+
+
+def increase(times: Sequence[int], values: Sequence[float], start: int) -> float:
+    """A counter's increase after ``start`` (ms), reset-safe and not extrapolated.
+
+    The baseline is the last sample at or before ``start`` (the series existed then); with
+    none, 0 (the series began inside the range, and a counter begins at 0). A drop is a
+    reset (a restarted scheduler): the counter counted from 0 again, so its new value is
+    all increase. NaN samples are skipped.
+    """
+    i = bisect_right(times, start)
+    previous = values[i - 1] if i and not math.isnan(values[i - 1]) else 0.0
+    total = 0.0
+    for value in values[i:]:
+        if math.isnan(value):
+            continue
+        total += value - previous if value >= previous else value
+        previous = value
+    return total
+
+
+def job_names(dag_info: Iterable[Series]) -> dict[str, str]:
+    """{job_id: job_name} from dask_job_dag_info: the name of the job's newest sample (job
+    ids start again at 0 after a scheduler restart; the newest name is the one in the
+    range's end)."""
+    newest: dict[str, tuple[int, str]] = {}
+    for s in dag_info:
+        if s.times:
+            job = s.labels.get(JOB_ID, "")
+            if job not in newest or s.times[-1] >= newest[job][0]:
+                newest[job] = (s.times[-1], s.labels.get(JOB_NAME, ""))
+    return {job: name for job, (_, name) in newest.items()}
+
+
+def increases(series: Iterable[Series], start: int) -> dict[ActivityKey, float]:
+    """The increase of every (job, dag, prefix, activity, unit) after ``start``: the pieces
+    of one key (other instance labels: a moved scheduler) add up."""
+    out: dict[ActivityKey, float] = {}
+    for s in series:
+        labels = s.labels
+        key = (labels.get(JOB_ID, ""), labels.get(DAG_ID, ""), labels.get(PREFIX, ""),
+               labels.get(ACTIVITY, ""), unit_of(labels.get("__name__", "")))
+        out[key] = out.get(key, 0.0) + increase(s.times, s.values, start)
+    return out
+
+
+def activity_rows(totals: Mapping[ActivityKey, float], names: Mapping[str, str]
+                  ) -> list[dict[str, Any]]:
+    """activities.csv's rows (dicts keyed by ACTIVITY_COLUMNS), in job, DAG, prefix,
+    activity and unit order; keys that did not increase in the range are left out (the
+    counters of jobs that ran before it)."""
+    keys = sorted((k for k, v in totals.items() if v != 0),
+                  key=lambda k: (id_key(k[0]), id_key(k[1]), *k[2:]))
+    return [dict(zip(ACTIVITY_COLUMNS, (job, names.get(job, ""), dag, prefix, activity, unit,
+                                        totals[job, dag, prefix, activity, unit]), strict=True))
+            for job, dag, prefix, activity, unit in keys]

@@ -1,0 +1,188 @@
+"""gpu_by_prefix.csv: GPU busy time, peak memory and energy per job, DAG and task prefix,
+attributed from each GPU sample to the prefixes executing on its worker then. Pure.
+
+Rules:
+
+- what ran: ``dask_job_worker_prefix_tasks`` at the scheduler's last scrape at or before the
+  GPU sample, at most ``max_age`` old (the as-of join of job and DAG); a scheduler scrape
+  without a series of this worker means nothing executed on it;
+- busy seconds and energy: the increase of ``dask_gpu_busy_seconds_total`` and
+  ``dask_gpu_energy_joules_total`` from a GPU's previous sample to this one (reset-safe:
+  a drop is a restarted exporter, the new value all increase; no increase across a gap
+  longer than ``max_age``), split among the tasks executing at this sample, each task an
+  equal share: a prefix with k of the n tasks gets k/n. With no task executing, nobody
+  gets it (idle time);
+- peak memory: the largest ``dask_gpu_memory_used_bytes`` of any one GPU of the worker at a
+  sample where the prefix executed; not split;
+- energy stays empty (None) for a prefix that never got an energy increase (GPUs without
+  an energy counter), never 0 for "unknown".
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import count, groupby, islice, repeat
+from typing import Any
+
+from dask_metrics.collector.series import Samples, Series, gpu_series, id_key
+from dask_metrics.contract import (
+    BUSY,
+    DAG_ID,
+    ENERGY,
+    GPU_BY_PREFIX_COLUMNS,
+    JOB_ID,
+    MEMORY_USED,
+    PREFIX,
+)
+
+PrefixKey = tuple[str, str, str]  # job, dag, prefix
+State = tuple[tuple[PrefixKey, float], ...]  # (key, tasks) of what executed, in key order
+IDLE: State = ()
+
+
+@dataclass(frozen=True)
+class PrefixTimeline:
+    """What executed on one worker, as of each scheduler scrape: from ``times[i]`` on, the
+    state ``states[ids[i]]``. A scrape's state expires ``max_age`` after it (an IDLE entry
+    is added there when no scrape follows sooner), so a lookup is one bisection. Few
+    distinct states recur over many scrapes: each GPU's samples are first summed per state,
+    and only the sums split per task."""
+
+    times: list[int]
+    ids: list[int]  # one more than times: ids[0] is before the first scrape (IDLE)
+    states: list[State]  # states[0] is IDLE
+
+    def ids_at(self, times: Sequence[int]) -> list[int]:
+        """The state id at each of ``times`` (0: IDLE)."""
+        return list(map(self.ids.__getitem__, map(bisect_right, repeat(self.times), times)))
+
+
+def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: int
+                    ) -> PrefixTimeline:
+    """From one worker's dask_job_worker_prefix_tasks series and the scheduler's scrape
+    times (dask_job_current_job's): the series exists only while above 0, so a scrape
+    without it is a scrape where that prefix did not execute there. A state holds until the
+    next scrape, at most ``max_age``."""
+    active: dict[int, dict[PrefixKey, float]] = {t: {} for t in scrapes}
+    for s in series:
+        key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
+        for t, v in zip(s.times, s.values, strict=True):
+            if v > 0:
+                state = active.setdefault(t, {})
+                state[key] = state.get(key, 0.0) + v
+    known: dict[State, int] = {IDLE: 0}
+    times, ids = [], [0]
+    order = sorted(active)
+    for t, after in zip(order, [*order[1:], None], strict=True):
+        times.append(t)
+        ids.append(known.setdefault(tuple(sorted(active[t].items())), len(known)))
+        if after is None or after > t + max_age + 1:  # expires before the next scrape
+            times.append(t + max_age + 1)
+            ids.append(0)
+    return PrefixTimeline(times, ids, list(known))
+
+
+def increments(samples: Samples, max_gap: int) -> tuple[list[int], list[float]]:
+    """(positions, increases) of a counter from each sample to the next, at the later
+    sample's position: reset-safe, none across a gap longer than ``max_gap`` or next to a
+    NaN (v == v is False for NaN only)."""
+    times, values = samples
+    kept = [(i, v1 - v0 if v1 >= v0 else v1)
+            for i, t0, t1, v0, v1 in zip(count(1), times, islice(times, 1, None), values,
+                                         islice(values, 1, None))  # the shortest: n - 1
+            if t1 - t0 <= max_gap and v0 == v0 and v1 == v1]
+    return [i for i, _ in kept], [d for _, d in kept]
+
+
+@dataclass
+class PrefixUse:
+    """What one (job, dag, prefix) got: busy seconds, peak memory (bytes), energy (J)."""
+
+    gpu_seconds: float = 0.0
+    peak_mem: float | None = None
+    energy: float | None = None
+
+
+def _per_state(ids: Iterable[int], amounts: Sequence[float],
+               fold: Callable[[Iterable[float]], float]) -> dict[int, float]:
+    """``amounts`` folded (sum, max) per state id, IDLE left out. A state holds for many
+    samples in a row, so the runs are folded at C speed."""
+    out: dict[int, float] = {}
+    pos = 0
+    for sid, run in groupby(ids):
+        n = len(list(run))
+        if sid:
+            value = fold(amounts[pos:pos + n])
+            out[sid] = fold((out[sid], value)) if sid in out else value
+        pos += n
+    return out
+
+
+class _Lookup:
+    """The state ids at a GPU's sample times: its series (and its worker's other GPUs)
+    mostly share one list of times, looked up once."""
+
+    def __init__(self, prefixes: PrefixTimeline) -> None:
+        self.prefixes = prefixes
+        self.times: list[int] | None = None
+        self.ids: list[int] = []
+
+    def __call__(self, times: list[int]) -> list[int]:
+        if times != self.times:
+            self.times, self.ids = times, self.prefixes.ids_at(times)
+        return self.ids
+
+
+def attribute(uses: dict[PrefixKey, PrefixUse], prefixes: PrefixTimeline | _Lookup,
+              busy: Samples | None, energy: Samples | None, used: Samples | None,
+              max_age: int) -> None:
+    """Add one GPU's samples to ``uses`` by the rules of this module."""
+    lookup = prefixes if isinstance(prefixes, _Lookup) else _Lookup(prefixes)
+    states = lookup.prefixes.states
+    for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
+        if samples is None:
+            continue
+        positions, amounts = increments(samples, max_age)
+        ids = map(lookup(samples[0]).__getitem__, positions)
+        for sid, amount in _per_state(ids, amounts, sum).items():
+            tasks = sum(k for _, k in states[sid])
+            for key, k in states[sid]:
+                use = uses.setdefault(key, PrefixUse())
+                setattr(use, field, (getattr(use, field) or 0.0) + amount * k / tasks)
+    if used is not None:
+        times, values = used
+        clean = [v if v == v else -math.inf for v in values]  # NaN never a peak
+        for sid, peak in _per_state(lookup(times), clean, max).items():
+            for key, _ in states[sid]:
+                use = uses.setdefault(key, PrefixUse())
+                if peak > -math.inf and (use.peak_mem is None or peak > use.peak_mem):
+                    use.peak_mem = peak
+
+
+def add_worker(uses: dict[PrefixKey, PrefixUse], scrapes: Iterable[int],
+               prefix_series: Sequence[Series], series_by_metric: Mapping[str, Iterable[Series]],
+               max_age: int) -> None:
+    """Add every GPU of one worker to ``uses``: its raw busy, energy and memory-used series
+    (by metric) against what executed on it (its dask_job_worker_prefix_tasks series)."""
+    if not prefix_series:
+        return  # nothing executed there, or a scheduler preload without the series
+    lookup = _Lookup(prefix_timeline(scrapes, prefix_series, max_age))
+    for metrics in gpu_series(series_by_metric).values():
+        attribute(uses, lookup, metrics.get(BUSY.name), metrics.get(ENERGY.name),
+                  metrics.get(MEMORY_USED.name), max_age)
+
+
+def prefix_rows(uses: Mapping[PrefixKey, PrefixUse], names: Mapping[str, str]
+                ) -> list[dict[str, Any]]:
+    """gpu_by_prefix.csv's rows (dicts keyed by GPU_BY_PREFIX_COLUMNS) in job, DAG and
+    prefix order; every prefix seen executing at a GPU sample has one, 0 seconds if the GPU
+    was idle then."""
+    keys = sorted(uses, key=lambda k: (id_key(k[0]), id_key(k[1]), k[2]))
+    return [dict(zip(GPU_BY_PREFIX_COLUMNS,
+                     (job, names.get(job, ""), dag, prefix, uses[job, dag, prefix].gpu_seconds,
+                      uses[job, dag, prefix].peak_mem, uses[job, dag, prefix].energy),
+                     strict=True))
+            for job, dag, prefix in keys]

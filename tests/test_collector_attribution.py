@@ -1,0 +1,215 @@
+"""The rules of activities.csv, gpu_by_prefix.csv and the worker columns, without a server:
+counter increases (baseline, resets, series born in the range), the split of a GPU's busy
+seconds and energy among the task prefixes that executed, and the as-of join of a worker's
+series to its GPU samples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dask_metrics.collector.activities import (
+    activity_rows,
+    increase,
+    increases,
+    job_names,
+    unit_of,
+)
+from dask_metrics.collector.columns import select, source_metrics, worker_metrics
+from dask_metrics.collector.gpu_by_prefix import (
+    PrefixUse,
+    add_worker,
+    attribute,
+    increments,
+    prefix_rows,
+    prefix_timeline,
+)
+from dask_metrics.collector.layouts import seed_lines, tidy_lines
+from dask_metrics.collector.series import (
+    Series,
+    as_of,
+    cluster_timeline,
+    joined_by_metric,
+    worker_table,
+    worker_timeline,
+)
+from dask_metrics.contract import (
+    ACTIVITY_COLUMNS,
+    GPU_BY_PREFIX_COLUMNS,
+    activity_spec,
+)
+
+S = 1000  # ms
+
+
+def _s(labels: dict[str, str], points: dict[int, float]) -> Series:
+    return Series(labels, list(points), list(points.values()))
+
+
+# ---- counter increases ------------------------------------------------------------------------
+
+
+def test_increase_baseline_is_the_value_at_the_start() -> None:
+    # existed before the start (10 at 0 s): only what it grew after the start counts
+    assert increase([0, 5 * S, 10 * S], [10.0, 14.0, 19.0], 2 * S) == 9.0
+    # a sample exactly at the start is the baseline
+    assert increase([2 * S, 5 * S], [10.0, 14.0], 2 * S) == 4.0
+
+
+def test_increase_of_a_series_born_in_the_range_counts_from_zero() -> None:
+    assert increase([5 * S, 10 * S], [3.0, 7.0], 2 * S) == 7.0
+
+
+def test_increase_survives_resets_and_nan() -> None:
+    # 10 -> 14 (+4), reset to 2 (+2: counted from 0), 5 (+3), NaN skipped, 6 (+1)
+    values = [10.0, 14.0, 2.0, 5.0, math.nan, 6.0]
+    assert increase([0, 1, 2, 3, 4, 5], values, 0) == 10.0
+
+
+def test_activity_rows_add_pieces_drop_zeros_and_sort() -> None:
+    seconds, custom = activity_spec("seconds").name, activity_spec("Flops/s").name
+    assert unit_of(custom) == "flops_s"
+    base = {"__name__": seconds, "job_id": "10", "dag_id": "0", "prefix": "load",
+            "activity": "thread-cpu"}
+    series = [
+        _s(base, {0: 5.0, 2 * S: 8.0}),
+        _s({**base, "instance": "moved:8787"}, {3 * S: 2.0}),  # a moved scheduler: +2
+        _s({**base, "job_id": "2", "dag_id": ""}, {0: 1.0, 2 * S: 4.0}),
+        _s({**base, "job_id": "2", "activity": "idle"}, {0: 1.0, 2 * S: 1.0}),  # no growth
+        _s({**base, "__name__": custom, "job_id": "2", "dag_id": ""}, {2 * S: 0.5}),
+    ]
+    totals = increases(series, S)
+    rows = activity_rows(totals, {"2": "etl"})
+    assert [tuple(r[c] for c in ACTIVITY_COLUMNS) for r in rows] == [
+        ("2", "etl", "", "load", "thread-cpu", "flops_s", 0.5),
+        ("2", "etl", "", "load", "thread-cpu", "seconds", 3.0),
+        ("10", "", "0", "load", "thread-cpu", "seconds", 5.0),
+    ]
+
+
+def test_job_names_take_the_newest_sample() -> None:
+    info = [_s({"job_id": "0", "dag_id": "0", "job_name": "old"}, {S: 1.0}),
+            _s({"job_id": "0", "dag_id": "1", "job_name": "new"}, {5 * S: 1.0}),
+            _s({"job_id": "1", "dag_id": "0", "job_name": "b"}, {2 * S: 1.0})]
+    assert job_names(info) == {"0": "new", "1": "b"}
+
+
+# ---- GPU time per task prefix ------------------------------------------------------------------
+
+
+def _tasks(prefix: str, points: dict[int, float], job: str = "0", dag: str = "0") -> Series:
+    return _s({"worker": "w", "job_id": job, "dag_id": dag, "prefix": prefix}, points)
+
+
+def test_increments_are_reset_safe_and_skip_gaps() -> None:
+    times = [0, 5 * S, 10 * S, 15 * S, 200 * S, 205 * S]
+    values = [0.0, 4.0, 1.0, 3.0, 50.0, 51.0]  # reset at 10 s; a 185 s gap
+    assert increments((times, values), 120 * S) == ([1, 2, 3, 5], [4.0, 1.0, 2.0, 1.0])
+    assert increments(([0, S, 2 * S], [1.0, math.nan, 3.0]), 120 * S) == ([], [])
+
+
+def test_busy_seconds_and_energy_are_split_per_executing_task() -> None:
+    scrapes = [0, 5 * S, 10 * S, 15 * S]
+    # at 5 s: 3 tasks of "train" and 1 of "load"; at 10 s: only "load"; at 15 s: nothing
+    prefixes = prefix_timeline(scrapes, [_tasks("train", {5 * S: 3}),
+                                         _tasks("load", {5 * S: 1, 10 * S: 1}, dag="1")],
+                               120 * S)
+    uses: dict = {}
+    busy = ([0, 5 * S, 10 * S, 15 * S], [0.0, 4.0, 4.5, 8.5])
+    energy = ([0, 5 * S, 10 * S, 15 * S], [100.0, 500.0, 600.0, 1000.0])
+    used = ([0, 5 * S, 10 * S, 15 * S], [1.0, 7.0, 3.0, 9.0])
+    attribute(uses, prefixes, busy, energy, used, 120 * S)
+    train, load = uses["0", "0", "train"], uses["0", "1", "load"]
+    assert (train.gpu_seconds, train.energy, train.peak_mem) == (3.0, 300.0, 7.0)
+    assert (load.gpu_seconds, load.energy, load.peak_mem) == (1.0 + 0.5, 100.0 + 100.0, 7.0)
+    # the idle interval (10, 15] went to nobody: 4 s and 400 J unattributed
+    assert sum(u.gpu_seconds for u in uses.values()) == 4.5
+
+
+def test_idle_gpu_gives_zero_and_missing_energy_stays_empty() -> None:
+    prefixes = prefix_timeline([0, 5 * S, 6 * S], [_tasks("cpu_only", {5 * S: 2, 6 * S: 2})],
+                               120 * S)
+    uses: dict = {}
+    used = ([0, 5 * S, 6 * S], [1.0, 2.0, math.nan])  # a NaN sample is never the peak
+    attribute(uses, prefixes, ([0, 5 * S], [10.0, 10.0]), None, used, 120 * S)
+    rows = prefix_rows(uses, {"0": "job"})
+    assert [tuple(r[c] for c in GPU_BY_PREFIX_COLUMNS) for r in rows] == [
+        ("0", "job", "0", "cpu_only", 0.0, 2.0, None)]
+
+
+def test_a_state_expires_max_age_after_its_scrape() -> None:
+    prefixes = prefix_timeline([0, 10 * S], [_tasks("a", {0: 1}), _tasks("b", {10 * S: 1})],
+                               3 * S)
+    names = [[k[2] for k, _ in prefixes.states[i]]
+             for i in prefixes.ids_at([0, 3 * S, 3 * S + 1, 9 * S, 10 * S, 14 * S])]
+    assert names == [["a"], ["a"], [], [], ["b"], []]
+    assert prefixes.ids_at([-1]) == [0]  # before the first scrape: idle
+
+
+def test_prefix_state_is_as_of_and_not_carried_past_max_age_or_empty_scrapes() -> None:
+    # "train" seen at 0 s only; the scrape at 10 s has no series: nothing executed then
+    prefixes = prefix_timeline([0, 10 * S], [_tasks("train", {0: 1})], 120 * S)
+    uses: dict = {}
+    busy = ([0, 4 * S, 12 * S], [0.0, 4.0, 12.0])
+    attribute(uses, prefixes, busy, None, None, 120 * S)
+    assert uses["0", "0", "train"].gpu_seconds == 4.0  # (0, 4] as of 0 s; (4, 12] as of 10 s
+    stale: dict = {}
+    attribute(stale, prefix_timeline([0], [_tasks("train", {0: 1})], 3 * S), busy, None, None,
+              3 * S)
+    assert stale == {}  # the only scrape is older than max_age at every busy increment
+
+
+def test_add_worker_joins_a_worker_s_gpus() -> None:
+    def gpu(g: str, points: dict[int, float]) -> Series:
+        return _s({"gpu": g, "uuid": f"U{g}"}, points)
+
+    uses: dict = {}
+    series = {"dask_gpu_busy_seconds_total": [gpu("0", {0: 0.0, 5 * S: 5.0}),
+                                              gpu("1", {0: 0.0, 5 * S: 1.0})],
+              "dask_gpu_memory_used_bytes": [gpu("0", {5 * S: 2.0}), gpu("1", {5 * S: 9.0})]}
+    add_worker(uses, [0, 5 * S], [_tasks("train", {5 * S: 1})], series, 120 * S)
+    assert uses == {("0", "0", "train"): PrefixUse(6.0, 9.0, None)}
+    none: dict = {}
+    add_worker(none, [0, 5 * S], [], series, 120 * S)  # nothing executed on this worker
+    assert none == {}
+
+
+# ---- the worker's columns -----------------------------------------------------------------------
+
+
+def test_worker_columns_are_joined_as_of_to_each_gpu_sample() -> None:
+    columns = select(["total-mem", "worker-mem", "worker-cpu"])
+    assert source_metrics(columns) == ["dask_gpu_memory_used_bytes"]
+    assert worker_metrics(columns) == ["dask_job_worker_memory_bytes", "dask_job_worker_cpu_ratio"]
+    assert [c.unit for c in columns] == ["bytes used", "bytes", "% of one core"]
+    used = [_s({"gpu": "0", "uuid": "U0"}, {1 * S: 5.0, 2 * S: 6.0, 300 * S: 7.0}),
+            _s({"gpu": "1", "uuid": "U1"}, {1 * S: 8.0})]
+    resources = joined_by_metric({
+        "dask_job_worker_memory_bytes": [_s({"worker": "w"}, {500: 100.0, 1500: 200.0}),
+                                         _s({"worker": "w", "instance": "b"}, {1800: 300.0})],
+        "dask_job_worker_cpu_ratio": [_s({"worker": "w"}, {2 * S: 1.5})]})
+    table = worker_table({"dask_gpu_memory_used_bytes": used}, columns,
+                         cluster_timeline([], []), worker_timeline([], []), 120 * S, resources)
+    assert list(tidy_lines("w", table, 0)) == [
+        "1.000,1970-01-01T00:00:01.000Z,w,0,U0,,,,,5,100,",
+        "1.000,1970-01-01T00:00:01.000Z,w,1,U1,,,,,8,100,",
+        "2.000,1970-01-01T00:00:02.000Z,w,0,U0,,,,,6,300,150",
+        "300.000,1970-01-01T00:05:00.000Z,w,0,U0,,,,,7,,"]  # older than max_age: empty
+    assert next(iter(seed_lines(table, 0))) == ',,1.000,"5, 8","100, 100","NaN, NaN"'
+
+
+def test_only_worker_columns_still_give_a_row_per_gpu_sample() -> None:
+    columns = select(["worker-tasks"])
+    assert source_metrics(columns) == ["dask_gpu_memory_used_bytes"]
+    used = [_s({"gpu": "0", "uuid": "U0"}, {1 * S: 5.0})]
+    table = worker_table({"dask_gpu_memory_used_bytes": used}, columns,
+                         cluster_timeline([], []), worker_timeline([], []), 120 * S,
+                         {"dask_job_worker_executing_tasks": ([0], [4.0])})
+    assert list(tidy_lines("w", table, 0)) == ["1.000,1970-01-01T00:00:01.000Z,w,0,U0,,,,,4"]
+
+
+@pytest.mark.parametrize(("t", "expected"), [(999, None), (1000, 1.0), (1100, 1.0),
+                                              (1101, None), (2000, 2.0), (2101, None)])
+def test_as_of(t: int, expected: float | None) -> None:
+    assert as_of(([1000, 2000], [1.0, 2.0]), [t], 100) == [expected]

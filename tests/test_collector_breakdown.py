@@ -1,0 +1,140 @@
+"""activities.csv, gpu_by_prefix.csv and the worker columns against a real Prometheus holding
+a backfilled, deterministic dataset (tests/collector_dataset.py, "where the time went"): the
+values the dataset's comments work out by hand, two clusters and an HA pair in the same
+Prometheus, a counter born inside the range and one reset by a scheduler restart."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dask_metrics.collector.export import read_activities, read_gpu_by_prefix
+from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+from dask_metrics.contract import (
+    ACTIVITIES_CSV,
+    ACTIVITY_COLUMNS,
+    GPU_BY_PREFIX_COLUMNS,
+    GPU_BY_PREFIX_CSV,
+)
+from tests.collector_dataset import (
+    LAB_ACTIVITIES,
+    LAB_GPU_BY_PREFIX,
+    LAB_RANGE,
+    GiB,
+    LabDataset,
+    MiB,
+    lab_tasks,
+    make_lab_dataset,
+)
+from tests.helpers import collector
+from tests.prometheus_helpers import (
+    PrometheusServer,
+    create_blocks,
+    requires_prometheus,
+    run_prometheus,
+)
+
+pytestmark = [requires_prometheus, pytest.mark.integration]
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def cells(values: tuple) -> list[str]:
+    """A row of the dataset's expectations as the CSV writes it."""
+    return ["" if v is None else str(int(v)) if isinstance(v, float) and v.is_integer()
+            else str(v) for v in values]
+
+
+@pytest.fixture(scope="module")
+def lab() -> LabDataset:
+    return make_lab_dataset()
+
+
+@pytest.fixture(scope="module")
+def prom(lab: LabDataset, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[PrometheusServer]:
+    blocks = create_blocks(lab.openmetrics(), tmp_path_factory.mktemp("lab-blocks"))
+    with run_prometheus(tmp_path_factory.mktemp("lab-prom"), blocks=blocks) as server:
+        yield server
+
+
+def span(lab: LabDataset) -> list[str]:
+    return ["--since", str(lab.base + LAB_RANGE[0]), "--until", str(lab.base + LAB_RANGE[1])]
+
+
+@pytest.fixture(scope="module")
+def lab_export(prom: PrometheusServer, lab: LabDataset,
+               tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lab") / "export"
+    run = collector("export", *span(lab), "--cluster", "lab", "--metrics", "total-mem",
+                    "worker-mem", "worker-spilled", "worker-cpu", "worker-tasks",
+                    "--out", str(out), "--prometheus", prom.url)
+    assert run.code == 0, run.err
+    return out
+
+
+def test_activities_csv_is_the_increase_over_the_range(lab_export: Path) -> None:
+    rows = read_csv(lab_export / ACTIVITIES_CSV)
+    assert list(rows[0]) == list(ACTIVITY_COLUMNS)
+    # train: there before the range (baseline at the start); prep: born in the range and
+    # reset by a scheduler restart; the bytes counter did not grow: no row; the other
+    # cluster's far bigger counters and the HA replica's copies: not counted
+    assert [list(r.values()) for r in rows] == [cells(r) for r in LAB_ACTIVITIES]
+
+
+def test_gpu_by_prefix_splits_busy_seconds_and_energy_per_task(lab_export: Path) -> None:
+    rows = read_csv(lab_export / GPU_BY_PREFIX_CSV)
+    assert list(rows[0]) == list(GPU_BY_PREFIX_COLUMNS)
+    # load ran only while the GPU idled: 0 s; fit's GPU has no energy counter: empty
+    assert [list(r.values()) for r in rows] == [cells(r) for r in LAB_GPU_BY_PREFIX]
+    record = json.loads((lab_export / "export.json").read_text())
+    assert record["summaries"] == [ACTIVITIES_CSV, GPU_BY_PREFIX_CSV]
+    assert record["units"]["worker-cpu"] == "% of one core"
+
+
+def test_worker_columns_take_the_scheduler_scrape_before_each_gpu_sample(
+        lab_export: Path) -> None:
+    rows = read_csv(lab_export / "g-0.csv")
+    assert [float(r["timestamp"]) for r in rows] == [float(t) for t in range(0, 301, 5)]
+    for row in rows:
+        t = float(row["timestamp"]) + LAB_RANGE[0]
+        s = t - 1  # the scheduler scrapes one second before the sidecar
+        where = f"t={t}"
+        assert float(row["worker-mem"]) == 2 * GiB + s * MiB, where
+        assert float(row["worker-spilled"]) == s * 1024, where
+        assert row["worker-cpu"] == "150", where
+        executing = sum(n for w, *_, n in lab_tasks(s) if w == "g-0")
+        assert float(row["worker-tasks"]) == executing, where
+    # g-1 has no resource series: its worker columns are empty, its rows still there
+    other = read_csv(lab_export / "g-1.csv")
+    assert other and {r["worker-mem"] for r in other} == {""}
+
+
+def test_the_monitor_reads_the_same_rows(prom: PrometheusServer, lab: LabDataset,
+                                         lab_export: Path) -> None:
+    """Monitor.activities()/gpu_by_prefix() are these two functions over the session."""
+    since, until = lab.base + LAB_RANGE[0], lab.base + LAB_RANGE[1]
+    with PrometheusClient(ConnectionSettings(prom.url)) as client:
+        activities = read_activities(client, since, until, cluster="lab")
+        by_prefix = read_gpu_by_prefix(client, since, until, cluster="lab")
+    assert [tuple(r.values()) for r in activities] == LAB_ACTIVITIES
+    assert [tuple(r.values()) for r in by_prefix] == LAB_GPU_BY_PREFIX
+
+
+def test_the_scope_and_the_replica_labels_are_what_keep_the_rest_out(
+        prom: PrometheusServer, lab: LabDataset) -> None:
+    """Reading every cluster (an unscoped Monitor) counts the other one too; without the
+    replica labels, each HA replica's copy counts: the checks above can fail."""
+    since, until = lab.base + LAB_RANGE[0], lab.base + LAB_RANGE[1]
+    with PrometheusClient(ConnectionSettings(prom.url)) as client:
+        every = read_activities(client, since, until, any_cluster=True)
+        doubled = read_activities(client, since, until, cluster="lab", replica_labels=())
+    assert [r["value"] for r in every if r["prefix"] == "train"] == [300.0 + 1000.0 * 300]
+    assert [r["value"] for r in doubled] == [2 * 300.0, 2 * 25.0]
