@@ -7,8 +7,9 @@ timestamps, so that each interval (t-5, t] belongs to the state scraped at t):
 - ``rep`` [R, R+600]: ``w-0`` (2 x "NVIDIA A100-SXM4-80GB"; GPU 1 reports no power and no
   energy and is never busy) and ``w-1`` (1 x "Tesla T4", 16 GiB, leaves at R+300). Job 0
   "etl": DAG 0 on both workers [100, 200), DAG 1 on w-0 [200, 300), finished; job 1
-  "train": DAG 0 on w-0 [350, 500), its GPU idle for the first 50 s, erred. Monitor session
-  R+50 to R+550.
+  "train": DAG 0 on w-0 [350, 500), its GPU idle for the first 50 s, erred; task prefix
+  "train" executing on w-0 [400, 500), activities of prefixes "load" and "train". Monitor
+  session R+50 to R+550.
 - ``empty`` [R+1000, R+1300]: one worker, no job at all.
 - ``sim`` [R+2000, R+2300]: one simulated GPU, no energy counter, job 0 "sim-job" [50, 150).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, pairwise
 
 from tests.collector_dataset import GiB
 from tests.prometheus_helpers import OpenMetrics
@@ -32,6 +33,9 @@ DAGS = {("0", "0"): ("etl", 95, 100, 200, 2.0), ("0", "1"): ("etl", 195, 200, 30
 RUNS = {"w-0": [(("0", "0"), 100, 200), (("0", "1"), 200, 300), (("1", "0"), 350, 500)],
         "w-1": [(("0", "0"), 100, 200)]}
 LEAVES = {"w-0": 600, "w-1": 300}
+# Dask's fine performance metrics: (job, dag, prefix, activity) -> (from, to, seconds in all)
+ACTIVITIES = {("0", "0", "load", "thread-cpu"): (100, 200, 80.0),
+              ("1", "0", "train", "thread-noncpu"): (350, 500, 40.0)}
 
 # What the report must say, by hand: intervals of 5 s ending at t belong to the DAG at t.
 EXPECTED_JOBS = {
@@ -103,6 +107,11 @@ class ReportDataset:
         om.add("dask_gpu_memory_used_bytes", labels, [(t, used_bytes) for t in times])
         om.add("dask_gpu_memory_peak_bytes", labels, [(t, peaks[t]) for t in times])
         om.add("dask_gpu_utilization_ratio", labels, [(t, util[t]) for t in times])
+        busy = [0.0]
+        for before, t in pairwise(times):
+            busy.append(busy[-1] + util[t] * (t - before))
+        om.add("dask_gpu_busy_seconds_total", labels, list(zip(times, busy, strict=True)),
+               "counter")
         if watts is not None:
             om.add("dask_gpu_power_watts", labels, [(t, watts) for t in times])
             om.add("dask_gpu_energy_joules_total", labels,
@@ -149,8 +158,18 @@ class ReportDataset:
                           {r + t: utilisation(worker, gpu, t) for t in rel},
                           {r + t: peak(worker, gpu, t) for t in rel}, used(worker, gpu),
                           watts[gpu])
-        self._scheduler(om, "rep", r, [float(t) for t in range(0, 601, STEP)], RUNS, DAGS,
-                        SESSION)
+        times = [float(t) for t in range(0, 601, STEP)]
+        self._scheduler(om, "rep", r, times, RUNS, DAGS, SESSION)
+        sched = {"dask_cluster": "rep", "instance": "rep-scheduler:8787", "job": "dask-scheduler"}
+        for (job, dag, prefix, activity), (lo, hi, total) in ACTIVITIES.items():
+            om.add("dask_job_activity_seconds_total",
+                   {**sched, "job_id": job, "dag_id": dag, "prefix": prefix,
+                    "activity": activity},
+                   [(r + t, total * min(max(t - lo, 0), hi - lo) / (hi - lo)) for t in times],
+                   "counter")
+        om.add("dask_job_worker_prefix_tasks", {**sched, "worker": "w-0", "job_id": "1",
+                                                "dag_id": "0", "prefix": "train"},
+               [(r + t, 1.0) for t in times if 400 <= t < 500])
 
     def _empty(self, om: OpenMetrics) -> None:
         at = self.base + EMPTY_OFFSET

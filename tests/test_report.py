@@ -4,6 +4,7 @@ and on the page, and the page rendered in headless Chromium."""
 
 from __future__ import annotations
 
+import csv
 import html
 import json
 import re
@@ -25,6 +26,7 @@ from dask_metrics.collector.report.render import CSP, render_html, render_text, 
 from dask_metrics.collector.report.usage import Usage, gpu_usage
 from dask_metrics.collector.series import GpuTable, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import png_size, render, requires_chromium
 from tests.helpers import collector
 from tests.prometheus_helpers import (
@@ -251,6 +253,30 @@ def test_report_json_has_the_scripted_numbers(rep: tuple[Path, dict[str, Any], s
     assert (t4["peak_bytes"], t4["peak_percent"], t4["time"]) == (15 * GIB, 93.75,
                                                                   at(dataset, 150))
     assert not any(p["worker"] == "w-1" for p in jobs["1"]["peaks"])
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_where_the_time_went_is_the_exports_own_rows(rep: tuple[Path, dict[str, Any], str],
+                                                     prom: PrometheusServer,
+                                                     dataset: ReportDataset,
+                                                     tmp_path: Path) -> None:
+    _, report, page = rep
+    run = collector("export", "--prometheus", prom.url, "--since", str(dataset.base),
+                    "--until", str(dataset.base + 600), "--cluster", "rep", "--out",
+                    str(tmp_path))
+    assert run.code == 0, run.err
+    where = report["where_the_time_went"]
+    for key, name in (("activities", ACTIVITIES_CSV), ("gpu_by_prefix", GPU_BY_PREFIX_CSV)):
+        with open(tmp_path / name, newline="") as fh:
+            assert where[key] == list(csv.DictReader(fh)), key
+    cpu = next(r for r in where["activities"] if r["prefix"] == "load")
+    assert (cpu["job_name"], cpu["activity"], cpu["unit"], float(cpu["value"])) == (
+        "etl", "thread-cpu", "seconds", pytest.approx(80.0))
+    train = next(r for r in where["gpu_by_prefix"] if r["prefix"] == "train")
+    assert float(train["gpu_seconds"]) == pytest.approx(100.0)  # w-0 GPU 0 busy [400, 500)
+    text = html.unescape(re.sub(r"<[^>]+>", "\n", page))
+    assert "thread-noncpu" in text and "load" in text
 
 
 @pytest.mark.integration

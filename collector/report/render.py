@@ -169,7 +169,9 @@ def _where(report: Mapping[str, Any]) -> list[Section]:
         notes = [] if len(rows) <= MAX_ROWS else [
             f"The {MAX_ROWS} largest of {len(rows)} rows; all are in report.json."]
         if not rows:
-            notes.append("No rows in this session.")
+            notes.append("No rows: the scheduler preload exported no fine performance "
+                         "metrics for this range (a preload older than them, or no task "
+                         "ran).")
         headers = [c.replace("_", " ") for c in columns]
         headers = [h + (" (s)" if h == "gpu seconds" else " (bytes)" if h == "peak mem"
                         else " (J)" if h == "energy" else "") for h in headers]
