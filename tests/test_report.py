@@ -276,7 +276,7 @@ def test_where_the_time_went_is_the_exports_own_rows(rep: tuple[Path, dict[str, 
     train = next(r for r in where["gpu_by_prefix"] if r["prefix"] == "train")
     assert float(train["gpu_seconds"]) == pytest.approx(100.0)  # w-0 GPU 0 busy [400, 500)
     text = html.unescape(re.sub(r"<[^>]+>", "\n", page))
-    assert "thread-noncpu" in text and "load" in text
+    assert "thread-noncpu" in text and "80.000 s" in text and "100.000 s" in text
 
 
 @pytest.mark.integration

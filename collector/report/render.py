@@ -151,21 +151,23 @@ def _jobs(report: Mapping[str, Any]) -> list[Section]:
 
 
 def _where(report: Mapping[str, Any]) -> list[Section]:
+    """The export's activities.csv and gpu_by_prefix.csv rows, largest first (activities in
+    seconds before those in other units, which do not compare with them)."""
     where = report["where_the_time_went"]
     out = []
-    for key, title, columns, numeric in (
+    for key, title, columns, numeric, rank in (
             ("activities", "Where the time went: activities per job and task prefix",
-             ["job", "job_name", "dag", "prefix", "activity", "unit", "value"], {6}),
+             ["job", "job_name", "dag", "prefix", "activity", "unit", "value"], {6},
+             lambda r: (r.get("unit") != "seconds", -_float(r.get("value")))),
             ("gpu_by_prefix", "GPU time per task prefix",
              ["job", "job_name", "dag", "prefix", "gpu_seconds", "peak_mem", "energy"],
-             {4, 5, 6})):
+             {4, 5, 6}, lambda r: (-_float(r.get("gpu_seconds")),))):
         rows = where.get(key)
         if rows is None:
             out.append(Section(title, notes=["Not available: this export has no "
                                              f"{key}.csv (it needs the scheduler preload's "
                                              "fine performance metrics)."]))
             continue
-        ranked = sorted(rows, key=lambda r: -_float(r.get(columns[-1])))
         notes = [] if len(rows) <= MAX_ROWS else [
             f"The {MAX_ROWS} largest of {len(rows)} rows; all are in report.json."]
         if not rows:
@@ -173,12 +175,26 @@ def _where(report: Mapping[str, Any]) -> list[Section]:
                          "metrics for this range (a preload older than them, or no task "
                          "ran).")
         headers = [c.replace("_", " ") for c in columns]
-        headers = [h + (" (s)" if h == "gpu seconds" else " (bytes)" if h == "peak mem"
-                        else " (J)" if h == "energy" else "") for h in headers]
         out.append(Section(title, notes=notes, table=Table(
-            headers, [[str(r.get(c, "")) for c in columns] for r in ranked[:MAX_ROWS]],
-            numeric)))
+            headers, [[_cell(c, r) for c in columns]
+                      for r in sorted(rows, key=rank)[:MAX_ROWS]], numeric)))
     return out
+
+
+def _cell(column: str, row: Mapping[str, Any]) -> str:
+    """A summary file's value with its unit (report.json keeps the file's own text)."""
+    text = str(row.get(column) or "")
+    if column not in ("value", "gpu_seconds", "peak_mem", "energy") or not text:
+        return text or NONE
+    value = _float(text)
+    unit = row.get("unit") if column == "value" else None
+    if column == "gpu_seconds" or unit == "seconds":
+        return f"{value:.3f} s"
+    if column == "peak_mem" or unit == "bytes":
+        return f"{value / 2**20:,.1f} MiB"
+    if column == "energy":
+        return f"{value:,.1f} J"
+    return f"{value:g} {unit}"
 
 
 def _float(text: Any) -> float:
