@@ -203,6 +203,8 @@ ACCOUNTS: dict[str, Account] = {
     "prometheus": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -799,6 +801,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
         "prometheus",
         "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3",
+        "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
