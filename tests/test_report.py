@@ -415,6 +415,8 @@ def test_bad_input_is_one_line(prom: PrometheusServer, tmp_path: Path) -> None:
     for args, code, words in ((report_cmd(prom, "rep"), 2, "--out DIR is required"),
                               (report_cmd(prom, "rep", "--out", str(tmp_path), "--headroom",
                                           "0.5"), 2, "--headroom 0.5"),
+                              (report_cmd(prom, "rep", "--out", str(tmp_path), "--plots",
+                                          "-1"), 2, "--plots -1"),
                               (report_cmd(prom, "nosuch", "--out", str(tmp_path)), 1,
                                "no monitor session of cluster 'nosuch'")):
         run = collector(*args)
