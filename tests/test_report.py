@@ -396,7 +396,7 @@ def test_a_session_without_jobs(prom: PrometheusServer, tmp_path: Path,
 def test_a_simulated_session_says_so_and_reports_no_energy(prom: PrometheusServer,
                                                            tmp_path: Path,
                                                            dataset: ReportDataset) -> None:
-    run = collector(*report_cmd(prom, "sim", "--out", str(tmp_path)))
+    run = collector(*report_cmd(prom, "sim", "--out", str(tmp_path), "--plots", "0"))
     assert run.code == 0, run.err
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["session"]["simulated"] == "all"
@@ -406,6 +406,7 @@ def test_a_simulated_session_says_so_and_reports_no_energy(prom: PrometheusServe
     assert (job["gpu_seconds"], job["busy_seconds"]) == (100, 50)
     page = (tmp_path / "report.html").read_text()
     assert "SIMULATED GPUs" in page and "not reported" in page
+    assert "<img" not in page and "no plots: none asked for (--plots 0)" in page
     assert report["session"]["since_unix"] == dataset.base + SIM_OFFSET + 10
 
 
