@@ -36,6 +36,9 @@ from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, format_table, peaks
 from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
 from dask_metrics.collector.promapi import COMPRESSIONS, PrometheusClient
+from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
+from dask_metrics.collector.report.build import DEFAULT_PLOTS, make_report
+from dask_metrics.collector.report.build import FORMATS as REPORT_FORMATS
 from dask_metrics.collector.timespec import (
     MONITOR,
     format_duration,
@@ -158,6 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="plot this export folder (tidy layout) instead of asking Prometheus")
     plt.add_argument("--format", metavar="FORMAT", nargs="+", default=["png"],
                      help=f"picture formats: {', '.join(FORMATS)} (default png)")
+
+    rep = commands.add_parser(
+        "report", parents=[span, conn], help="one page per session: jobs, peaks, energy, advice",
+        description="The session report: report.html (one self-contained page) and "
+        "report.json (every number on it) in --out; with --format text, the same sections "
+        "on the terminal.")
+    rep.add_argument("--out", metavar="DIR", help="folder for report.html and report.json "
+                     "(needed for html; with text, report.json is written there too)")
+    rep.add_argument("--format", choices=REPORT_FORMATS, default="html",
+                     help="html: the page (default); text: print the sections")
+    rep.add_argument("--headroom", metavar="FACTOR", type=float, default=DEFAULT_HEADROOM,
+                     help="GPU memory a job needs = its peak x this (default %(default)s)")
+    rep.add_argument("--peak-window", metavar="DURATION",
+                     default=format_duration(DEFAULT_PEAK_WINDOW), help="as for peaks")
+    rep.add_argument("--plots", metavar="N", type=int, default=DEFAULT_PLOTS,
+                     help="plot the N workers with the highest peak memory (default "
+                     "%(default)s; 0: none, the fastest report)")
 
     sched = argparse.ArgumentParser(add_help=False)
     sched.add_argument("--scheduler", metavar="ADDR",
@@ -339,8 +359,34 @@ def _run_plot(client: PrometheusClient, args: argparse.Namespace, opts: dict[str
         return _plot_files(Path(tmp) / "export", args, None, ui)
 
 
+def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
+                ui: Terminal) -> int:
+    if args.format == "html" and not args.out:
+        raise UsageError("--out DIR is required for --format html")
+    if not args.headroom >= 1:
+        raise UsageError(f"--headroom {args.headroom:g}: must be at least 1")
+    if args.plots < 0:
+        raise UsageError(f"--plots {args.plots}: must be 0 or more")
+    since, until = _span(client, opts)
+    asked = {"since": args.since, "until": args.until, "workers": opts["workers"],
+             "cluster": args.cluster, "headroom": args.headroom, "format": args.format,
+             "plots": args.plots}
+    result = make_report(client, since, until, args.out, fmt=args.format,
+                         workers=opts["workers"], max_age=opts["max_age"], chunk=opts["chunk"],
+                         progress=ui.progress, cluster=opts["cluster"],
+                         replica_labels=opts["replica_labels"],
+                         peak_window=_duration(args.peak_window, "--peak-window"),
+                         headroom=args.headroom, plots=args.plots, asked=asked)
+    if result.text is not None:
+        print(result.text, end="")
+    if result.out is not None:
+        ui.info(f"wrote {', '.join(str(f) for f in result.files)}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[PrometheusClient, argparse.Namespace, dict[str, Any], Terminal],
-                             int]] = {"export": _run_export, "peaks": _run_peaks, "plot": _run_plot}
+                             int]] = {"export": _run_export, "peaks": _run_peaks, "plot": _run_plot,
+                                      "report": _run_report}
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:

@@ -69,6 +69,7 @@ from dask_metrics.collector.series import (
     Series,
     Timeline,
     WorkerInfo,
+    WorkerTable,
     by_metric,
     joined_by_metric,
     select_workers,
@@ -94,6 +95,9 @@ DEFAULT_CHUNK = 3600.0
 """Seconds of raw samples asked for in one query; halved automatically when too big."""
 
 Progress = Callable[[int, int, str], None]
+Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
+"""Called with each worker's fetched series, activity and table as it is written: what the
+session report computes from the very data of the export."""
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -281,7 +285,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            workers: Sequence[str] | None = None, chunk: float = DEFAULT_CHUNK,
            progress: Progress | None = None, asked: Mapping[str, Any] | None = None,
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
-           any_cluster: bool = False) -> ExportResult:
+           any_cluster: bool = False, visit: Visit | None = None) -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -289,7 +293,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     ``progress(done, total, worker)`` is called before each worker is fetched (in the
     fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
-    ``any_cluster`` as for ``find_workers``. Raises ValueError for bad arguments and
+    ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
+    ``Visit``). Raises ValueError for bad arguments and
     CollectorError (PrometheusError included) when the export fails.
     """
     check_range(since, until)
@@ -326,6 +331,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         for info, data in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
             add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
+            if visit:
+                visit(info, data.gpu, data.ran, table)
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:

@@ -28,6 +28,8 @@ from dask_metrics.collector.export import (
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
+from dask_metrics.collector.report.build import ReportResult, make_report
 from dask_metrics.contract import CURRENT_JOB, DAG_STATUS, REPLICA_LABELS, UP, DagStatus, Handler
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
@@ -149,6 +151,17 @@ class Monitor:
                           layout=layout, workers=workers,
                           asked={"monitor_session": session["id"], "layout": layout},
                           **_scoping(scope))
+
+    def report(self, path: str | os.PathLike[str], *, fmt: str = "html",
+               headroom: float = DEFAULT_HEADROOM) -> ReportResult:
+        """The session report of the running or last session: ``path``/report.html and
+        report.json (``fmt="text"``: also the text, in the result's ``text``)."""
+        session = self.session()
+        scope = self.scope()
+        with self._prometheus_client() as prom:
+            since, until = self._range(prom, session)
+            return make_report(prom, since, until, path, fmt=fmt, headroom=headroom,
+                               asked={"monitor_session": session["id"]}, **_scoping(scope))
 
     def peak_memory(self) -> list[list[int]]:
         """Peak memory of the last session, % of capacity: per worker (in name order, as in

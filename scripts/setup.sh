@@ -2,8 +2,9 @@
 # Install what dask-metrics needs on a fresh Debian/Ubuntu machine, into ./.venv.
 # Usage: setup.sh [EXTRA] -- the package extra to install: test (default: the test suite) or
 # plot (the demo). System packages (prometheus, python3-venv; for the tests also gcc for the
-# fake NVML driver, openssl for TLS tests and victoria-metrics, the second Prometheus-compatible
-# store the collector is tested on) are installed with apt-get when this user may.
+# fake NVML driver, openssl for TLS tests, victoria-metrics, the second Prometheus-compatible
+# store the collector is tested on, and chromium, which renders the session report) are
+# installed with apt-get when this user may.
 # A second run with nothing changed (same pyproject.toml, same extra) installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ if [ "$extra" = test ]; then
   command -v gcc >/dev/null || need+=(gcc libc6-dev)
   command -v openssl >/dev/null || need+=(openssl)
   command -v victoria-metrics >/dev/null || need+=(victoria-metrics)  # a second store
+  command -v chromium >/dev/null || need+=(chromium)  # renders the session report
 fi
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)

@@ -105,6 +105,13 @@ def test_demo_end_to_end(first_run):
         assert str(out / "plots" / f"{stem}.png") in stdout
         assert ("capacity of a worker (4 GiB)" if stem == "cluster" else "capacity (4 GiB)"
                 ) in svg  # --simulate-memory's default, one line for equal capacities
+    # The session report (Monitor.report): its path printed, both jobs by name, simulated.
+    assert str(out / "report" / "report.html") in stdout
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["session"]["simulated"] == "all"
+    assert [(j["job_name"], j["status"]) for j in report["jobs"]] == [("etl", "finished"),
+                                                                      ("train", "finished")]
+    assert "SIMULATED GPUs" in (out / "report" / "report.html").read_text()
     assert not left_running(out)
     for log in (out / "logs").glob("*.log"):  # a normal shutdown logs no error
         text = log.read_text(errors="replace")  # (Dask may log a closed comm at INFO level)

@@ -127,6 +127,11 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_local_deployment"),
     # ---- the collector, against a real Prometheus ----
     "export DASK_METRICS_PROMETHEUS_URL=http://prometheus:9090": Run("test_collector_commands"),
+    "collector report --since monitor --out report": Mapped(
+        "tests/test_report.py::test_a_session_without_jobs",
+        "the same command with --cluster and --prometheus, on a scripted session"),
+    "collector report --since monitor --format text": Mapped(
+        "tests/test_report.py::test_text_format_prints_the_same_sections"),
     "collector export --since 2h --out run-42": Run("test_collector_commands"),
     "collector export --since monitor --layout seed": Run("test_collector_commands"),
     "collector peaks --since 2024-05-01T12:00:00Z --until 2024-05-01T14:00:00Z":
@@ -205,6 +210,8 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
     "83a2cb5": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7":
+        Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
 }
 
@@ -807,6 +814,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
         "83a2cb5",
         "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7",
+        "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []

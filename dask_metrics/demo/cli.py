@@ -111,6 +111,11 @@ def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:
     _command(["plot", "--csv", str(results), "--out", str(plots), "--format", "png", "svg"])
     for path in sorted(plots.glob("*.png")):
         print(f"  {path}  (+ .svg)")
+    report = monitor.report(out / "report")
+    say(f"monitor.report({str(out / 'report')!r}): the session report, one page to open in "
+        "a browser:")
+    for path in report.files:
+        print(f"  {path}")
 
 
 def _command(args: list[str]) -> None:

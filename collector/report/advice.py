@@ -1,0 +1,186 @@
+"""Recommendations of the session report (pure): what to ask for next time, each with the
+number it is based on. The GPU models come from gpu_models.csv, shipped with the package."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+GIB = 2**30
+DEFAULT_HEADROOM = 1.2
+NEAR_CAPACITY_PERCENT = 90.0
+DEVICE_MEMORY_LIMIT_SHARE = 0.8  # of capacity: where dask-cuda should start spilling
+SHARE_BELOW_PERCENT = 50.0  # GPUs busier than this on average are not shared further
+POOL_ROUNDING = 256 * 2**20  # RMM pool sizes are rounded up to this
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    memory_bytes: int
+
+
+def load_models(text: str | None = None) -> list[GpuModel]:
+    """The shipped table of GPU models (or ``text`` in its format), smallest memory first."""
+    if text is None:
+        text = resources.files("dask_metrics.collector.report").joinpath(
+            "gpu_models.csv").read_text(encoding="utf-8")
+    lines = [line for line in io.StringIO(text) if not line.startswith("#")]
+    models = [GpuModel(r["model"], round(float(r["memory_gib"]) * GIB))
+              for r in csv.DictReader(lines)]
+    return sorted(models, key=lambda m: (m.memory_bytes, m.name))
+
+
+def gib(value: float | None) -> str:
+    return "?" if value is None else f"{value / GIB:.2f} GiB"
+
+
+def smallest_fitting(models: Sequence[GpuModel], need: float) -> list[GpuModel]:
+    """The models of the smallest memory size that holds ``need`` bytes (all of that size)."""
+    fitting = [m for m in models if m.memory_bytes >= need]
+    if not fitting:
+        return []
+    return [m for m in fitting if m.memory_bytes == fitting[0].memory_bytes]
+
+
+def _job_label(job: Mapping[str, Any]) -> str:
+    return f"job {job['job']}" + (f" ({job['job_name']})" if job.get("job_name") else "")
+
+
+def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
+            ) -> dict[str, Any] | None:
+    peak = job.get("peak")
+    if not peak or not peak.get("peak_bytes"):
+        return None
+    need = peak["peak_bytes"] * headroom
+    capacity = peak.get("capacity_bytes")
+    fits = smallest_fitting(models, need)
+    names = " / ".join(m.name for m in fits)
+    text = (f"{_job_label(job)} needs {gib(need)} of GPU memory: its peak, "
+            f"{gib(peak['peak_bytes'])} on {peak['worker']} GPU {peak['gpu']} at "
+            f"{peak['time']}, x {headroom:g} headroom.")
+    if not fits:
+        text += " No GPU in the table holds that much: split the work over more GPUs."
+    elif capacity and fits[0].memory_bytes < capacity:
+        text += (f" It fits a smaller GPU than the {gib(capacity)} one it ran on: {names} "
+                 f"({gib(fits[0].memory_bytes)}).")
+    elif capacity and need > capacity:
+        text += (f" That is more than its GPU's {gib(capacity)}: ask for {names} "
+                 f"({gib(fits[0].memory_bytes)}) or larger.")
+    else:
+        text += (f" The smallest GPU in the table that holds it: {names} "
+                 f"({gib(fits[0].memory_bytes)}).")
+    return {"kind": "gpu-memory", "job": job["job"], "text": text,
+            "based_on": {"peak_bytes": peak["peak_bytes"], "headroom": headroom,
+                         "need_bytes": round(need), "capacity_bytes": capacity,
+                         "fits": [m.name for m in fits]}}
+
+
+def _idle_gpus(job: Mapping[str, Any], idle_percent: float) -> list[dict[str, Any]]:
+    out = []
+    for use in job.get("per_gpu", ()):
+        worker, gpu = use["worker"], use["gpu"]
+        if use["gpu_seconds"] and use["mean_utilization_percent"] is not None \
+                and use["mean_utilization_percent"] < idle_percent:
+            out.append({"kind": "idle-gpu", "job": job["job"], "worker": worker, "gpu": gpu,
+                        "text": f"GPU {gpu} of {worker} sat idle through {_job_label(job)}: "
+                        f"{use['mean_utilization_percent']:.1f} % mean utilisation over "
+                        f"{use['gpu_seconds']:.0f} s while the worker held the job's tasks "
+                        f"(below {idle_percent:g} %). Give the worker fewer GPUs, or one "
+                        "worker per GPU (dask-cuda).",
+                        "based_on": {"mean_utilization_percent":
+                                     use["mean_utilization_percent"],
+                                     "gpu_seconds": use["gpu_seconds"]}})
+    return out
+
+
+def _near_capacity(gpu: Mapping[str, Any]) -> list[dict[str, Any]]:
+    percent = gpu.get("peak_percent")
+    if percent is None or percent < NEAR_CAPACITY_PERCENT:
+        return []
+    capacity = gpu["capacity_bytes"]
+    limit = capacity * DEVICE_MEMORY_LIMIT_SHARE
+    during = f" during job {gpu['job']}" if gpu.get("job") else ""
+    return [{"kind": "near-capacity", "worker": gpu["worker"], "gpu": gpu["gpu"],
+             "text": f"{gpu['worker']} GPU {gpu['gpu']} came close to its capacity: "
+             f"{percent:.1f} % ({gib(gpu['peak_bytes'])} of {gib(capacity)}) at "
+             f"{gpu['time']}{during}.",
+             "based_on": {"peak_percent": percent, "peak_bytes": gpu["peak_bytes"],
+                          "capacity_bytes": capacity}},
+            {"kind": "dask-setting", "worker": gpu["worker"], "gpu": gpu["gpu"],
+             "text": f"Set dask-cuda's device_memory_limit to about {gib(limit)} "
+             f"({DEVICE_MEMORY_LIMIT_SHARE:.0%} of {gib(capacity)}) on {gpu['worker']}, so "
+             f"that it spills device memory to host before it runs out: the peak reached "
+             f"{percent:.1f} %.",
+             "based_on": {"peak_percent": percent, "capacity_bytes": capacity,
+                          "device_memory_limit_bytes": round(limit)}}]
+
+
+def _pool(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[str, Any]]:
+    """One RMM pool size for the cluster: the largest peak x headroom, where every GPU holds
+    it."""
+    known = [g for g in gpus if g.get("peak_bytes") and g.get("capacity_bytes")]
+    if not known:
+        return []
+    top = max(known, key=lambda g: g["peak_bytes"])
+    pool = math.ceil(top["peak_bytes"] * headroom / POOL_ROUNDING) * POOL_ROUNDING
+    smallest = min(g["capacity_bytes"] for g in known)
+    if pool > smallest:
+        return []
+    return [{"kind": "dask-setting", "text": f"An RMM pool of {gib(pool)} per worker "
+             f"(rmm_pool_size, dask-cuda) holds the largest peak, {gib(top['peak_bytes'])} on "
+             f"{top['worker']} GPU {top['gpu']}, x {headroom:g} headroom, and leaves the rest of "
+             f"the smallest GPU's {gib(smallest)} free.",
+             "based_on": {"peak_bytes": top["peak_bytes"], "headroom": headroom,
+                          "rmm_pool_size_bytes": pool, "smallest_capacity_bytes": smallest}}]
+
+
+def _sharing(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[str, Any]]:
+    """Workers per GPU: where every GPU was mostly idle and its peak leaves room for more."""
+    known = [g for g in gpus if g.get("peak_bytes") and g.get("capacity_bytes")
+             and g.get("mean_utilization_percent") is not None]
+    if not known:
+        return []
+    busiest = max(g["mean_utilization_percent"] for g in known)
+    fit = min(int(g["capacity_bytes"] // (g["peak_bytes"] * headroom)) for g in known)
+    if busiest >= SHARE_BELOW_PERCENT or fit < 2:
+        return []
+    per_gpu = min(fit, 4)
+    return [{"kind": "dask-setting", "text": f"The GPUs were lightly used (at most "
+             f"{busiest:.1f} % mean utilisation) and each peak x {headroom:g} fits "
+             f"{fit} times into its GPU: {per_gpu} workers per GPU (or {per_gpu} threads per "
+             "worker) would use them better.",
+             "based_on": {"max_mean_utilization_percent": busiest, "fits_times": fit,
+                          "headroom": headroom, "workers_per_gpu": per_gpu}}]
+
+
+def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]],
+                    models: Sequence[GpuModel], headroom: float) -> list[dict[str, Any]]:
+    """Every recommendation, each with its ``text`` and the numbers it is ``based_on``:
+    memory per job, GPUs idle through a job, GPUs near capacity, Dask settings."""
+    idle_percent = report["rules"]["idle_below_percent"]
+    out: list[dict[str, Any]] = []
+    for job in report["jobs"]:
+        if (memory := _memory(job, models, headroom)) is not None:
+            out.append(memory)
+        out += _idle_gpus(job, idle_percent)
+    for gpu in gpus:
+        out += _near_capacity(gpu)
+    if not report["jobs"]:  # sizes from a session without work would be advice on nothing
+        return out + _no_jobs(gpus)
+    out += _pool(gpus, headroom)
+    out += _sharing(gpus, headroom)
+    return out
+
+
+def _no_jobs(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    seconds = sum(g.get("gpu_seconds") or 0 for g in gpus)
+    return [{"kind": "idle-gpu", "text": f"No job ran in this session: its {len(gpus)} GPU(s) "
+             f"were held for {seconds:.0f} GPU seconds without Dask work. Release them "
+             "between runs (scale the cluster down, or adapt()).",
+             "based_on": {"gpus": len(gpus), "gpu_seconds": seconds}}]

@@ -1,0 +1,169 @@
+"""``report``: one page per session, from one export of it (I/O; the numbers are computed in
+``model``, ``usage`` and ``advice``, the page drawn by ``render``).
+
+The session is exported with ``export.export`` into a temporary folder (the report's own
+columns only) while ``model.Gatherer`` reduces each worker's data as it goes by; the export's
+jobs.csv, activities.csv and gpu_by_prefix.csv are read where the export writes them, and
+the plots are ``plot.plot_export``'s of that folder. report.json and report.html are written
+atomically.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dask_metrics import __version__
+from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
+from dask_metrics.collector.fetch import Scope, fetch_label_sets
+from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, load_models
+from dask_metrics.collector.report.model import Gatherer, build
+from dask_metrics.collector.report.render import render_html, render_text
+from dask_metrics.collector.timespec import format_rfc3339, to_ms
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, INFO, JOBS_CSV, REPLICA_LABELS
+
+REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy")
+REPORT_HTML, REPORT_JSON = "report.html", "report.json"
+FORMATS = ("html", "text")
+WORKERS_CSV = "workers.csv"  # as export writes it
+DEFAULT_PLOTS = 4
+"""Per-worker plots on the page: the workers with the highest peak memory (% of capacity).
+A plot costs more than exporting its worker, so the page draws a few; ``collector plot``
+draws them all."""
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    out: Path | None
+    files: list[Path]
+    report: dict[str, Any]
+    text: str | None  # the text rendering (format "text")
+
+
+def _rows(path: Path) -> list[dict[str, str]] | None:
+    """A CSV file's rows, None where the export did not write it."""
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _plot_folder(data: Path, folder: Path, files: Mapping[str, str], chosen: Sequence[str]
+                 ) -> Path:
+    """An export folder holding only the ``chosen`` workers' files (linked, not copied) and
+    the export's jobs.csv and workers.csv: plot_export reads every worker file of a folder,
+    and a file it does not draw would cost its reading."""
+    folder.mkdir()
+    for name in (JOBS_CSV, WORKERS_CSV):
+        if (data / name).exists():
+            os.link(data / name, folder / name)
+    for worker in chosen:
+        os.link(data / files[worker], folder / files[worker])
+    record = {"files": [files[w] for w in chosen]}
+    (folder / "export.json").write_text(json.dumps(record), encoding="utf-8")
+    return folder
+
+
+def _plots(data: Path, work: Path, files: Mapping[str, str], report: Mapping[str, Any],
+           most: int) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """Plots of the ``most`` workers with the highest peak memory (% of capacity) and their
+    overview, as (entries for report.json, images)."""
+    from dask_metrics.collector.plot import plot_export
+
+    workers = [w["worker"] for w in report["session"]["workers"]]
+    percent = {w: 0.0 for w in workers}
+    for job in report["jobs"]:
+        for p in job["peaks"]:
+            percent[p["worker"]] = max(percent.get(p["worker"], 0.0), p["peak_percent"] or 0.0)
+    chosen = sorted(workers, key=lambda w: -percent[w])[:most]
+    if not chosen:
+        return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
+                 else "no plots: no worker"}], {}
+    folder = _plot_folder(data, work / "plot-data", files, chosen)
+    written = plot_export(folder, work / "plots", ["png"])
+    images = {p.name: p.read_bytes() for p in written}
+    overview = "cluster overview" if len(chosen) == len(workers) else (
+        f"overview of the {len(chosen)} workers drawn here")
+    entries = [{"file": p.name, "what": overview if p.stem == "cluster" else "worker"}
+               for p in sorted(written, key=lambda p: (p.stem != "cluster", p.stem))]
+    if len(chosen) < len(workers):
+        entries.append({"file": None, "what": f"{len(workers) - len(chosen)} more worker(s) "
+                        f"not drawn here (the {len(chosen)} with the highest peak memory are): "
+                        "'collector plot' draws every worker"})
+    return entries, images
+
+
+def make_report(client: PrometheusClient, since: float, until: float,
+                out: str | os.PathLike[str] | None, *, fmt: str = "html",
+                workers: Sequence[str] | None = None, max_age: float = DEFAULT_MAX_AGE,
+                chunk: float = DEFAULT_CHUNK, progress: Progress | None = None,
+                cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
+                any_cluster: bool = False, peak_window: float = DEFAULT_PEAK_WINDOW,
+                headroom: float = DEFAULT_HEADROOM, plots: int = DEFAULT_PLOTS,
+                asked: Mapping[str, Any] | None = None) -> ReportResult:
+    """The report of [since, until] (unix seconds): ``fmt`` "html" writes out/report.html and
+    out/report.json; "text" returns the text rendering (and writes report.json where ``out``
+    is given). ``plots``: how many workers to draw (needs matplotlib; without it the page says
+so). Other
+    arguments as for ``export``. Raises CollectorError as ``export`` does."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    if fmt == "html" and out is None:
+        raise ValueError("an HTML report needs a folder to write into")
+    if not headroom >= 1:
+        raise ValueError(f"headroom {headroom:g}: must be at least 1")
+    if plots < 0:
+        raise ValueError(f"plots {plots}: must be 0 or more")
+    gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(peak_window))
+    with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
+        data = Path(tmp) / "export"
+        result = export(client, since, until, data, metrics=list(REPORT_METRICS),
+                        max_age=max_age, workers=workers, chunk=chunk, progress=progress,
+                        cluster=cluster, replica_labels=replica_labels,
+                        any_cluster=any_cluster, visit=gather)
+        scope = Scope(None if any_cluster else result.cluster, tuple(replica_labels))
+        labels = {(s.get("worker", ""), s.get("gpu", ""), s.get("uuid", "")): s
+                  for s in fetch_label_sets(client, scope.of(INFO.name), to_ms(since),
+                                            to_ms(until), to_ms(chunk), scope)}
+        record = json.loads((data / "export.json").read_text(encoding="utf-8"))
+        session = {"cluster": result.cluster, "since": format_rfc3339(to_ms(since)),
+                   "until": format_rfc3339(to_ms(until)), "since_unix": since,
+                   "until_unix": until, "duration_seconds": round(until - since, 3),
+                   "prometheus": client.url, "asked": dict(asked or {}),
+                   "warnings": result.warnings, "versions": record.get("versions"),
+                   "dask_metrics": __version__}
+        body = build(session, gather.workers, labels, _rows(data / JOBS_CSV), load_models(),
+                     headroom, _rows(data / ACTIVITIES_CSV), _rows(data / GPU_BY_PREFIX_CSV))
+        images: dict[str, bytes] = {}
+        if fmt == "html":
+            try:
+                files = dict(zip(result.workers, result.files, strict=True))
+                body["plots"], images = _plots(data, Path(tmp), files, body, plots)
+            except CollectorError as exc:  # matplotlib missing: the page says so
+                body["plots"] = [{"file": None, "what": f"no plots: {exc}"}]
+    files: list[Path] = []
+    if out is not None:
+        target = Path(out)
+        if target.exists() and not target.is_dir():
+            raise CollectorError(f"{target} exists and is not a folder: choose another --out")
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target / REPORT_JSON, json.dumps(body, indent=2) + "\n")
+        files.append(target / REPORT_JSON)
+        if fmt == "html":
+            inline = {name: base64.b64encode(png).decode("ascii")
+                      for name, png in images.items()}
+            atomic_write_text(target / REPORT_HTML, render_html(body, inline))
+            files.append(target / REPORT_HTML)
+    text = render_text(body) if fmt == "text" else None
+    return ReportResult(Path(out) if out is not None else None, files, body, text)

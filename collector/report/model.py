@@ -1,0 +1,268 @@
+"""The session report as data (pure): every number on the page, in report.json's shape.
+
+``Gatherer`` is the export's ``visit``: it keeps, per worker, the GPU use per job and DAG
+(``usage.gpu_usage``) and the peaks of ``peaks.gpu_peaks`` (the function ``collector peaks``
+uses) on the same fetched series. ``build`` turns that, the export's jobs.csv rows and the
+optional "where the time went" rows into the report's dict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from dask_metrics.collector.peaks import Peak, gpu_peaks
+from dask_metrics.collector.report.advice import GpuModel, recommendations
+from dask_metrics.collector.report.usage import IDLE_PERCENT, Usage, UsageKey, gpu_usage, total
+from dask_metrics.collector.series import IDLE, Series, Timeline, WorkerInfo, WorkerTable, id_key
+from dask_metrics.collector.timespec import format_rfc3339
+
+REPORT_VERSION = 1
+JOULES_PER_KWH = 3.6e6
+DAG_SEPARATOR = "/"  # job "3", DAG "1" -> "3/1": gpu_peaks grouped by DAG
+
+
+@dataclass
+class WorkerFacts:
+    """What the report keeps of one worker: a few numbers per GPU and job, not samples."""
+
+    info: WorkerInfo
+    usage: dict[UsageKey, Usage]
+    job_peaks: list[Peak]
+    dag_peaks: list[Peak]
+    gpu_peaks: list[Peak]
+
+
+def dag_timeline(activity: Timeline) -> Timeline:
+    """The worker's timeline with each state's job made "job/dag", so that ``gpu_peaks``'
+    per-job grouping groups by DAG."""
+    return Timeline(activity.times, [IDLE if not job else (f"{job}{DAG_SEPARATOR}{dag}", dag)
+                                     for job, dag in activity.states])
+
+
+def job_peaks(dag_peaks: Iterable[Peak]) -> list[Peak]:
+    """Per GPU and job, the largest of its DAGs' peaks (the first on a tie): what
+    ``gpu_peaks(by_job=True)`` finds, without going over the samples again."""
+    best: dict[tuple[str, str, str], Peak] = {}
+    for p in dag_peaks:
+        key = (p.gpu, p.uuid, p.job.split(DAG_SEPARATOR)[0])
+        if key not in best or (p.peak_bytes, -p.time) > (best[key].peak_bytes, -best[key].time):
+            best[key] = p
+    return [replace(p, job=job) for (_, _, job), p in best.items()]
+
+
+@dataclass
+class Gatherer:
+    """The export's ``visit``: reduces each worker to its WorkerFacts as it goes by."""
+
+    columns: Sequence[str]
+    max_age: int  # ms
+    since: int  # ms: the peaks' start (see peaks._sources)
+    peak_window: int  # ms
+    workers: list[WorkerFacts] = field(default_factory=list)
+
+    def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
+                 activity: Timeline, table: WorkerTable) -> None:
+        def peaks(timeline: Timeline, by_job: bool) -> list[Peak]:
+            return gpu_peaks(info.name, series, timeline, self.max_age, by_job=by_job,
+                             since=self.since, peak_window=self.peak_window)
+
+        by_dag = peaks(dag_timeline(activity), True)
+        self.workers.append(WorkerFacts(info, gpu_usage(table, self.columns, self.max_age),
+                                        job_peaks(by_dag), by_dag, peaks(activity, False)))
+
+
+# ---- numbers for JSON ------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 3) -> float | int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    rounded = round(float(value), digits)
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def _time(ms: int | None) -> str | None:
+    return None if ms is None else format_rfc3339(ms)
+
+
+def _peak(p: Peak) -> dict[str, Any]:
+    return {"worker": p.worker, "gpu": p.gpu, "uuid": p.uuid, "peak_bytes": _num(p.peak_bytes),
+            "capacity_bytes": _num(p.total_bytes), "peak_percent": p.peak_percent,
+            "time": format_rfc3339(p.time)}
+
+
+def _energy(usages: Sequence[Usage], gpus: int) -> dict[str, Any]:
+    """Energy of these GPU intervals; None (and a note saying why) where no GPU measured it."""
+    measured = [u for u in usages if u.energy_intervals]
+    if not measured:
+        return {"energy_joules": None, "energy_kwh": None,
+                "energy_note": "not reported: these GPUs report no energy counter"}
+    joules = sum(u.energy for u in measured)
+    note = None
+    if len(measured) < gpus:
+        note = (f"{len(measured)} of {gpus} GPU(s) report energy: the others are not "
+                "included (a lower bound)")
+    return {"energy_joules": _num(joules, 1), "energy_kwh": _num(joules / JOULES_PER_KWH, 6),
+            "energy_note": note}
+
+
+def _use(usages: Mapping[tuple[str, str, str], Usage]) -> dict[str, Any]:
+    """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
+    (``usages`` keyed by (worker, gpu, uuid))."""
+    whole = total(usages)
+    mean = whole.busy / whole.seconds * 100 if whole.seconds else None
+    return {"gpus_used": len(usages), "gpu_seconds": _num(whole.seconds),
+            "busy_seconds": _num(whole.busy), "mean_utilization_percent": _num(mean, 2),
+            "idle_gpu_seconds": _num(whole.idle),
+            **_energy(list(usages.values()), len(usages)),
+            "seen_first": _time(whole.first), "seen_last": _time(whole.last)}
+
+
+# ---- jobs.csv rows (the export's, from the provenance branch) -------------------------------
+
+
+def _status(statuses: Iterable[str]) -> str:
+    """A job's outcome from its DAGs': erred if one erred, finished if all did."""
+    found = [s for s in statuses if s] or ["unknown"]
+    if "erred" in found:
+        return "erred"
+    if all(s == "finished" for s in found):
+        return "finished"
+    return next(s for s in found if s != "finished")
+
+
+def _seconds_of(text: str | None) -> float | None:
+    """Unix seconds of an RFC 3339 time (jobs.csv's ``*_time`` columns), None if not one."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _wall(rows: Sequence[Mapping[str, str]], use: Mapping[str, Any]) -> dict[str, Any]:
+    """Wall time: from jobs.csv's first and last seen where the export has them (the
+    scheduler's view), else the first and last GPU interval attributed to it."""
+    firsts = [s for r in rows if (s := _seconds_of(r.get("first_seen_time"))) is not None]
+    lasts = [s for r in rows if (s := _seconds_of(r.get("last_seen_time"))) is not None]
+    if firsts and lasts:
+        begin, end, source = min(firsts), max(lasts), "jobs.csv (scheduler)"
+    elif use["seen_first"] and use["seen_last"]:
+        begin, end = _seconds_of(use["seen_first"]), _seconds_of(use["seen_last"])
+        source = "GPU samples of the workers that ran it"
+    else:
+        return {"wall_seconds": None, "start": None, "end": None, "wall_source": None}
+    assert begin is not None and end is not None
+    return {"wall_seconds": _num(end - begin), "start": format_rfc3339(round(begin * 1000)),
+            "end": format_rfc3339(round(end * 1000)), "wall_source": source}
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+def _gpus(facts: WorkerFacts, labels: Mapping[tuple[str, str, str], Mapping[str, str]]
+          ) -> list[dict[str, Any]]:
+    capacity = {(p.gpu, p.uuid): p.total_bytes for p in facts.gpu_peaks}
+    out = []
+    for gpu, uuid in facts.info.gpus:
+        info = labels.get((facts.info.name, gpu, uuid), {})
+        out.append({"gpu": gpu, "uuid": uuid, "model": info.get("name") or None,
+                    "capacity_bytes": _num(capacity.get((gpu, uuid))),
+                    "simulated": info.get("simulated") == "true"})
+    return out
+
+
+def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
+          gpu_labels: Mapping[tuple[str, str, str], Mapping[str, str]],
+          jobs_rows: Sequence[Mapping[str, str]] | None, models: Sequence[GpuModel],
+          headroom: float, activities: Sequence[Mapping[str, str]] | None = None,
+          gpu_by_prefix: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """report.json's dict. ``session``: cluster, range and provenance; ``gpu_labels``:
+    dask_gpu_info's labels by (worker, gpu, uuid); ``jobs_rows``: jobs.csv's rows, None where
+    the export has none; ``activities``/``gpu_by_prefix``: those files' rows, or None."""
+    workers = [{"worker": f.info.name, "hosts": f.info.hosts, "addresses": f.info.addresses,
+                "gpus": _gpus(f, gpu_labels)} for f in facts]
+    gpus = [g for w in workers for g in w["gpus"]]
+    simulated = sum(g["simulated"] for g in gpus)
+    jobs = _jobs(facts, jobs_rows)
+    body: dict[str, Any] = {
+        "report_version": REPORT_VERSION,
+        "session": {**session, "workers": workers, "worker_count": len(workers),
+                    "gpu_count": len(gpus),
+                    "simulated": "all" if gpus and simulated == len(gpus)
+                    else "some" if simulated else "none",
+                    "jobs_source": "jobs.csv" if jobs_rows is not None else None},
+        "rules": {"headroom": headroom, "idle_below_percent": IDLE_PERCENT,
+                  "attribution": "a GPU's interval between two samples belongs to what its "
+                  "worker ran at the later sample; intervals longer than max_age are gaps"},
+        "jobs": jobs,
+        "where_the_time_went": {"activities": list(activities) if activities is not None
+                                else None,
+                                "gpu_by_prefix": list(gpu_by_prefix)
+                                if gpu_by_prefix is not None else None},
+        "plots": [],
+    }
+    body["recommendations"] = recommendations(body, _gpu_session_use(facts), models, headroom)
+    return body
+
+
+def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
+    """Per GPU over the whole session: its peak and how busy it was (for the advice)."""
+    out = []
+    for f in facts:
+        for p in f.gpu_peaks:
+            mine = {k: u for k, u in f.usage.items() if (k[2], k[3]) == (p.gpu, p.uuid)}
+            whole = total(mine)
+            out.append({**_peak(p), "gpu_seconds": _num(whole.seconds),
+                        "mean_utilization_percent":
+                        _num(whole.busy / whole.seconds * 100, 2) if whole.seconds else None,
+                        "job": p.job or None})
+    return out
+
+
+def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
+          ) -> list[dict[str, Any]]:
+    usage: dict[tuple[str, str], dict[tuple[str, str, str], Usage]] = {}
+    for f in facts:
+        for (job, dag, gpu, uuid), u in f.usage.items():
+            if job:
+                usage.setdefault((job, dag), {})[(f.info.name, gpu, uuid)] = u
+    job_peaks = [p for f in facts for p in f.job_peaks]
+    dag_peaks = [p for f in facts for p in f.dag_peaks]
+    by_dag_rows = {(r.get("job", ""), r.get("dag", "")): r for r in rows or ()}
+    dags = sorted({*usage, *by_dag_rows, *((p.job.split(DAG_SEPARATOR)[0], p.dag)
+                                           for p in dag_peaks)},
+                  key=lambda d: (id_key(d[0]), id_key(d[1])))
+    out = []
+    for job in dict.fromkeys(j for j, _ in dags):
+        mine = [d for j, d in dags if j == job]
+        job_rows = [by_dag_rows[(job, d)] for d in mine if (job, d) in by_dag_rows]
+        merged: dict[tuple[str, str, str], Usage] = {}
+        for d in mine:
+            for key, u in usage.get((job, d), {}).items():
+                merged.setdefault(key, Usage()).add(u)
+        use = _use(merged)
+        entry = {"job": job, "job_name": next((r.get("job_name") for r in job_rows
+                                               if r.get("job_name")), None),
+                 "status": _status(r.get("status", "") for r in job_rows) if job_rows
+                 else "unknown", **_wall(job_rows, use), **use,
+                 "peaks": [_peak(p) for p in job_peaks if p.job == job],
+                 "per_gpu": [{"worker": w, "gpu": g, "uuid": u, **_use({(w, g, u): one})}
+                             for (w, g, u), one in merged.items()]}
+        entry["peak"] = max(entry["peaks"], key=lambda p: p["peak_bytes"] or 0, default=None)
+        entry["dags"] = []
+        for d in mine:
+            row = by_dag_rows.get((job, d))
+            dag_use = _use(usage.get((job, d), {}))
+            peaks = [_peak(p) for p in dag_peaks if p.job == f"{job}{DAG_SEPARATOR}{d}"]
+            entry["dags"].append({
+                "dag": d, "status": (row or {}).get("status") or "unknown",
+                **_wall([row] if row else [], dag_use), **dag_use, "peaks": peaks,
+                "peak": max(peaks, key=lambda p: p["peak_bytes"] or 0, default=None)})
+        out.append(entry)
+    return out

@@ -1,0 +1,126 @@
+"""GPU use per job and DAG from the rows of an export (pure): what the session report adds
+up. The rows are the export's own (``worker_table``), so every number on the report is
+computed from exactly the samples a user finds in the CSV files.
+
+Attribution: the interval between two consecutive samples of a GPU belongs to what its
+worker ran at the later sample (its ``worker_job``/``worker_dag``, the as-of join of the
+export); an interval longer than ``max_age`` is a gap and counts for nothing. In it:
+
+- GPU seconds: its length; busy seconds: its length x the utilisation sampled at its end
+  (the exporter's utilisation covers the period before the sample);
+- idle seconds: its length when that utilisation is below ``IDLE_PERCENT``, while the worker
+  held tasks of the job (dask_job_worker_tasks counts processing tasks: running or waiting);
+- energy: the increase of the energy counter over it (an interval with a counter reset, or
+  without both samples, adds nothing: the energy is then a lower bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from operator import sub
+
+from dask_metrics.collector.series import WorkerTable
+
+IDLE_PERCENT = 5.0
+"""Utilisation (%) below which a GPU counts as idle."""
+UTIL, ENERGY = "compute-util", "energy"
+
+UsageKey = tuple[str, str, str, str]
+"""(job, dag, gpu, uuid); job "" is the time the worker ran nothing."""
+
+
+@dataclass
+class Usage:
+    """Sums over the intervals of one GPU attributed to one job/DAG (or to nothing)."""
+
+    seconds: float = 0.0
+    busy: float = 0.0
+    idle: float = 0.0
+    energy: float = 0.0
+    energy_intervals: int = 0  # intervals with an energy increase measured
+    first: int | None = None  # ms: start of the first interval
+    last: int | None = None  # ms: end of the last one
+
+    def add(self, other: Usage) -> None:
+        self.seconds += other.seconds
+        self.busy += other.busy
+        self.idle += other.idle
+        self.energy += other.energy
+        self.energy_intervals += other.energy_intervals
+        self.first = _min(self.first, other.first)
+        self.last = _max(self.last, other.last)
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
+              ) -> dict[UsageKey, Usage]:
+    """{(job, dag, gpu, uuid): Usage} of one worker's table (``columns``: its column names,
+    in the table's order; ``compute-util`` in %, ``energy`` in J).
+
+    Works run by run (consecutive intervals of one state), each run's sums taken over whole
+    slices: an export has millions of intervals, and a Python step per interval was most of
+    a report's time."""
+    util_at = columns.index(UTIL) if UTIL in columns else None
+    energy_at = columns.index(ENERGY) if ENERGY in columns else None
+    found: dict[UsageKey, Usage] = {}
+    for g in table.gpus:
+        times = g.times
+        if times == table.times:
+            states = table.worker
+        else:
+            state_at = dict(zip(table.times, table.worker, strict=True))
+            states = [state_at[t] for t in times]
+        none = [None] * len(times)
+        utils = g.columns[util_at] if util_at is not None else none
+        energies = g.columns[energy_at] if energy_at is not None else none
+        cuts = [i for i in range(2, len(times)) if states[i] != states[i - 1]]
+        for lo, hi in zip([1, *cuts], [*cuts, len(times)], strict=True):
+            if lo >= hi:
+                continue
+            job, dag = states[lo]
+            _add_run(found, (job, dag, g.gpu, g.uuid), times, utils, energies, lo, hi,
+                     max_age)
+    return found
+
+
+def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
+             utils: Sequence[float | None], energies: Sequence[float | None], lo: int,
+             hi: int, max_age: int) -> None:
+    """Add the intervals ending at lo..hi-1 (gaps longer than ``max_age`` left out)."""
+    dts = list(map(sub, times[lo:hi], times[lo - 1:hi - 1]))
+    keep = [d <= max_age for d in dts]
+    if not all(keep):
+        dts = [d if k else 0 for d, k in zip(dts, keep, strict=True)]
+    if not any(dts):
+        return
+    u = found.setdefault(key, Usage())
+    u.seconds += sum(dts) / 1000
+    us = [x if x is not None and x == x else None for x in utils[lo:hi]]  # NaN: no reading
+    u.busy += sum(d * x for d, x in zip(dts, us, strict=True) if x is not None) / 100_000
+    if key[0]:  # a job ran
+        u.idle += sum(d for d, x in zip(dts, us, strict=True)
+                      if x is not None and x < IDLE_PERCENT) / 1000
+    rises = [e1 - e0 for d, e0, e1 in zip(dts, energies[lo - 1:hi - 1], energies[lo:hi],
+                                          strict=True)
+             if d and e0 is not None and e1 is not None and e1 >= e0]
+    u.energy += sum(rises)
+    u.energy_intervals += len(rises)
+    first = next(i for i, d in enumerate(dts) if d)
+    last = max(i for i, d in enumerate(dts) if d)
+    u.first = _min(u.first, times[lo + first - 1])
+    u.last = _max(u.last, times[lo + last])
+
+
+def total(usages: Mapping[object, Usage]) -> Usage:
+    out = Usage()
+    for u in usages.values():
+        out.add(u)
+    return out

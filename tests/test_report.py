@@ -1,0 +1,448 @@
+"""The session report (issue #14): pure accounting, advice and rendering; then the report of a
+scripted session (tests/report_dataset.py) in a real Prometheus, its numbers in report.json
+and on the page, and the page rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dask_metrics.collector.report.advice import (
+    GIB,
+    GpuModel,
+    load_models,
+    recommendations,
+    smallest_fitting,
+)
+from dask_metrics.collector.report.render import CSP, render_html, render_text, sections
+from dask_metrics.collector.report.usage import Usage, gpu_usage
+from dask_metrics.collector.series import GpuTable, WorkerTable
+from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
+from tests.browser import png_size, render, requires_chromium
+from tests.helpers import collector
+from tests.prometheus_helpers import (
+    PrometheusServer,
+    create_blocks,
+    requires_prometheus,
+    run_prometheus,
+)
+from tests.report_dataset import (
+    EMPTY_OFFSET,
+    EXPECTED_DAGS,
+    EXPECTED_JOBS,
+    SIM_OFFSET,
+    ReportDataset,
+    make_report_dataset,
+)
+
+COLUMNS = ["total-mem", "mem-util", "compute-util", "peak-mem", "energy"]
+SECTION_TITLES = ["The session", "Jobs and DAGs", "Per DAG", "Peak memory per GPU and job",
+                  "Where the time went: activities per job and task prefix",
+                  "GPU time per task prefix", "Plots per worker", "Recommendations"]
+
+
+# ---- pure ------------------------------------------------------------------------------------
+
+
+def table(times: list[int], util: list[float | None], energy: list[float | None],
+          states: list[tuple[str, str]]) -> WorkerTable:
+    n = len(times)
+    columns = [[1.0] * n, [1.0] * n, util, [1.0] * n, energy]
+    return WorkerTable([GpuTable("0", "GPU-x", times, columns)], times, states, states)
+
+
+def test_an_interval_belongs_to_the_dag_at_its_end_and_gaps_count_nothing() -> None:
+    times = [0, 5000, 10000, 15000, 200000, 205000]
+    util = [50.0, 50.0, 2.0, 100.0, 100.0, 40.0]
+    energy = [0.0, 500.0, 1000.0, 10.0, 20.0, 520.0]  # a counter reset at 15 s
+    states = [("", ""), ("1", "0"), ("1", "0"), ("1", "1"), ("1", "1"), ("", "")]
+    found = gpu_usage(table(times, util, energy, states), COLUMNS, max_age=120_000)
+    dag0, dag1 = found[("1", "0", "0", "GPU-x")], found[("1", "1", "0", "GPU-x")]
+    assert (dag0.seconds, dag0.busy, dag0.idle, dag0.energy) == (10, 2.5 + 0.1, 5, 1000)
+    assert (dag0.first, dag0.last) == (0, 10000)
+    # 10 -> 15 s: the counter went back (reset), no energy; 15 s -> 200 s: a gap
+    assert (dag1.seconds, dag1.busy, dag1.energy, dag1.energy_intervals) == (5, 5, 0, 0)
+    idle = found[("", "", "0", "GPU-x")]
+    assert (idle.seconds, idle.busy, idle.idle, idle.energy) == (5, 2, 0, 500)
+
+
+def test_no_utilisation_or_energy_column_counts_time_only() -> None:
+    times = [0, 5000]
+    found = gpu_usage(table(times, [None, None], [None, None], [("2", "0")] * 2), COLUMNS,
+                      120_000)
+    assert found[("2", "0", "0", "GPU-x")] == Usage(5.0, 0.0, 0.0, 0.0, 0, 0, 5000)
+
+
+def test_the_shipped_gpu_table_and_the_smallest_fitting_model() -> None:
+    models = {m.name: m.memory_bytes / GIB for m in load_models()}
+    assert {"NVIDIA T4": 16, "NVIDIA L4": 24, "NVIDIA A10": 24, "NVIDIA A100 40GB": 40,
+            "NVIDIA A100 80GB": 80, "NVIDIA L40S": 48, "NVIDIA H100 80GB": 80,
+            "NVIDIA H200": 141}.items() <= models.items()
+    table_ = [GpuModel("a", 16 * GIB), GpuModel("b", 24 * GIB), GpuModel("c", 24 * GIB)]
+    assert [m.name for m in smallest_fitting(table_, 17 * GIB)] == ["b", "c"]
+    assert smallest_fitting(table_, 25 * GIB) == []
+
+
+def report_of(jobs: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"rules": {"idle_below_percent": 5.0, "headroom": 1.2}, "jobs": jobs}
+
+
+def gpu(worker: str, peak: float, capacity: float, util: float, job: str | None = "0"
+        ) -> dict[str, Any]:
+    return {"worker": worker, "gpu": "0", "uuid": "GPU-0", "peak_bytes": peak,
+            "capacity_bytes": capacity, "peak_percent": round(peak / capacity * 100, 2),
+            "time": "t", "gpu_seconds": 100, "mean_utilization_percent": util, "job": job}
+
+
+def test_recommendations_say_the_numbers_they_are_based_on() -> None:
+    peak = {"worker": "w-0", "gpu": "0", "peak_bytes": 10 * GIB, "capacity_bytes": 80 * GIB,
+            "peak_percent": 12.5, "time": "t"}
+    job = {"job": "0", "job_name": "etl", "peak": peak,
+           "per_gpu": [{"worker": "w-0", "gpu": "1", "gpu_seconds": 50,
+                        "mean_utilization_percent": 0.4}]}
+    gpus = [gpu("w-0", 10 * GIB, 80 * GIB, 30.0), gpu("w-1", 15 * GIB, 16 * GIB, 30.0)]
+    found = recommendations(report_of([job], gpus), gpus, load_models(), 1.2)
+    texts = "\n".join(r["text"] for r in found)
+    assert "job 0 (etl) needs 12.00 GiB" in texts and "NVIDIA T4" in texts
+    assert "GPU 1 of w-0 sat idle through job 0 (etl): 0.4 %" in texts
+    assert "w-1 GPU 0 came close to its capacity: 93.8 %" in texts
+    assert "device_memory_limit to about 12.80 GiB" in texts
+    assert all(r["based_on"] for r in found)
+    memory = next(r for r in found if r["kind"] == "gpu-memory")
+    assert memory["based_on"]["need_bytes"] == round(12 * GIB)
+    # one pool for all: 15 GiB x 1.2 = 18 GiB does not fit the 16 GiB GPU: no pool advice
+    assert "rmm_pool_size" not in texts
+
+
+def test_pool_and_workers_per_gpu_where_the_numbers_say_so() -> None:
+    gpus = [gpu("w-0", 3 * GIB, 80 * GIB, 10.0), gpu("w-1", 2 * GIB, 80 * GIB, 20.0)]
+    job = {"job": "0", "job_name": None, "peak": None, "per_gpu": []}
+    texts = [r["text"] for r in recommendations(report_of([job], gpus), gpus, [], 1.2)]
+    assert any("RMM pool of 3.75 GiB" in t for t in texts)  # 3 GiB x 1.2, 256 MiB steps
+    assert any("at most 20.0 % mean utilisation" in t and "4 workers per GPU" in t
+               for t in texts)
+    busy = [gpu("w-0", 3 * GIB, 80 * GIB, 60.0)]
+    assert not any("workers per GPU" in r["text"]
+                   for r in recommendations(report_of([job], busy), busy, [], 1.2))
+
+
+def test_no_jobs_is_advice_about_idle_gpus_only() -> None:
+    gpus = [gpu("w-0", 3 * GIB, 80 * GIB, 0.0, job=None)]
+    found = recommendations(report_of([], gpus), gpus, load_models(), 1.2)
+    assert [r["kind"] for r in found] == ["idle-gpu"]
+    assert "No job ran in this session: its 1 GPU(s) were held for 100 GPU seconds" in \
+        found[0]["text"]
+
+
+def minimal_report(**session: Any) -> dict[str, Any]:
+    base = {"cluster": "c<1>", "since": "s", "until": "u", "duration_seconds": 60,
+            "prometheus": "http://p", "worker_count": 1, "gpu_count": 1, "simulated": "none",
+            "workers": [{"worker": "w<&>", "hosts": ["h"], "gpus": [
+                {"gpu": "0", "model": "M", "capacity_bytes": GIB, "simulated": False}]}],
+            "jobs_source": None, "dask_metrics": "0"}
+    return {"session": {**base, **session}, "jobs": [], "plots": [], "recommendations": [],
+            "rules": {"idle_below_percent": 5.0, "headroom": 1.2, "attribution": "a"},
+            "where_the_time_went": {"activities": None, "gpu_by_prefix": None}}
+
+
+def test_page_and_text_have_the_same_sections_in_order_and_escape_names() -> None:
+    report = minimal_report()
+    page, text = render_html(report, {}), render_text(report)
+    titles = [s.title for s in sections(report)]
+    assert titles == ["The session", "Jobs and DAGs", *SECTION_TITLES[4:]]
+    assert [page.index(f">{html.escape(t)}</h") for t in titles] == sorted(
+        page.index(f">{html.escape(t)}</h") for t in titles)
+    assert [text.index(f"\n{t}\n") for t in titles] == sorted(
+        text.index(f"\n{t}\n") for t in titles)
+    assert "w&lt;&amp;&gt;" in page and "w<&>" not in page
+    assert f'content="{CSP}"' in page
+    assert "No job ran in this session" in page and "No job ran in this session" in text
+
+
+def test_simulated_is_stated_loudly() -> None:
+    page = render_html(minimal_report(simulated="all"), {})
+    assert "class=banner role=alert>SIMULATED GPUs" in page
+    assert "!!! SIMULATED GPUs" in render_text(minimal_report(simulated="all"))
+    assert "SIMULATED" not in render_html(minimal_report(), {})
+
+
+# ---- a scripted session in a real Prometheus -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset() -> ReportDataset:
+    return make_report_dataset()
+
+
+@pytest.fixture(scope="module")
+def prom(dataset: ReportDataset, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[PrometheusServer]:
+    blocks = create_blocks(dataset.openmetrics(), tmp_path_factory.mktemp("report-blocks"))
+    with run_prometheus(tmp_path_factory.mktemp("report-prom"), blocks=blocks) as server:
+        yield server
+
+
+def report_cmd(prom: PrometheusServer, cluster: str, *more: str) -> list[str]:
+    return ["report", "--prometheus", prom.url, "--since", "monitor", "--cluster", cluster,
+            *more]
+
+
+@pytest.fixture(scope="module")
+def rep(prom: PrometheusServer, dataset: ReportDataset,
+        tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    """The rep session, whole: [R, R+600]."""
+    out = tmp_path_factory.mktemp("rep") / "report"
+    run = collector("report", "--prometheus", prom.url, "--since", str(dataset.base),
+                    "--until", str(dataset.base + 600), "--cluster", "rep", "--out", str(out))
+    assert run.code == 0, run.err
+    assert run.err == "" or "wrote" in run.err
+    report = json.loads((out / "report.json").read_text())
+    return out, report, (out / "report.html").read_text()
+
+
+def at(dataset: ReportDataset, seconds: float) -> str:
+    return format_rfc3339(round((dataset.base + seconds) * 1000))
+
+
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_report_json_has_the_scripted_numbers(rep: tuple[Path, dict[str, Any], str],
+                                              dataset: ReportDataset) -> None:
+    _, report, _ = rep
+    session = report["session"]
+    assert (session["cluster"], session["worker_count"], session["gpu_count"]) == ("rep", 2, 3)
+    assert session["simulated"] == "none" and session["jobs_source"] == "jobs.csv"
+    models = {(w["worker"], g["gpu"]): (g["model"], g["capacity_bytes"])
+              for w in session["workers"] for g in w["gpus"]}
+    assert models == {("w-0", "0"): ("NVIDIA A100-SXM4-80GB", 80 * GIB),
+                      ("w-0", "1"): ("NVIDIA A100-SXM4-80GB", 80 * GIB),
+                      ("w-1", "0"): ("Tesla T4", 16 * GIB)}
+    jobs = {j["job"]: j for j in report["jobs"]}
+    assert set(jobs) == set(EXPECTED_JOBS)
+    for job, want in EXPECTED_JOBS.items():
+        got = jobs[job]
+        for key in ("job_name", "status", "wall_seconds", "gpu_seconds", "busy_seconds",
+                    "idle_gpu_seconds", "energy_joules"):
+            assert got[key] == pytest.approx(want[key]), (job, key)
+        assert got["mean_utilization_percent"] == pytest.approx(
+            want["mean_utilization_percent"], abs=0.01)
+        assert got["energy_kwh"] == pytest.approx(want["energy_joules"] / 3.6e6, abs=1e-6)
+        assert "lower bound" in got["energy_note"]  # w-0's GPU 1 reports no energy
+        peak = got["peak"]
+        assert (peak["peak_bytes"], peak["worker"], peak["gpu"], peak["time"]) == (
+            want["peak_bytes"], want["peak_worker"], want["peak_gpu"],
+            at(dataset, want["peak_at"]))
+    for (job, dag), want in EXPECTED_DAGS.items():
+        got = next(d for d in jobs[job]["dags"] if d["dag"] == dag)
+        for key, value in want.items():
+            got_value = got["peak"]["peak_bytes"] if key == "peak_bytes" else got[key]
+            assert got_value == pytest.approx(value), (job, dag, key)
+    # the worker that left at R+300 ran job 0 only, and its peak was 93.75 % of its T4
+    t4 = next(p for p in jobs["0"]["peaks"] if p["worker"] == "w-1")
+    assert (t4["peak_bytes"], t4["peak_percent"], t4["time"]) == (15 * GIB, 93.75,
+                                                                  at(dataset, 150))
+    assert not any(p["worker"] == "w-1" for p in jobs["1"]["peaks"])
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_where_the_time_went_is_the_exports_own_rows(rep: tuple[Path, dict[str, Any], str],
+                                                     prom: PrometheusServer,
+                                                     dataset: ReportDataset,
+                                                     tmp_path: Path) -> None:
+    _, report, page = rep
+    run = collector("export", "--prometheus", prom.url, "--since", str(dataset.base),
+                    "--until", str(dataset.base + 600), "--cluster", "rep", "--out",
+                    str(tmp_path))
+    assert run.code == 0, run.err
+    where = report["where_the_time_went"]
+    for key, name in (("activities", ACTIVITIES_CSV), ("gpu_by_prefix", GPU_BY_PREFIX_CSV)):
+        with open(tmp_path / name, newline="") as fh:
+            assert where[key] == list(csv.DictReader(fh)), key
+    cpu = next(r for r in where["activities"] if r["prefix"] == "load")
+    assert (cpu["job_name"], cpu["activity"], cpu["unit"], float(cpu["value"])) == (
+        "etl", "thread-cpu", "seconds", pytest.approx(80.0))
+    train = next(r for r in where["gpu_by_prefix"] if r["prefix"] == "train")
+    assert float(train["gpu_seconds"]) == pytest.approx(100.0)  # w-0 GPU 0 busy [400, 500)
+    text = html.unescape(re.sub(r"<[^>]+>", "\n", page))
+    assert "thread-noncpu" in text and "80.000 s" in text and "100.000 s" in text
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_recommendations_of_the_scripted_session(rep: tuple[Path, dict[str, Any], str]
+                                                 ) -> None:
+    _, report, _ = rep
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for r in report["recommendations"]:
+        by_kind.setdefault(r["kind"], []).append(r)
+    memory = {r["job"]: r["based_on"] for r in by_kind["gpu-memory"]}
+    assert memory["0"]["need_bytes"] == round(30 * GIB * 1.2)
+    assert memory["0"]["fits"] == ["NVIDIA A100 40GB"]
+    assert set(memory["1"]["fits"]) == {"NVIDIA A10", "NVIDIA A30", "NVIDIA L4"}
+    idle = {(r["job"], r["worker"], r["gpu"]) for r in by_kind["idle-gpu"]}
+    assert idle == {("0", "w-0", "1"), ("1", "w-0", "1")}
+    near = by_kind["near-capacity"]
+    assert [(r["worker"], r["based_on"]["peak_percent"]) for r in near] == [("w-1", 93.75)]
+    limit = next(r for r in by_kind["dask-setting"] if "device_memory_limit" in r["text"])
+    assert limit["based_on"]["device_memory_limit_bytes"] == round(16 * GIB * 0.8)
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_the_page_shows_the_numbers(rep: tuple[Path, dict[str, Any], str]) -> None:
+    _, report, page = rep
+    text = html.unescape(re.sub(r"<[^>]+>", "\n", page))
+    for needle in ("etl", "train", "finished", "erred", "47,000 J (0.0131 kWh)",
+                   "30,000 J (0.0083 kWh)", "240 s (4.0 min)", "48.0 %", "33.3 %",
+                   "205 s (3.4 min)", "30.00 GiB (37.5 % of 80.00 GiB) on w-0 GPU 0",
+                   "93.8 %", "NVIDIA A100 40GB (40.00 GiB)", "Tesla T4", "2 of 3 GPU(s)"):
+        assert needle in text, needle
+    titles = [t for t in SECTION_TITLES if f">{html.escape(t)}</h" in page]
+    assert titles == SECTION_TITLES
+    assert [page.index(f">{html.escape(t)}</h") for t in titles] == sorted(
+        page.index(f">{html.escape(t)}</h") for t in titles)
+    assert {p["what"] for p in report["plots"] if p["file"]} == {"cluster overview", "worker"}
+    assert page.count('src="data:image/png;base64,') == 3  # cluster, w-0, w-1
+
+
+class _Urls(HTMLParser):
+    """Every URL-bearing attribute of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.urls += [v or "" for k, v in attrs if k in ("src", "href", "action", "srcset")]
+
+
+@pytest.mark.integration
+@requires_prometheus
+@requires_chromium
+def test_the_page_renders_in_chromium_without_error_or_request(
+        rep: tuple[Path, dict[str, Any], str], tmp_path: Path) -> None:
+    out, _, page = rep
+    parser = _Urls()
+    parser.feed(page)
+    assert parser.urls and all(u.startswith("data:image/png;base64,") for u in parser.urls)
+    assert "url(" not in page.split("<body>")[0]  # no stylesheet fetches
+    seen = render(out / "report.html", tmp_path, (1280, 2400))
+    assert seen.console == [] and seen.requests == []
+    assert png_size(seen.screenshot) == (1280, 2400)
+    from matplotlib.image import imread
+
+    pixels = imread(seen.screenshot)
+    assert pixels.std() > 0.05, "a blank screenshot"
+    assert len({tuple(p) for p in pixels[::16, ::16].reshape(-1, pixels.shape[-1])}) > 20
+
+
+@pytest.mark.integration
+@requires_chromium
+def test_the_browser_check_sees_a_request_and_a_console_error(tmp_path: Path) -> None:
+    """The check above can fail: a page that fetches and logs is caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><img src="http://203.0.113.7/x.png">'
+                   '<script>console.error("boom")</script>')
+    seen = render(bad, tmp_path, (400, 300))
+    assert any("203.0.113.7" in line for line in seen.requests)
+    assert any("boom" in line for line in seen.console)
+    blocked = tmp_path / "blocked.html"
+    blocked.write_text(render_html(minimal_report(), {}).replace(
+        "</body>", '<img src="http://203.0.113.7/x.png"></body>'))
+    seen = render(blocked, tmp_path / "b", (400, 300))
+    assert seen.requests == [] and any("Content Security Policy" in c for c in seen.console)
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_text_format_prints_the_same_sections(prom: PrometheusServer, tmp_path: Path) -> None:
+    run = collector(*report_cmd(prom, "rep", "--format", "text", "--out", str(tmp_path)))
+    assert run.code == 0, run.err
+    positions = [run.out.index(f"\n{t}\n") for t in SECTION_TITLES]
+    assert positions == sorted(positions)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert f"{report['jobs'][0]['energy_joules']:,.0f} J" in run.out
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_a_session_without_jobs(prom: PrometheusServer, tmp_path: Path,
+                                dataset: ReportDataset) -> None:
+    run = collector(*report_cmd(prom, "empty", "--out", str(tmp_path)))
+    assert run.code == 0, run.err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["jobs"] == []
+    assert report["session"]["since_unix"] == dataset.base + EMPTY_OFFSET + 10
+    assert [r["kind"] for r in report["recommendations"]] == ["idle-gpu"]
+    page = (tmp_path / "report.html").read_text()
+    assert "No job ran in this session" in page and "Traceback" not in run.err
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_a_simulated_session_says_so_and_reports_no_energy(prom: PrometheusServer,
+                                                           tmp_path: Path,
+                                                           dataset: ReportDataset) -> None:
+    run = collector(*report_cmd(prom, "sim", "--out", str(tmp_path), "--plots", "0"))
+    assert run.code == 0, run.err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["session"]["simulated"] == "all"
+    (job,) = report["jobs"]
+    assert (job["job_name"], job["energy_joules"], job["energy_kwh"]) == ("sim-job", None, None)
+    assert job["energy_note"].startswith("not reported")
+    assert (job["gpu_seconds"], job["busy_seconds"]) == (100, 50)
+    page = (tmp_path / "report.html").read_text()
+    assert "SIMULATED GPUs" in page and "not reported" in page
+    assert "<img" not in page and "no plots: none asked for (--plots 0)" in page
+    assert report["session"]["since_unix"] == dataset.base + SIM_OFFSET + 10
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_bad_input_is_one_line(prom: PrometheusServer, tmp_path: Path) -> None:
+    for args, code, words in ((report_cmd(prom, "rep"), 2, "--out DIR is required"),
+                              (report_cmd(prom, "rep", "--out", str(tmp_path), "--headroom",
+                                          "0.5"), 2, "--headroom 0.5"),
+                              (report_cmd(prom, "rep", "--out", str(tmp_path), "--plots",
+                                          "-1"), 2, "--plots -1"),
+                              (report_cmd(prom, "nosuch", "--out", str(tmp_path)), 1,
+                               "no monitor session of cluster 'nosuch'")):
+        run = collector(*args)
+        assert run.code == code and words in run.err, run.err
+        assert len(run.err.strip().splitlines()) == 1 and "Traceback" not in run.err
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_job_peaks_from_dag_peaks_are_gpu_peaks_by_job() -> None:
+    """The report takes per-job peaks from its per-DAG ones: the same as peaks --by job."""
+    from dask_metrics.collector.columns import PEAK_METRIC, TOTAL_METRIC
+    from dask_metrics.collector.peaks import gpu_peaks
+    from dask_metrics.collector.report.model import dag_timeline, job_peaks
+    from dask_metrics.collector.series import Series, Timeline
+
+    times = list(range(0, 100_000, 5000))
+    values = [float(v) for v in (3, 9, 9, 2, 7, 8, 8, 1, 5, 5, 4, 9, 6, 0, 9, 3, 2, 8, 1, 1)]
+    labels = {"gpu": "0", "uuid": "GPU-x"}
+    series = {PEAK_METRIC: [Series(labels, times, values)],
+              TOTAL_METRIC: [Series(labels, times, [10.0] * len(times))]}
+    states = [("1", "0")] * 4 + [("1", "1")] * 4 + [("", "")] * 3 + [("2", "0")] * 5 + \
+        [("1", "2")] * 4
+    activity = Timeline(times, states)
+    by_job = gpu_peaks("w", series, activity, 120_000, by_job=True)
+    derived = job_peaks(gpu_peaks("w", series, dag_timeline(activity), 120_000, by_job=True))
+    key = lambda p: (p.job, p.peak_bytes, p.time, p.dag)  # noqa: E731
+    assert sorted(map(key, derived)) == sorted(map(key, by_job))
+    assert {(p.job, p.time) for p in by_job} == {("1", 5000), ("2", 55000)}
