@@ -78,6 +78,9 @@ def test_demo_end_to_end(first_run):
         assert "" in {r["worker_job"] for r in rows} and {"0", "1"} & {r["worker_job"]
                                                                        for r in rows}
     assert {("0", "0"), ("1", "0"), ("", "")} <= jobs_seen  # the DAGs that last 2 s or more
+    for name in ("workers.csv", "jobs.csv", "activities.csv", "gpu_by_prefix.csv",
+                 "export.json"):  # every file of the export is named, and is there
+        assert f"{out / 'results' / name}  (" in stdout and (out / "results" / name).is_file()
     # The spike: on worker-0 only, and counted though it fell between scrapes or not.
     peaks = printed(stdout, "monitor.peak_memory()")
     assert len(peaks) == 3 and all(len(p) == 1 for p in peaks), peaks

@@ -23,7 +23,14 @@ from dask_metrics.collector.cli import OneLineParser
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.configfile import parse_bytes
-from dask_metrics.contract import CURRENT_JOB, IDLE, UP
+from dask_metrics.contract import (
+    ACTIVITIES_CSV,
+    CURRENT_JOB,
+    GPU_BY_PREFIX_CSV,
+    IDLE,
+    JOBS_CSV,
+    UP,
+)
 from dask_metrics.demo.localstack import LocalStack, StackOptions
 from dask_metrics.demo.workload import Plan, run
 from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
@@ -103,7 +110,12 @@ def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:
         f"{exported.rows} rows:")
     for name in sorted(exported.files):
         print(f"  {results / name}")
-    print(f"  {results / 'workers.csv'}\n  {results / 'export.json'}")
+    for name, what in (("workers.csv", "the workers and their GPUs"),
+                       (JOBS_CSV, "each job and DAG: name, client, outcome, first/last seen"),
+                       (ACTIVITIES_CSV, "where each job's time went, per task prefix"),
+                       (GPU_BY_PREFIX_CSV, "GPU seconds, peak memory, energy per task prefix"),
+                       ("export.json", "what was exported, from where")):
+        print(f"  {results / name}  ({what})")
     say(f"monitor.peak_memory() -> {monitor.peak_memory()} (% of each GPU's memory, per "
         "worker, per GPU)")
     say(f"monitor.successful_jobs() -> {monitor.successful_jobs()} (per job, per DAG)")
