@@ -446,3 +446,13 @@ def test_job_peaks_from_dag_peaks_are_gpu_peaks_by_job() -> None:
     key = lambda p: (p.job, p.peak_bytes, p.time, p.dag)  # noqa: E731
     assert sorted(map(key, derived)) == sorted(map(key, by_job))
     assert {(p.job, p.time) for p in by_job} == {("1", 5000), ("2", 55000)}
+
+
+def test_summary_cells_keep_small_byte_counts_readable():
+    """168 bytes read is not '0.0 MiB': under a MiB the page shows bytes."""
+    from dask_metrics.collector.report.render import _cell
+
+    assert _cell("value", {"value": "168", "unit": "bytes"}) == "168 B"
+    assert _cell("value", {"value": str(3 * 2**20), "unit": "bytes"}) == "3.0 MiB"
+    assert _cell("peak_mem", {"peak_mem": "93667328"}) == "89.3 MiB"
+    assert _cell("value", {"value": "2.5", "unit": "seconds"}) == "2.500 s"

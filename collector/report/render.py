@@ -191,7 +191,7 @@ def _cell(column: str, row: Mapping[str, Any]) -> str:
     if column == "gpu_seconds" or unit == "seconds":
         return f"{value:.3f} s"
     if column == "peak_mem" or unit == "bytes":
-        return f"{value / 2**20:,.1f} MiB"
+        return f"{value / 2**20:,.1f} MiB" if value >= 2**20 else f"{value:,.0f} B"
     if column == "energy":
         return f"{value:,.1f} J"
     return f"{value:g} {unit}"
