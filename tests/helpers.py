@@ -5,6 +5,7 @@ in tests/fake_nvml.py, the whole local stack in dask_metrics.demo.localstack."""
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 import ssl
@@ -285,3 +286,9 @@ def png_size(path: Path) -> tuple[int, int]:
     head = path.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
     return struct.unpack(">II", head[16:24])
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A CSV file the collector wrote, as dicts by column name."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))

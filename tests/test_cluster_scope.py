@@ -5,7 +5,6 @@ ClusterDataset), read back through the CLI and through Monitor."""
 
 from __future__ import annotations
 
-import csv
 import json
 import warnings
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from tests.collector_dataset import (
     make_cluster_dataset,
     scope_used,
 )
-from tests.helpers import Run, collector
+from tests.helpers import Run, collector, read_csv
 from tests.prometheus_helpers import (
     PrometheusServer,
     create_blocks,
@@ -43,11 +42,6 @@ from tests.prometheus_helpers import (
 )
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 def one_error_line(run: Run, code: int) -> str:

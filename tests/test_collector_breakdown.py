@@ -5,7 +5,6 @@ Prometheus, a counter born inside the range and one reset by a scheduler restart
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from tests.collector_dataset import (
     lab_tasks,
     make_lab_dataset,
 )
-from tests.helpers import collector
+from tests.helpers import collector, read_csv
 from tests.prometheus_helpers import (
     PrometheusServer,
     create_blocks,
@@ -39,11 +38,6 @@ from tests.prometheus_helpers import (
 )
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 def cells(values: tuple) -> list[str]:

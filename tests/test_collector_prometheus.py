@@ -6,7 +6,6 @@ gives (wrong credentials, a wrong path prefix, a bad query)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from tests.collector_dataset import (
     make_dataset,
     many_used,
 )
-from tests.helpers import Run, collector, collector_process
+from tests.helpers import Run, collector, collector_process, read_csv
 from tests.prometheus_helpers import (
     PrometheusServer,
     VictoriaMetricsServer,
@@ -59,11 +58,6 @@ ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "alice", "s3cret-Pa55"
 TOO_MANY = r"too many samples|error when exporting data|cannot select more than"
 MAX_SAMPLES = 100_000  # below the LONG worker's 108k samples: one 4 h chunk must be split
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 def header(path: Path) -> list[str]:

@@ -10,7 +10,6 @@ query_range's start to the step, unless asked not to.
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.collector_dataset import TOTAL, GiB
-from tests.helpers import collector
+from tests.helpers import collector, read_csv
 from tests.prometheus_helpers import (
     OpenMetrics,
     TenantProxy,
@@ -87,11 +86,6 @@ def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                                                      f"X-Scope-OrgID: {proxy.tenant}"], n)
         finally:
             proxy.close()
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 def test_step_rows_are_on_the_grid_from_since(store: Store, tmp_path: Path) -> None:
