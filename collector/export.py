@@ -44,10 +44,9 @@ from dask_metrics.collector.fetch import (
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
-    fetch_prefix_tasks,
-    fetch_worker_activity,
     fetch_worker_series,
     in_cluster,
+    prefix_workers,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
 from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
@@ -75,6 +74,7 @@ from dask_metrics.collector.series import (
     select_workers,
     worker_inventory,
     worker_table,
+    worker_timeline,
 )
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
 from dask_metrics.contract import (
@@ -86,6 +86,8 @@ from dask_metrics.contract import (
     JOBS_COLUMNS,
     JOBS_CSV,
     REPLICA_LABELS,
+    WORKER_PREFIX_TASKS,
+    WORKER_TASKS,
 )
 
 DEFAULT_MAX_AGE = 120.0
@@ -129,20 +131,25 @@ class WorkerData(NamedTuple):
 
 def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
                  timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
-                 age: int, scope: Scope) -> WorkerData:
-    """One worker's series. Without ``step``, the raw counters for gpu_by_prefix come in the
-    columns' own query; on a grid they are asked for raw, apart."""
+                 age: int, scope: Scope, executed: bool) -> WorkerData:
+    """One worker's series, in two queries: its GPUs' and its scheduler series (tasks, the
+    worker columns', prefix tasks).
+
+    ``executed``: the worker has dask_job_worker_prefix_tasks series in the range
+    (``prefix_workers``); only then are they and gpu_by_prefix's raw counters read (in the
+    columns' own query; on a ``step`` grid apart, raw): a worker without them adds nothing
+    to gpu_by_prefix.csv, and data from an older scheduler preload costs no extra series."""
     metrics = source_metrics(columns)
-    extra = [] if step else [m for m in ATTRIBUTION_METRICS if m not in metrics]
+    extra = [m for m in ATTRIBUTION_METRICS if m not in metrics] if executed and not step else []
     gpu = fetch_gpu_series(client, worker, metrics + extra, lo, hi, chunk, step, age, scope)
-    attribution = gpu if not step else fetch_gpu_series(
+    attribution = {} if not executed else gpu if not step else fetch_gpu_series(
         client, worker, list(ATTRIBUTION_METRICS), lo, hi, chunk, None, age, scope)
-    resources = joined_by_metric(by_metric(fetch_worker_series(
-        client, worker, worker_metrics(columns), lo - age, hi, chunk, scope)))
-    return WorkerData(gpu, fetch_worker_activity(client, worker, timeline, lo - age, hi, chunk,
-                                                 scope),
-                      resources, fetch_prefix_tasks(client, worker, lo - age, hi, chunk, scope),
-                      attribution)
+    resources = worker_metrics(columns)
+    sched = [*resources, WORKER_TASKS.name, *([WORKER_PREFIX_TASKS.name] if executed else [])]
+    found = by_metric(fetch_worker_series(client, worker, sched, lo - age, hi, chunk, scope))
+    return WorkerData(gpu, worker_timeline(timeline.times, found.get(WORKER_TASKS.name, [])),
+                      joined_by_metric({m: found[m] for m in resources if m in found}),
+                      found.get(WORKER_PREFIX_TASKS.name, []), attribution)
 
 
 def summary_lines(rows: Iterable[Mapping[str, Any]], header: Sequence[str]) -> Iterator[str]:
@@ -315,6 +322,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
                                  any_cluster)
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
+    executed = prefix_workers(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
     def fetch(i: int) -> WorkerData:
@@ -322,7 +330,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         if progress:
             progress(i, len(chosen), worker)
         return fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
-                            scope)
+                            scope, worker in executed)
 
     rows_written = 0
     uses: dict[PrefixKey, PrefixUse] = {}
@@ -429,11 +437,13 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
                                  any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    executed = prefix_workers(client, start - age, end, chunk_ms, scope)
     uses: dict[PrefixKey, PrefixUse] = {}
     for info in chosen:
-        data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None, age,
-                            scope)
-        add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
+        if info.name in executed:  # the others add nothing
+            data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
+                                age, scope, True)
+            add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
     return prefix_rows(uses, _job_names(client, start, end, chunk_ms, age, scope))
 
 
