@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -334,7 +334,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     rows_written = 0
     uses: dict[PrefixKey, PrefixUse] = {}
-    with _staging(target) as stage:
+    with _staging(target) as stage, _files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
         for info, data in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
@@ -345,18 +345,18 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:
                 header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
-            _write_lines(stage / names[info.name], header, lines)
+            writer.write(stage / names[info.name], header, lines)
             rows_written += table.rows
         if progress:
             progress(len(chosen), len(chosen), "")
-        _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
+        writer.write(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         store = client.store()
         jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
-        _write_lines(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
+        writer.write(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
-        _write_lines(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
+        writer.write(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
             _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
-        _write_lines(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
+        writer.write(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
                      summary_lines(prefix_rows(uses, names_of_jobs), GPU_BY_PREFIX_COLUMNS))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
@@ -392,6 +392,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                          "requests": requests.__version__,
                          "prometheus": store.version},
         }
+        writer.wait()
         (stage / "export.json").write_text(json.dumps(record, indent=2) + "\n",
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
@@ -447,12 +448,48 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     return prefix_rows(uses, _job_names(client, start, end, chunk_ms, age, scope))
 
 
-def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
-    """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
+def _write_text(item: tuple[Path, str]) -> None:
+    path, text = item
     with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write("\n".join(chain([csv_line(header)], lines)) + "\n")
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+class _Writer:
+    """CSV files written and synced in a thread while the next one is built: the write and
+    its fsync wait on the disk without holding the GIL. One file in flight at a time, so
+    memory holds at most two files' text."""
+
+    def __init__(self) -> None:
+        self._pending: _Background[tuple[Path, str], None] | None = None
+
+    def write(self, path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
+        """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
+        text = "\n".join(chain([csv_line(header)], lines)) + "\n"
+        self.wait()
+        self._pending = _Background(_write_text, (path, text))
+
+    def wait(self) -> None:
+        """Until the file in flight is on disk; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+
+@contextmanager
+def _files_written() -> Iterator[_Writer]:
+    """A _Writer whose file in flight is on disk (or failed) when the block is left, so that
+    nothing writes into a staging folder being moved or removed. An error of the block is
+    the one raised."""
+    writer = _Writer()
+    try:
+        yield writer
+    except BaseException:
+        with suppress(Exception):
+            writer.wait()
+        raise
+    writer.wait()
 
 
 def previous_files(out: Path) -> set[str]:
