@@ -144,12 +144,22 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
         samples = [(t, v) for t, v in _sources(metrics, since, peak_window)
                    if not math.isnan(v)]
-        states = activity.at_each([t for t, _ in samples], max_age)
-        tagged = [(state[0] if by_job else "", t, v, state)
-                  for (t, v), state in zip(samples, states, strict=True) if state[0] or not by_job]
-        tagged.sort(key=lambda item: (id_key(item[0]), item[1]))
-        for _, group in groupby(tagged, key=lambda item: item[0]):
-            _, t, v, (job, dag) = max(group, key=lambda item: (item[2], -item[1]))
+        times, values = [t for t, _ in samples], [v for _, v in samples]
+        states = activity.at_each(times, max_age)
+        best: dict[str, tuple[float, int, int]] = {}  # job: (peak, -time, position)
+        pos = 0
+        for state, run in groupby(states):  # a state holds for many samples in a row
+            end = pos + len(list(run))
+            job = state[0] if by_job else ""
+            if job or not by_job:
+                top = max(values[pos:end])  # its first sample at the maximum
+                i = values.index(top, pos, end)
+                if job not in best or (top, -times[i]) > best[job][:2]:
+                    best[job] = (top, -times[i], i)
+            pos = end
+        for key in sorted(best, key=id_key):
+            i = best[key][2]
+            t, v, (job, dag) = times[i], values[i], states[i]
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
                               names.names.get(job, ""), names.phase(job, dag)))
     return peaks
