@@ -132,18 +132,23 @@ class WorkerData(NamedTuple):
 def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
                  timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
                  age: int, scope: Scope, executed: bool) -> WorkerData:
-    """One worker's series, in two queries: its GPUs' and its scheduler series (tasks, the
-    worker columns', prefix tasks).
+    """One worker's series: its GPUs' columns and its scheduler series (tasks, the worker
+    columns', prefix tasks), one query each.
 
     ``executed``: the worker has dask_job_worker_prefix_tasks series in the range
-    (``prefix_workers``); only then are they and gpu_by_prefix's raw counters read (in the
-    columns' own query; on a ``step`` grid apart, raw): a worker without them adds nothing
-    to gpu_by_prefix.csv, and data from an older scheduler preload costs no extra series."""
+    (``prefix_workers``); only then are they and gpu_by_prefix's raw counters read, the
+    counters not among the columns' in a third query sent at the same time as the columns'
+    (in a thread: the server answers both at once), raw also with ``step``. A worker without
+    them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
+    no more series."""
     metrics = source_metrics(columns)
-    extra = [m for m in ATTRIBUTION_METRICS if m not in metrics] if executed and not step else []
-    gpu = fetch_gpu_series(client, worker, metrics + extra, lo, hi, chunk, step, age, scope)
-    attribution = {} if not executed else gpu if not step else fetch_gpu_series(
-        client, worker, list(ATTRIBUTION_METRICS), lo, hi, chunk, None, age, scope)
+    extra = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if executed else []
+    raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
+                                                      age, scope), extra) if extra else None
+    gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
+    apart = raw.result() if raw is not None else {}
+    attribution = {m: source[m] for m in ATTRIBUTION_METRICS
+                   if m in (source := apart if m in extra else gpu)} if executed else {}
     resources = worker_metrics(columns)
     sched = [*resources, WORKER_TASKS.name, *([WORKER_PREFIX_TASKS.name] if executed else [])]
     found = by_metric(fetch_worker_series(client, worker, sched, lo - age, hi, chunk, scope))
