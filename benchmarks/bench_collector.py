@@ -118,9 +118,11 @@ def _labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
-def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int) -> int:
+def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int,
+                      fine: bool = True) -> int:
     """Write the fixture as OpenMetrics text (families together, samples in time order);
-    return the number of samples."""
+    return the number of samples. ``fine`` False leaves out issue #13's series (the busy
+    counter, prefix tasks, activity counters): the data of an older scheduler preload."""
     times = range(seconds + 1)
     sched_times = range(-SCHED_LEAD, seconds + 1)
     sched = {"instance": "scheduler:8787", "job": "dask-scheduler"}
@@ -157,7 +159,7 @@ def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int
                            ((stamp[t], gpu_value(metric, w, g, t)) for t in times))
         busy = ATTRIBUTION[0]
         fh.write(f"# TYPE {busy.removesuffix('_total')} counter\n")
-        for w in range(workers):
+        for w in range(workers if fine else 0):
             for g in range(gpus):
                 labels = {"worker": worker_name(w), "gpu": str(g), "uuid": f"GPU-{w}-{g}",
                           "instance": f"node-{w}:9446", "job": "dask-gpu"}
@@ -176,7 +178,7 @@ def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int
                        ((sched_stamp(s), str(1 + w % 3)) for s in sched_times
                         if worker_dag(w, s) == (job, dag)))
         fh.write("# TYPE dask_job_worker_prefix_tasks gauge\n")  # one prefix per DAG
-        for w in range(workers):
+        for w in range(workers if fine else 0):
             dags = sorted({d for s in sched_times if (d := worker_dag(w, s)) is not None})
             for job, dag in dags:
                 labels = {**sched, "worker": worker_name(w), "job_id": str(job),
@@ -201,7 +203,7 @@ def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int
                        ((sched_stamp(s), "1" if s < end else "2") for s in sched_times
                         if s >= job * 900))
         fh.write("# TYPE dask_job_activity_seconds counter\n")  # from each job's start on
-        for job in jobs:
+        for job in jobs if fine else ():
             for dag, prefix in enumerate(PREFIXES):
                 for a, activity in enumerate(ACTIVITIES):
                     labels = {**sched, "job_id": str(job), "dag_id": str(dag),
@@ -224,12 +226,14 @@ class Fixture:
     seconds_to_build: float | None  # None when it came from the cache
 
 
-def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str) -> Fixture:
-    """TSDB blocks of the fixture, built once per parameters and kept under ``cache``.
+def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
+            fine: bool = True) -> Fixture:
+    """TSDB blocks of the fixture, built once per parameters and kept under ``cache``
+    (``fine``: with issue #13's series, see write_openmetrics).
 
     The data ends at a whole hour at least three hours ago, as promtool's block rules like.
     """
-    folder = cache / f"v{FIXTURE_VERSION}-w{workers}-g{gpus}-h{hours:g}"
+    folder = cache / f"v{FIXTURE_VERSION}{'' if fine else '-nofine'}-w{workers}-g{gpus}-h{hours:g}"
     meta = folder / "meta.json"
     if meta.exists() and (folder / "blocks").is_dir():
         info = json.loads(meta.read_text())
@@ -241,7 +245,7 @@ def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str) -
     t1 = int(time.time()) // 3600 * 3600 - 3 * 3600
     t0 = t1 - seconds
     source = folder / "input.om"
-    samples = write_openmetrics(source, workers, gpus, t0, seconds)
+    samples = write_openmetrics(source, workers, gpus, t0, seconds, fine)
     tmp_blocks = folder / "blocks.tmp"
     result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
                              str(source), str(tmp_blocks)], capture_output=True, text=True,
@@ -263,8 +267,12 @@ def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
     return [(start, end)] if len(edges) == 1 else list(pairwise(edges))
 
 
-def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[str, float]]:
-    """(PromQL, evaluation time) of every query ``collector export`` sends for this range."""
+def floor_queries(t0: float, t1: float, workers: Sequence[str], kind: str = "all"
+                  ) -> list[tuple[str, float]]:
+    """(PromQL, evaluation time) of the queries ``collector export`` sends for this range:
+    ``kind`` "all": every one (issue #13's and jobs.csv's included); "columns": only those
+    that fetch the columns' data (worker discovery, the cluster's job/DAG, per worker its
+    columns' series and its tasks), the floor of issue #11."""
     start, end = round(t0 * 1000), round(t1 * 1000)
 
     def ranged(sel: str, lo_ms: int, wrap: str = "{}") -> list[tuple[str, float]]:
@@ -278,6 +286,13 @@ def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[st
                *ranged("dask_job_worker_gpu_info", start, "last_over_time({})"),
                *ranged(f'{{__name__=~"dask_job_current_job|dask_job_current_dag",{CLUSTER}}}',
                        start - MAX_AGE_MS)]
+    if kind == "columns":
+        for w in workers:
+            queries += ranged(f'{{__name__=~"{"|".join(SOURCES)}",worker="{w}",{CLUSTER}}}',
+                              start)
+            queries += ranged(f'{{__name__=~"dask_job_worker_tasks",worker="{w}",{CLUSTER}}}',
+                              start - MAX_AGE_MS)
+        return queries
     for w in workers:
         queries += ranged(f'{{__name__=~"{"|".join(SOURCES + ATTRIBUTION)}",worker="{w}",'
                           f'{CLUSTER}}}', start)
@@ -292,14 +307,14 @@ def floor_queries(t0: float, t1: float, workers: Sequence[str]) -> list[tuple[st
     return queries
 
 
-def run_floor(url: str, t0: float, t1: float, workers: Sequence[str], gzip: bool = True
-              ) -> dict[str, int]:
+def run_floor(url: str, t0: float, t1: float, workers: Sequence[str], gzip: bool = True,
+              kind: str = "all") -> dict[str, int]:
     """The collector's queries with plain requests; parse the JSON and drop it. ``gzip``:
     requests' default Accept-Encoding (Prometheus then compresses); else identity."""
     import requests
 
     received = samples = 0
-    queries = floor_queries(t0, t1, workers)
+    queries = floor_queries(t0, t1, workers, kind)
     timeout = f"{round(READ_TIMEOUT * 900)}ms"
     with requests.Session() as session:
         if not gzip:
@@ -410,7 +425,7 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
     if not (PROMETHEUS and PROMTOOL):
         raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
     cache = Path(args.cache or Path(tempfile.gettempdir()) / "dask-metrics-bench-collector")
-    fix = fixture(args.workers, args.gpus, args.hours, cache, PROMTOOL)
+    fix = fixture(args.workers, args.gpus, args.hours, cache, PROMTOOL, not args.without_fine)
     built = (f"built in {fix.seconds_to_build:.0f} s" if fix.seconds_to_build is not None
              else "from the cache")
     print(f"fixture: {fix.samples:,} samples, {built}: {fix.blocks}", file=sys.stderr)
@@ -523,8 +538,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The benchmark, or one of its children (``_floor``, ``_peer``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_floor"]:
-        url, t0, t1, encoding, *workers = argv[1:]
-        print(json.dumps(run_floor(url, float(t0), float(t1), workers, encoding == "gzip")))
+        url, t0, t1, how, *workers = argv[1:]  # how: ENCODING[:KIND] (see run_floor)
+        encoding, _, kind = how.partition(":")
+        print(json.dumps(run_floor(url, float(t0), float(t1), workers, encoding == "gzip",
+                                   kind or "all")))
         return 0
     if argv[:1] == ["_peer"]:
         url, t0, t1, out, *workers = argv[1:]
@@ -538,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scales", type=lambda s: [int(x) for x in s.split(",")],
                         default=[1, 8], help="smaller worker counts for ours (default 1,8)")
     parser.add_argument("--cache", help="where the backfilled TSDB is kept between runs")
+    parser.add_argument("--without-fine", action="store_true",
+                        help="a fixture without issue #13's series (an older scheduler preload)")
     parser.add_argument("--out", help="also write the markdown tables to this file")
     args = parser.parse_args(argv)
     began = time.perf_counter()

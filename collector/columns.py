@@ -36,7 +36,14 @@ class Column:
         if self.scale == 1:
             return list(raw)
         scale = self.scale
-        return [None if r is None else round(r * scale, _DIGITS) for r in raw]
+        # The decoder makes one float object per distinct value of an answer, and gauges such
+        # as utilisation take few values: each object is then scaled once (round is slow).
+        done = dict(zip(map(id, raw), raw, strict=True))
+        if len(done) * 2 > len(raw):
+            return [None if r is None else round(r * scale, _DIGITS) for r in raw]
+        for key, r in done.items():
+            done[key] = None if r is None else round(r * scale, _DIGITS)
+        return list(map(done.__getitem__, map(id, raw)))
 
 
 # Names and series from the contract; here only the unit each column shows.

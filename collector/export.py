@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -44,10 +44,9 @@ from dask_metrics.collector.fetch import (
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
-    fetch_prefix_tasks,
-    fetch_worker_activity,
     fetch_worker_series,
     in_cluster,
+    prefix_workers,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
 from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
@@ -75,6 +74,7 @@ from dask_metrics.collector.series import (
     select_workers,
     worker_inventory,
     worker_table,
+    worker_timeline,
 )
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
 from dask_metrics.contract import (
@@ -86,6 +86,8 @@ from dask_metrics.contract import (
     JOBS_COLUMNS,
     JOBS_CSV,
     REPLICA_LABELS,
+    WORKER_PREFIX_TASKS,
+    WORKER_TASKS,
 )
 
 DEFAULT_MAX_AGE = 120.0
@@ -129,20 +131,30 @@ class WorkerData(NamedTuple):
 
 def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
                  timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
-                 age: int, scope: Scope) -> WorkerData:
-    """One worker's series. Without ``step``, the raw counters for gpu_by_prefix come in the
-    columns' own query; on a grid they are asked for raw, apart."""
+                 age: int, scope: Scope, executed: bool) -> WorkerData:
+    """One worker's series: its GPUs' columns and its scheduler series (tasks, the worker
+    columns', prefix tasks), one query each.
+
+    ``executed``: the worker has dask_job_worker_prefix_tasks series in the range
+    (``prefix_workers``); only then are they and gpu_by_prefix's raw counters read, the
+    counters not among the columns' in a third query sent at the same time as the columns'
+    (in a thread: the server answers both at once), raw also with ``step``. A worker without
+    them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
+    no more series."""
     metrics = source_metrics(columns)
-    extra = [] if step else [m for m in ATTRIBUTION_METRICS if m not in metrics]
-    gpu = fetch_gpu_series(client, worker, metrics + extra, lo, hi, chunk, step, age, scope)
-    attribution = gpu if not step else fetch_gpu_series(
-        client, worker, list(ATTRIBUTION_METRICS), lo, hi, chunk, None, age, scope)
-    resources = joined_by_metric(by_metric(fetch_worker_series(
-        client, worker, worker_metrics(columns), lo - age, hi, chunk, scope)))
-    return WorkerData(gpu, fetch_worker_activity(client, worker, timeline, lo - age, hi, chunk,
-                                                 scope),
-                      resources, fetch_prefix_tasks(client, worker, lo - age, hi, chunk, scope),
-                      attribution)
+    extra = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if executed else []
+    raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
+                                                      age, scope), extra) if extra else None
+    gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
+    apart = raw.result() if raw is not None else {}
+    attribution = {m: source[m] for m in ATTRIBUTION_METRICS
+                   if m in (source := apart if m in extra else gpu)} if executed else {}
+    resources = worker_metrics(columns)
+    sched = [*resources, WORKER_TASKS.name, *([WORKER_PREFIX_TASKS.name] if executed else [])]
+    found = by_metric(fetch_worker_series(client, worker, sched, lo - age, hi, chunk, scope))
+    return WorkerData(gpu, worker_timeline(timeline.times, found.get(WORKER_TASKS.name, [])),
+                      joined_by_metric({m: found[m] for m in resources if m in found}),
+                      found.get(WORKER_PREFIX_TASKS.name, []), attribution)
 
 
 def summary_lines(rows: Iterable[Mapping[str, Any]], header: Sequence[str]) -> Iterator[str]:
@@ -315,6 +327,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
                                  any_cluster)
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
+    executed = prefix_workers(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
     def fetch(i: int) -> WorkerData:
@@ -322,11 +335,11 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         if progress:
             progress(i, len(chosen), worker)
         return fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
-                            scope)
+                            scope, worker in executed)
 
     rows_written = 0
     uses: dict[PrefixKey, PrefixUse] = {}
-    with _staging(target) as stage:
+    with _staging(target) as stage, _files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
         for info, data in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
@@ -337,18 +350,18 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:
                 header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
-            _write_lines(stage / names[info.name], header, lines)
+            writer.write(stage / names[info.name], header, lines)
             rows_written += table.rows
         if progress:
             progress(len(chosen), len(chosen), "")
-        _write_lines(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
+        writer.write(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         store = client.store()
         jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
-        _write_lines(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
+        writer.write(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
-        _write_lines(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
+        writer.write(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
             _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
-        _write_lines(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
+        writer.write(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
                      summary_lines(prefix_rows(uses, names_of_jobs), GPU_BY_PREFIX_COLUMNS))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
@@ -384,6 +397,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                          "requests": requests.__version__,
                          "prometheus": store.version},
         }
+        writer.wait()
         (stage / "export.json").write_text(json.dumps(record, indent=2) + "\n",
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
@@ -429,20 +443,58 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
                                  any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    executed = prefix_workers(client, start - age, end, chunk_ms, scope)
     uses: dict[PrefixKey, PrefixUse] = {}
     for info in chosen:
-        data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None, age,
-                            scope)
-        add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
+        if info.name in executed:  # the others add nothing
+            data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
+                                age, scope, True)
+            add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
     return prefix_rows(uses, _job_names(client, start, end, chunk_ms, age, scope))
 
 
-def _write_lines(path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
-    """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
+def _write_text(item: tuple[Path, str]) -> None:
+    path, text = item
     with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write("\n".join(chain([csv_line(header)], lines)) + "\n")
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+class _Writer:
+    """CSV files written and synced in a thread while the next one is built: the write and
+    its fsync wait on the disk without holding the GIL. One file in flight at a time, so
+    memory holds at most two files' text."""
+
+    def __init__(self) -> None:
+        self._pending: _Background[tuple[Path, str], None] | None = None
+
+    def write(self, path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
+        """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
+        text = "\n".join(chain([csv_line(header)], lines)) + "\n"
+        self.wait()
+        self._pending = _Background(_write_text, (path, text))
+
+    def wait(self) -> None:
+        """Until the file in flight is on disk; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+
+@contextmanager
+def _files_written() -> Iterator[_Writer]:
+    """A _Writer whose file in flight is on disk (or failed) when the block is left, so that
+    nothing writes into a staging folder being moved or removed. An error of the block is
+    the one raised."""
+    writer = _Writer()
+    try:
+        yield writer
+    except BaseException:
+        with suppress(Exception):
+            writer.wait()
+        raise
+    writer.wait()
 
 
 def previous_files(out: Path) -> set[str]:

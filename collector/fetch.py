@@ -42,6 +42,7 @@ from dask_metrics.contract import (
     MONITOR_START,
     MONITOR_STOP,
     REPLICA_LABELS,
+    WORKER,
     WORKER_GPU_INFO,
     WORKER_PREFIX_TASKS,
     WORKER_TASKS,
@@ -282,11 +283,13 @@ def fetch_worker_series(client: PrometheusClient, worker: str, metrics: Sequence
     return fetch_raw(client, selector(metrics, worker, scope), start, end, chunk, scope)
 
 
-def fetch_prefix_tasks(client: PrometheusClient, worker: str, start: int, end: int,
-                       chunk: int, scope: Scope = UNSCOPED) -> list[Series]:
-    """What executed on ``worker`` per job, DAG and task prefix in [start, end]."""
-    return fetch_worker_series(client, worker, [WORKER_PREFIX_TASKS.name], start, end, chunk,
-                               scope)
+def prefix_workers(client: PrometheusClient, start: int, end: int, chunk: int,
+                   scope: Scope = UNSCOPED) -> set[str]:
+    """The workers with a dask_job_worker_prefix_tasks sample in [start, end]: one cheap
+    cluster-wide query (a sample per series and chunk), so that the other workers' prefix
+    tasks and busy counters are not asked for (none with an older scheduler preload)."""
+    return {labels.get(WORKER, "") for labels in fetch_label_sets(
+        client, scope.of(WORKER_PREFIX_TASKS.name), start, end, chunk, scope)}
 
 
 def _without(labels: dict[str, str], names: set[str]) -> dict[str, str]:

@@ -105,7 +105,7 @@ def _total_at(totals: Sequence[tuple[int, float]], t: int) -> float | None:
 
 
 def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
-             peak_window: int) -> list[tuple[int, float]]:
+             peak_window: int) -> tuple[list[int], list[float]]:
     """(time, bytes) to take the peak of: the peak gauge, except in the first peak window
     after ``since``. There the first gauge sample, s1, may carry a peak from before
     ``since``; a later one, at t, covers (t - window, t], whose part before ``since`` lies
@@ -113,9 +113,9 @@ def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
     kept, with the raw used-memory samples, and the rest left out."""
     peak, used = metrics.get(PEAK_METRIC), metrics.get(USED_METRIC)
     if not peak:
-        return list(zip(*(used or ([], [])), strict=True))
+        return used or ([], [])
     if since is None:
-        return list(zip(*peak, strict=True))
+        return peak
     cut = since + peak_window
     first, i = bisect_left(peak[0], since), bisect_left(peak[0], cut)
     carried = peak[1][first] if first < i else math.inf
@@ -125,7 +125,7 @@ def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
         lo, hi = bisect_left(used[0], since), bisect_left(used[0], cut)
         early += zip(used[0][lo:hi], used[1][lo:hi], strict=True)
     early.sort()
-    return early + list(zip(peak[0][i:], peak[1][i:], strict=True))
+    return [t for t, _ in early] + peak[0][i:], [v for _, v in early] + peak[1][i:]
 
 
 def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
@@ -142,14 +142,25 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
-        samples = [(t, v) for t, v in _sources(metrics, since, peak_window)
-                   if not math.isnan(v)]
-        states = activity.at_each([t for t, _ in samples], max_age)
-        tagged = [(state[0] if by_job else "", t, v, state)
-                  for (t, v), state in zip(samples, states, strict=True) if state[0] or not by_job]
-        tagged.sort(key=lambda item: (id_key(item[0]), item[1]))
-        for _, group in groupby(tagged, key=lambda item: item[0]):
-            _, t, v, (job, dag) = max(group, key=lambda item: (item[2], -item[1]))
+        times, values = _sources(metrics, since, peak_window)
+        if any(map(math.isnan, values)):
+            kept = [(t, v) for t, v in zip(times, values, strict=True) if not math.isnan(v)]
+            times, values = [t for t, _ in kept], [v for _, v in kept]
+        states = activity.at_each(times, max_age)
+        best: dict[str, tuple[float, int, int]] = {}  # job: (peak, -time, position)
+        pos = 0
+        for state, run in groupby(states):  # a state holds for many samples in a row
+            end = pos + len(list(run))
+            job = state[0] if by_job else ""
+            if job or not by_job:
+                top = max(values[pos:end])  # its first sample at the maximum
+                i = values.index(top, pos, end)
+                if job not in best or (top, -times[i]) > best[job][:2]:
+                    best[job] = (top, -times[i], i)
+            pos = end
+        for key in sorted(best, key=id_key):
+            i = best[key][2]
+            t, v, (job, dag) = times[i], values[i], states[i]
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
                               names.names.get(job, ""), names.phase(job, dag)))
     return peaks

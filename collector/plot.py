@@ -11,7 +11,7 @@ import fnmatch
 import math
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,9 +274,11 @@ def _save(fig: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
 
 def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                 formats: Sequence[str] = ("png",),
-                workers: Sequence[str] | None = None) -> list[Path]:
-    """Plot a tidy export folder into ``out``: one picture per worker and format, and the
-    cluster overview. Each file is written atomically; returns their paths."""
+                workers: Sequence[str] | None = None, *,
+                pictures: Collection[str] | None = None, overview: bool = True) -> list[Path]:
+    """Plot a tidy export folder into ``out``: one picture per worker and format (only of
+    the workers named in ``pictures`` when given), and the cluster overview (``overview``).
+    Each file is written atomically; returns their paths."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise UsageError(f"--format: {', '.join(unknown) or 'none given'} (known: "
@@ -293,10 +295,11 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     target.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     try:
-        for trace in traces:
+        for trace in (t for t in traces if pictures is None or t.worker in pictures):
             stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
             written += _save(worker_figure(trace, provenance), target / stem, formats)
-        written += _save(cluster_figure(traces, provenance), target / CLUSTER, formats)
+        if overview:
+            written += _save(cluster_figure(traces, provenance), target / CLUSTER, formats)
     except BaseException:  # a folder made for pictures that could not all be drawn goes
         if created:
             shutil.rmtree(target, ignore_errors=True)

@@ -275,9 +275,26 @@ class Timeline:
     def at_each(self, times: Sequence[int], max_age: int) -> list[tuple[str, str]]:
         """``at`` for every one of ``times``: one lookup per GPU sample time of an export,
         made without a Python call each."""
-        scrapes, states = self.times, self.states
-        return [states[i - 1] if i and t - scrapes[i - 1] <= max_age else IDLE
-                for t, i in zip(times, map(bisect_right, repeat(scrapes), times), strict=True)]
+        return list(map([IDLE, *self.states].__getitem__, _scrape_positions(
+            self.times, times, max_age)))
+
+
+_last_positions: tuple[list[int], list[int], int, list[int]] | None = None
+
+
+def _scrape_positions(scrapes: list[int], times: Sequence[int], max_age: int) -> list[int]:
+    """1 + the position in ``scrapes`` of the last one at or before each of ``times`` and at
+    most ``max_age`` older, else 0. A worker's GPUs mostly share their sample times, and its
+    timelines (by job, by DAG) their scrapes: the last answer is kept and given again while
+    the same scrapes are asked about the same times."""
+    global _last_positions
+    last = _last_positions
+    if last is not None and last[0] is scrapes and last[2] == max_age and last[1] == times:
+        return last[3]
+    positions = [i if i and t - scrapes[i - 1] <= max_age else 0
+                 for t, i in zip(times, map(bisect_right, repeat(scrapes), times), strict=True)]
+    _last_positions = (scrapes, list(times), max_age, positions)
+    return positions
 
 
 def cluster_timeline(job: Iterable[Series], dag: Iterable[Series]) -> Timeline:

@@ -5,7 +5,9 @@ series to its GPU samples."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 import pytest
 
@@ -205,3 +207,37 @@ def test_only_worker_columns_still_give_a_row_per_gpu_sample() -> None:
                                               (1101, None), (2000, 2.0), (2101, None)])
 def test_as_of(t: int, expected: float | None) -> None:
     assert as_of(([1000, 2000], [1.0, 2.0]), [t], 100) == [expected]
+
+
+def test_increments_fast_and_careful_paths_agree() -> None:
+    rng = random.Random(5)
+    for case in range(200):
+        n = rng.randrange(0, 30)
+        times = sorted(rng.sample(range(0, 400 * S, S), n))
+        values = [float(rng.randrange(0, 50)) if rng.random() > 0.03 else math.nan
+                  for _ in range(n)]
+        if case % 2:  # counters that only grow, the usual case
+            values = list(itertools.accumulate(abs(v) if v == v else v for v in values))
+        careful = [(i, (v1 - v0 if v1 >= v0 else v1))
+                   for i, (t0, t1, v0, v1) in enumerate(zip(times, times[1:], values, values[1:],
+                                                            strict=False), 1)
+                   if t1 - t0 <= 120 * S and v0 == v0 and v1 == v1]
+        got = increments((times, values), 120 * S)
+        assert got == ([i for i, _ in careful], [d for _, d in careful]), (times, values)
+
+
+def test_scaled_columns_round_each_value_as_alone() -> None:
+    compute = next(c for c in select(["compute-util"]))
+    shared = [0.29, -0.0, 0.0, math.nan, 1.0]
+    raw = [shared[i % 5] for i in range(50)] + [None]  # one object per distinct value
+    expected = [None if r is None else round(r * 100, 6) for r in raw]
+    got = compute.values(raw, [None] * len(raw))
+    assert [repr(v) for v in got] == [repr(v) for v in expected]  # -0.0 stays -0.0, NaN NaN
+
+
+def test_at_each_is_not_fooled_by_a_list_changed_in_place() -> None:
+    timeline = cluster_timeline([_s({}, {0: 1.0, 10 * S: 2.0})], [_s({}, {0: 0.0, 10 * S: 0.0})])
+    times = [5 * S, 11 * S]
+    first = timeline.at_each(times, 120 * S)
+    times[1] = 1 * S
+    assert timeline.at_each(times, 120 * S) == [first[0], first[0]] != first

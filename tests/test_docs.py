@@ -213,6 +213,8 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -815,6 +817,7 @@ def test_benchmark_command_lines_parse():
         "83a2cb5",
         "python benchmarks/bench_collector_ab.py --against ../main/.venv/bin/python --rounds 7",
         "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3",
+        "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []

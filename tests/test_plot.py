@@ -253,3 +253,12 @@ def test_plot_errors_are_one_line(export_dir, tmp_path, args, code, needle):
     done = collector_process("plot", *args)
     assert done.returncode == code and needle in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_plot_export_draws_the_pictures_and_overview_asked_for(export_dir, tmp_path):
+    from dask_metrics.collector.plot import plot_export
+
+    written = plot_export(export_dir, tmp_path / "one", pictures=["b"])  # the report's parent
+    assert sorted(p.name for p in written) == ["b.png", "cluster.png"]
+    written = plot_export(export_dir, tmp_path / "two", overview=False)  # the report's child
+    assert sorted(p.name for p in written) == ["a.png", "b.png"]

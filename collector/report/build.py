@@ -13,9 +13,12 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import multiprocessing
 import os
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,11 +78,33 @@ def _plot_folder(data: Path, folder: Path, files: Mapping[str, str], chosen: Seq
     return folder
 
 
+def _draw(data: Path, work: Path, files: Mapping[str, str], chosen: Sequence[str]
+          ) -> list[Path]:
+    """``plot_export``'s pictures of the ``chosen`` workers and their overview, in two
+    processes where the platform forks and this process runs no other thread (a CLI run,
+    not a Monitor inside a Dask client): a forked child (which has matplotlib imported
+    already) draws half the workers' pictures while this process draws the others and the
+    overview. The same pictures as one process draws."""
+    from dask_metrics.collector.plot import plot_export, require_matplotlib
+
+    require_matplotlib()  # imported before the fork; a CollectorError without it
+    folder = _plot_folder(data, work / "plot-data", files, chosen)
+    forks = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    half = chosen[:len(chosen) // 2] if forks else []  # no fork beside others' threads
+    if not half:
+        return plot_export(folder, work / "plots", ["png"])
+    apart = _plot_folder(data, work / "plot-data-2", files, half)
+    rest = [w for w in chosen if w not in half]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        drawn = pool.submit(plot_export, apart, work / "plots", ["png"], overview=False)
+        written = plot_export(folder, work / "plots", ["png"], pictures=rest)
+        return drawn.result() + written
+
+
 def _plots(data: Path, work: Path, files: Mapping[str, str], report: Mapping[str, Any],
            most: int) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     """Plots of the ``most`` workers with the highest peak memory (% of capacity) and their
     overview, as (entries for report.json, images)."""
-    from dask_metrics.collector.plot import plot_export
 
     workers = [w["worker"] for w in report["session"]["workers"]]
     percent = {w: 0.0 for w in workers}
@@ -90,8 +115,7 @@ def _plots(data: Path, work: Path, files: Mapping[str, str], report: Mapping[str
     if not chosen:
         return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
                  else "no plots: no worker"}], {}
-    folder = _plot_folder(data, work / "plot-data", files, chosen)
-    written = plot_export(folder, work / "plots", ["png"])
+    written = _draw(data, work, files, chosen)
     images = {p.name: p.read_bytes() for p in written}
     overview = "cluster overview" if len(chosen) == len(workers) else (
         f"overview of the {len(chosen)} workers drawn here")

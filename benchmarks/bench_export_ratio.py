@@ -1,0 +1,134 @@
+"""``collector export`` against the plain fetch floor, on fixtures with and without issue #13's
+series, side by side (issue #11: at most 1.2x the floor of the default columns' queries).
+
+    python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/base/pkg
+
+For each fixture of ``bench_collector.py`` (``with``: the busy counter, prefix tasks and
+activity counters; ``without``: an older scheduler preload's data, none of them), on its own
+Prometheus, the arms alternate in rotating order, each a fresh process:
+
+- ``floor, columns``: requests + resp.json() of the queries that fetch the columns' data
+  (discovery, the cluster's job/DAG, per worker its six series and its tasks): issue #11's floor;
+- ``floor, all``: every query the export sends (issue #13's and jobs.csv's too);
+- ``this``: this checkout's ``collector export`` with bench_collector.py's ``--metrics``;
+- ``before`` (with ``--pythonpath``): the same CLI from another tree laid out as an
+  importable ``dask_metrics/`` (e.g. ``git archive`` of an older commit, with collector/ and
+  exporter/ copied inside it); its output files must be byte-identical to this one's.
+
+Prints a markdown table: median wall time per arm and the ratios, the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_collector import (  # a sibling script, not a package
+    METRICS,
+    PROM_ARGS,
+    ROOT,
+    fixture,
+    run_child,
+    worker_name,
+)
+
+
+def identical(a: Path, b: Path) -> tuple[int, list[str]]:
+    """(files compared, names that differ or are missing) of two export folders: every CSV
+    file, and export.json but for its versions."""
+    names = sorted(p.name for p in a.glob("*.csv"))
+    if sorted(p.name for p in b.glob("*.csv")) != names:
+        return len(names), ["the list of CSV files"]
+    _, differ, missing = filecmp.cmpfiles(a, b, names, shallow=False)
+    records = [json.loads((d / "export.json").read_text()) for d in (a, b)]
+    for r in records:
+        r.pop("versions", None)
+    if records[0] != records[1]:
+        differ.append("export.json")
+    return len(names) + 1, differ + missing
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument("--pythonpath", help="another tree's importable dask_metrics, to compare")
+    parser.add_argument("--fixtures", nargs="+", default=["with", "without"],
+                        choices=["with", "without"])
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
+                                               / "dask-metrics-bench-collector"))
+    args = parser.parse_args()
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.prometheus_helpers import PROMTOOL, run_prometheus
+
+    names = [worker_name(i) for i in range(args.workers)]
+    me = [sys.executable, str(Path(__file__).resolve().parent / "bench_collector.py")]
+    rows = []
+    for which in args.fixtures:
+        fix = fixture(args.workers, args.gpus, args.hours, Path(args.cache), str(PROMTOOL),
+                      fine=which == "with")
+        work = Path(tempfile.mkdtemp(prefix="bench-export-ratio-"))
+        walls: dict[str, list[float]] = {}
+        loads = [os.getloadavg()[0]]
+        same = "-"
+        try:
+            with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
+                                ready_timeout=120) as prom:
+                floor = [*me, "_floor", prom.url, str(fix.t0), str(fix.t1)]
+                export = ["-m", "dask_metrics.collector", "export", "--prometheus", prom.url,
+                          "--since", str(fix.t0), "--until", str(fix.t1), "--quiet",
+                          "--metrics", *METRICS, "--out"]
+                arms = {"floor, columns": [*floor, "gzip:columns", *names],
+                        "floor, all": [*floor, "gzip:all", *names],
+                        "this": [sys.executable, *export, str(work / "this")]}
+                if args.pythonpath:
+                    arms["before"] = ["env", f"PYTHONPATH={args.pythonpath}", sys.executable,
+                                      *export, str(work / "before")]
+                order = list(arms)
+                run_child(arms["floor, all"], work / "child.log")  # warm-up: page cache
+                for r in range(args.rounds):
+                    for name in order[r % len(order):] + order[:r % len(order)]:
+                        shutil.rmtree(work / name, ignore_errors=True)  # a new folder each time
+                        wall, _, _ = run_child(arms[name], work / "child.log")
+                        walls.setdefault(name, []).append(wall)
+                        print(f"{which} round {r + 1} {name}: {wall:.2f} s", file=sys.stderr)
+                    loads.append(os.getloadavg()[0])
+                if args.pythonpath:
+                    count, bad = identical(work / "this", work / "before")
+                    same = f"{count} files, " + (f"differ: {', '.join(bad)}" if bad
+                                                 else "identical")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        med = {k: statistics.median(v) for k, v in walls.items()}
+        rows.append((which, med, same, loads))
+    arms = list(rows[0][1])
+    print("| fixture | " + " | ".join(f"{a} s" for a in arms)
+          + " | this / floor, columns | this / floor, all"
+          + (" | before / floor, columns | this / before | files |" if args.pythonpath else " |")
+          + " load |")
+    print("|---" * (len(arms) + 3 + (3 if args.pythonpath else 0)) + "|")
+    for which, med, same, loads in rows:
+        cells = [f"{med[a]:.2f}" for a in arms]
+        cells += [f"{med['this'] / med['floor, columns']:.2f}",
+                  f"{med['this'] / med['floor, all']:.2f}"]
+        if args.pythonpath:
+            cells += [f"{med['before'] / med['floor, columns']:.2f}",
+                      f"{med['this'] / med['before']:.2f}", same]
+        cells.append("-".join(f"{x:.1f}" for x in (min(loads), max(loads))))
+        print(f"| {which} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
