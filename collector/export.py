@@ -108,7 +108,7 @@ Result = TypeVar("Result")
 class ExportResult:
     out: Path
     workers: list[str]
-    files: list[str]
+    files: list[str]  # the worker files' names, in ``workers`` order (even if not written)
     rows: int
     warnings: list[str]
     cluster: str | None = None
@@ -297,7 +297,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            workers: Sequence[str] | None = None, chunk: float = DEFAULT_CHUNK,
            progress: Progress | None = None, asked: Mapping[str, Any] | None = None,
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
-           any_cluster: bool = False, visit: Visit | None = None) -> ExportResult:
+           any_cluster: bool = False, visit: Visit | None = None,
+           worker_files: bool = True) -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -306,7 +307,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
     ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
-    ``Visit``). Raises ValueError for bad arguments and
+    ``Visit``); ``worker_files`` False writes no per-worker CSV file (the session report,
+    which keeps the tables its plots need from ``visit``: export.json then lists no
+    files). Raises ValueError for bad arguments and
     CollectorError (PrometheusError included) when the export fails.
     """
     check_range(since, until)
@@ -346,12 +349,14 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
             if visit:
                 visit(info, data.gpu, data.ran, table)
+            rows_written += table.rows
+            if not worker_files:
+                continue
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:
                 header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
             writer.write(stage / names[info.name], header, lines)
-            rows_written += table.rows
         if progress:
             progress(len(chosen), len(chosen), "")
         writer.write(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
@@ -389,7 +394,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "workers": [w.name for w in chosen],
             "simulated": any(w.simulated for w in chosen),
             "simulated_workers": [w.name for w in chosen if w.simulated],
-            "files": files,
+            "files": files if worker_files else [],
             "summaries": list(SUMMARIES),
             "rows": rows_written,
             "warnings": warnings,
@@ -461,6 +466,11 @@ def _write_text(item: tuple[Path, str]) -> None:
         os.fsync(fh.fileno())
 
 
+def csv_text(header: Sequence[str], lines: Iterable[str]) -> str:
+    """A CSV file's text: the header, then ``lines`` (CSV text without line ends)."""
+    return "\n".join(chain([csv_line(header)], lines)) + "\n"
+
+
 class _Writer:
     """CSV files written and synced in a thread while the next one is built: the write and
     its fsync wait on the disk without holding the GIL. One file in flight at a time, so
@@ -471,7 +481,7 @@ class _Writer:
 
     def write(self, path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
         """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
-        text = "\n".join(chain([csv_line(header)], lines)) + "\n"
+        text = csv_text(header, lines)
         self.wait()
         self._pending = _Background(_write_text, (path, text))
 

@@ -2,9 +2,11 @@
 ``model``, ``usage`` and ``advice``, the page drawn by ``render``).
 
 The session is exported with ``export.export`` into a temporary folder (the report's own
-columns only) while ``model.Gatherer`` reduces each worker's data as it goes by; the export's
-jobs.csv, activities.csv and gpu_by_prefix.csv are read where the export writes them, and
-the plots are ``plot.plot_export``'s of that folder. report.json and report.html are written
+columns only, without the per-worker CSV files) while ``model.Gatherer`` reduces each
+worker's data as it goes by and its table is kept; the export's jobs.csv, activities.csv and
+gpu_by_prefix.csv are read where the export writes them, and the plots are
+``plot.plot_export``'s of a folder holding the drawn workers' CSV files, written from their
+tables as the export writes them. report.json and report.html are written
 atomically.
 """
 
@@ -25,14 +27,23 @@ from typing import Any
 
 from dask_metrics import __version__
 from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
+from dask_metrics.collector.export import (
+    DEFAULT_CHUNK,
+    DEFAULT_MAX_AGE,
+    Progress,
+    csv_text,
+    export,
+)
 from dask_metrics.collector.fetch import Scope, fetch_label_sets
+from dask_metrics.collector.layouts import tidy_header, tidy_lines
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, load_models
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, INFO, JOBS_CSV, REPLICA_LABELS
 
@@ -62,6 +73,25 @@ def _rows(path: Path) -> list[dict[str, str]] | None:
         return list(csv.DictReader(fh))
 
 
+class _Kept:
+    """The export's ``visit``: the Gatherer's, and each worker's table kept, so that only
+    the workers drawn are written as CSV (a table is small beside the text it becomes)."""
+
+    def __init__(self, gather: Gatherer, start: int) -> None:
+        self.gather, self.start = gather, start
+        self.tables: dict[str, WorkerTable] = {}
+
+    def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
+                 activity: Timeline, table: WorkerTable) -> None:
+        self.gather(info, series, activity, table)
+        self.tables[info.name] = table
+
+    def write(self, path: Path, worker: str) -> None:
+        """The worker's CSV file, the very text ``export`` writes."""
+        lines = tidy_lines(worker, self.tables[worker], self.start)
+        path.write_text(csv_text(tidy_header(select(REPORT_METRICS)), lines), encoding="utf-8")
+
+
 def _plot_folder(data: Path, folder: Path, files: Mapping[str, str], chosen: Sequence[str]
                  ) -> Path:
     """An export folder holding only the ``chosen`` workers' files (linked, not copied) and
@@ -78,8 +108,8 @@ def _plot_folder(data: Path, folder: Path, files: Mapping[str, str], chosen: Seq
     return folder
 
 
-def _draw(data: Path, work: Path, files: Mapping[str, str], chosen: Sequence[str]
-          ) -> list[Path]:
+def _draw(data: Path, work: Path, files: Mapping[str, str], kept: _Kept,
+          chosen: Sequence[str]) -> list[Path]:
     """``plot_export``'s pictures of the ``chosen`` workers and their overview, in two
     processes where the platform forks and this process runs no other thread (a CLI run,
     not a Monitor inside a Dask client): a forked child (which has matplotlib imported
@@ -88,6 +118,8 @@ def _draw(data: Path, work: Path, files: Mapping[str, str], chosen: Sequence[str
     from dask_metrics.collector.plot import plot_export, require_matplotlib
 
     require_matplotlib()  # imported before the fork; a CollectorError without it
+    for worker in chosen:  # the export wrote no worker file: only these are read
+        kept.write(data / files[worker], worker)
     folder = _plot_folder(data, work / "plot-data", files, chosen)
     forks = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
     half = chosen[:len(chosen) // 2] if forks else []  # no fork beside others' threads
@@ -101,8 +133,8 @@ def _draw(data: Path, work: Path, files: Mapping[str, str], chosen: Sequence[str
         return drawn.result() + written
 
 
-def _plots(data: Path, work: Path, files: Mapping[str, str], report: Mapping[str, Any],
-           most: int) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+def _plots(data: Path, work: Path, files: Mapping[str, str], kept: _Kept,
+           report: Mapping[str, Any], most: int) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     """Plots of the ``most`` workers with the highest peak memory (% of capacity) and their
     overview, as (entries for report.json, images)."""
 
@@ -115,7 +147,7 @@ def _plots(data: Path, work: Path, files: Mapping[str, str], report: Mapping[str
     if not chosen:
         return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
                  else "no plots: no worker"}], {}
-    written = _draw(data, work, files, chosen)
+    written = _draw(data, work, files, kept, chosen)
     images = {p.name: p.read_bytes() for p in written}
     overview = "cluster overview" if len(chosen) == len(workers) else (
         f"overview of the {len(chosen)} workers drawn here")
@@ -150,12 +182,14 @@ so). Other
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(peak_window))
+    kept = _Kept(gather, to_ms(since))
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
         result = export(client, since, until, data, metrics=list(REPORT_METRICS),
                         max_age=max_age, workers=workers, chunk=chunk, progress=progress,
                         cluster=cluster, replica_labels=replica_labels,
-                        any_cluster=any_cluster, visit=gather)
+                        any_cluster=any_cluster, visit=kept,
+                        worker_files=False)
         scope = Scope(None if any_cluster else result.cluster, tuple(replica_labels))
         labels = {(s.get("worker", ""), s.get("gpu", ""), s.get("uuid", "")): s
                   for s in fetch_label_sets(client, scope.of(INFO.name), to_ms(since),
@@ -173,7 +207,7 @@ so). Other
         if fmt == "html":
             try:
                 files = dict(zip(result.workers, result.files, strict=True))
-                body["plots"], images = _plots(data, Path(tmp), files, body, plots)
+                body["plots"], images = _plots(data, Path(tmp), files, kept, body, plots)
             except CollectorError as exc:  # matplotlib missing: the page says so
                 body["plots"] = [{"file": None, "what": f"no plots: {exc}"}]
     files: list[Path] = []
