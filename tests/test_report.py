@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from dask_metrics.collector.export import export
+from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.report.advice import (
     GIB,
     GpuModel,
@@ -22,10 +24,12 @@ from dask_metrics.collector.report.advice import (
     recommendations,
     smallest_fitting,
 )
+from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
+from dask_metrics.collector.report.model import Gatherer
 from dask_metrics.collector.report.render import CSP, render_html, render_text, sections
 from dask_metrics.collector.report.usage import Usage, gpu_usage
 from dask_metrics.collector.series import GpuTable, WorkerTable
-from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import png_size, render, requires_chromium
 from tests.helpers import collector
@@ -253,6 +257,28 @@ def test_report_json_has_the_scripted_numbers(rep: tuple[Path, dict[str, Any], s
     assert (t4["peak_bytes"], t4["peak_percent"], t4["time"]) == (15 * GIB, 93.75,
                                                                   at(dataset, 150))
     assert not any(p["worker"] == "w-1" for p in jobs["1"]["peaks"])
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_the_reports_worker_files_are_the_exports_text(prom: PrometheusServer,
+                                                        dataset: ReportDataset,
+                                                        tmp_path: Path) -> None:
+    """The report's export writes no worker file; the ones it draws, written from the kept
+    tables, are byte for byte those of ``export``."""
+    since, until = dataset.base, dataset.base + 600
+    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), 60_000), to_ms(since))
+    with PrometheusClient(ConnectionSettings(prom.url)) as client:
+        full = export(client, since, until, tmp_path / "full", metrics=COLUMNS, cluster="rep")
+        bare = export(client, since, until, tmp_path / "bare", metrics=COLUMNS, cluster="rep",
+                      visit=kept, worker_files=False)
+    assert (bare.workers, bare.files) == (full.workers, full.files) and len(full.files) == 2
+    assert json.loads((tmp_path / "bare" / "export.json").read_text())["files"] == []
+    assert not any((tmp_path / "bare" / name).exists() for name in full.files)
+    assert list(kept.tables) == [f.info.name for f in kept.gather.workers] == full.workers
+    for worker, name in zip(full.workers, full.files, strict=True):
+        kept.write(tmp_path / name, worker)
+        assert (tmp_path / name).read_bytes() == (tmp_path / "full" / name).read_bytes()
 
 
 @pytest.mark.integration
