@@ -267,7 +267,8 @@ def test_the_reports_worker_files_are_the_exports_text(prom: PrometheusServer,
     """The report's export writes no worker file; the ones it draws, written from the kept
     tables, are byte for byte those of ``export``."""
     since, until = dataset.base, dataset.base + 600
-    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), 60_000), to_ms(since))
+    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), 60_000), to_ms(since),
+                 keep=True)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
         full = export(client, since, until, tmp_path / "full", metrics=COLUMNS, cluster="rep")
         bare = export(client, since, until, tmp_path / "bare", metrics=COLUMNS, cluster="rep",
