@@ -352,7 +352,10 @@ def import_data(server: VictoriaMetricsServer, data: OpenMetrics) -> None:
     server.get("/internal/force_flush")
     expected = len({(family, tuple(sorted(labels.items())))
                     for family, (_, series) in data.families.items() for labels, _ in series})
-    query = urllib.parse.urlencode({"match[]": '{__name__=~".+"}', "start": "0"})
+    # From the data's first sample, not from 0: VictoriaMetrics answers start=0 from the
+    # current UTC day's index only, so data from before midnight would never be counted.
+    first = min(points[0][0] for _, series in data.families.values() for _, points in series)
+    query = urllib.parse.urlencode({"match[]": '{__name__=~".+"}', "start": f"{first:.3f}"})
 
     def count() -> int:
         import json
