@@ -258,6 +258,15 @@ def run_prometheus(workdir: Path, *, blocks: Path | None = None,
         server.stop()
 
 
+@contextmanager
+def backfilled_prometheus(data: OpenMetrics, factory: pytest.TempPathFactory, name: str
+                          ) -> Iterator[PrometheusServer]:
+    """A Prometheus serving ``data`` from blocks promtool made: a module fixture's body."""
+    blocks = create_blocks(data, factory.mktemp(f"{name}-blocks"))
+    with run_prometheus(factory.mktemp(f"{name}-prom"), blocks=blocks) as server:
+        yield server
+
+
 def _wait_ready(server: PrometheusServer, timeout: float) -> None:
     def ready() -> bool:
         if server.process.poll() is not None:

@@ -32,9 +32,8 @@ from tests.collector_dataset import (
 from tests.helpers import collector, read_csv
 from tests.prometheus_helpers import (
     PrometheusServer,
-    create_blocks,
+    backfilled_prometheus,
     requires_prometheus,
-    run_prometheus,
 )
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
@@ -54,8 +53,7 @@ def lab() -> LabDataset:
 @pytest.fixture(scope="module")
 def prom(lab: LabDataset, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[PrometheusServer]:
-    blocks = create_blocks(lab.openmetrics(), tmp_path_factory.mktemp("lab-blocks"))
-    with run_prometheus(tmp_path_factory.mktemp("lab-prom"), blocks=blocks) as server:
+    with backfilled_prometheus(lab.openmetrics(), tmp_path_factory, "lab") as server:
         yield server
 
 

@@ -35,9 +35,8 @@ from tests.browser import png_size, render, requires_chromium
 from tests.helpers import collector
 from tests.prometheus_helpers import (
     PrometheusServer,
-    create_blocks,
+    backfilled_prometheus,
     requires_prometheus,
-    run_prometheus,
 )
 from tests.report_dataset import (
     EMPTY_OFFSET,
@@ -190,8 +189,7 @@ def dataset() -> ReportDataset:
 @pytest.fixture(scope="module")
 def prom(dataset: ReportDataset, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[PrometheusServer]:
-    blocks = create_blocks(dataset.openmetrics(), tmp_path_factory.mktemp("report-blocks"))
-    with run_prometheus(tmp_path_factory.mktemp("report-prom"), blocks=blocks) as server:
+    with backfilled_prometheus(dataset.openmetrics(), tmp_path_factory, "report") as server:
         yield server
 
 
