@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Benchmark the GPU sidecar (``python -m dask_metrics.exporter``) against ``nvitop-exporter``.
 
-Both exporters run side by side as subprocesses on the same fake NVML driver
-(``tests/fake_nvml.py``) with the same sampling interval. For each GPU count it measures:
+Both exporters run side by side as subprocesses on the same NVML driver (the test suite's fake
+one, ``tests/fake_nvml.py``, or with ``--driver real`` the machine's own) with the same
+sampling interval. For each GPU count it measures:
 
 - scrape latency: sequential GETs of ``/metrics``, one fresh TCP connection each, with the
   same raw-socket client for both (median and p99 over every scrape of every round);
@@ -191,6 +192,9 @@ def make_exporters() -> list[Exporter]:
     ]
 
 
+FAKE_GPU0_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+
+
 def fake_driver(workdir: Path, gpus: int) -> dict[str, str]:
     """Write a fake NVML state of ``gpus`` busy-looking A100s; return the environment."""
     if str(ROOT) not in sys.path:
@@ -296,9 +300,24 @@ def idle_window(exporters: list[Exporter], seconds: float, interval: float) -> l
     return rates
 
 
+def real_driver() -> tuple[dict[str, str], list[str]]:
+    """The machine's own NVML: the environment and every GPU's UUID, in NVML's order."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                 for i in range(count)]
+    finally:
+        pynvml.nvmlShutdown()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_METRICS_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env, [u.decode() if isinstance(u, bytes) else u for u in uuids]
+
+
 def measure(exporters: list[Exporter], gpus: int, args: argparse.Namespace,
-            workdir: Path) -> None:  # fmt: skip
-    env = fake_driver(workdir, gpus)
+            workdir: Path, env: dict[str, str]) -> None:  # fmt: skip
     with running(exporters, env, args.interval, gpus, workdir):
         for ex in exporters:  # warm-up: first scrapes, allocator, code paths
             burst(ex, args.warmup)
@@ -319,9 +338,9 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def summarize(ex: Exporter) -> dict[str, Any]:
+def summarize(ex: Exporter, uuid: str) -> dict[str, Any]:
     lines = sample_lines(ex.last_body)
-    gpu0 = b'uuid="GPU-00000000-0000-0000-0000-000000000000"'
+    gpu0 = f'uuid="{uuid}"'.encode()
     return {
         "scrape latency, median (ms)": statistics.median(ex.latencies) * 1e3,
         "scrape latency, p99 (ms)": p99(ex.latencies) * 1e3,
@@ -407,11 +426,17 @@ def main(argv: list[str] | None = None) -> int:
                         "Prometheus' default Accept headers (OpenMetrics, gzip)")
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--workdir", type=Path, help="fake driver and logs (default: a temp dir)")
+    parser.add_argument("--driver", choices=("fake", "real"), default="fake",
+                        help="fake: the test suite's fake NVML with --gpus busy A100s "
+                        "(default); real: this machine's NVML and every GPU it has")
     args = parser.parse_args(argv)
     REQUEST["headers"] = HEADERS[args.accept]
     if args.ours_command:
         OURS_COMMAND[:] = shlex.split(args.ours_command)
     counts = [int(n) for n in args.gpus.split(",") if n.strip()]
+    if args.driver == "real":
+        real_env, real_uuids = real_driver()
+        counts = [len(real_uuids)]
 
     started, load_before, ticks_before = time.monotonic(), os.getloadavg()[0], cpu_ticks()
     results: dict[int, list[dict[str, Any]]] = {}
@@ -423,14 +448,19 @@ def main(argv: list[str] | None = None) -> int:
         for gpus in counts:
             exporters = make_exporters()
             names = [ex.name for ex in exporters]
-            measure(exporters, gpus, args, workdir)
-            results[gpus] = [summarize(ex) for ex in exporters]
+            if args.driver == "real":
+                env, uuid = real_env, real_uuids[0]
+            else:
+                env, uuid = fake_driver(workdir, gpus), FAKE_GPU0_UUID
+            measure(exporters, gpus, args, workdir, env)
+            results[gpus] = [summarize(ex, uuid) for ex in exporters]
             notes += health_notes(exporters, gpus, args.interval)
     exports = "\n".join(f"- {ex.name}: {ex.exports}" for ex in make_exporters())
     text = (
         f"{table(results, names)}\n\n"
         f"Machine: {versions()}.\n"
-        f"Request headers: {args.accept!r}. Interval {args.interval} s for both; "
+        f"Driver: {args.driver} NVML. Request headers: {args.accept!r}. "
+        f"Interval {args.interval} s for both; "
         f"{args.rounds} rounds x {args.scrapes} scrapes per exporter and GPU count; latency "
         f"over all scrapes, CPU figures medians of rounds; run took "
         f"{time.monotonic() - started:.0f} s; 1-min load average {load_before:.2f} before, "

@@ -77,7 +77,8 @@ def make_sampler(config: ExporterConfig, target: TargetSource, unnamed: bool = F
 
     source: GpuSource = (SimulatedSource(config.simulate, config.simulate_memory, instance)
                          if config.simulate else NvmlSource())
-    return Sampler(source, target, interval=config.interval, peak_window=config.peak_window)
+    return Sampler(source, target, interval=config.interval, peak_window=config.peak_window,
+                   energy_interval=config.energy_interval)
 
 
 def fail(code: int, message: str) -> int:

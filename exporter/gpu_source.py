@@ -56,7 +56,9 @@ class GpuSource(Protocol):
     def driver_version(self) -> str: ...
     def candidates(self) -> list[Candidate]: ...
     def describe(self, uuid: str) -> DeviceInfo: ...
-    def read(self, uuid: str, pids: Collection[int]) -> Reading: ...
+    def read(self, uuid: str, pids: Collection[int], energy: bool = True) -> Reading:
+        """One sample; ``energy`` False may skip the energy counter (costly on real GPUs)."""
+        ...
 
 
 def _text(value: str | bytes) -> str:
@@ -155,7 +157,7 @@ class NvmlSource:
         return DeviceInfo(uuid, name, bus_id)
 
     # -- sampling --------------------------------------------------------------------------
-    def read(self, uuid: str, pids: Collection[int]) -> Reading:
+    def read(self, uuid: str, pids: Collection[int], energy: bool = True) -> Reading:
         nv = self._nvml
         handle = self._handle(uuid)
         memory = self._memory(handle, uuid)
@@ -164,9 +166,9 @@ class NvmlSource:
         total, used, reserved = memory
         util = self._call("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(handle), uuid)
         power = self._call("power", lambda: nv.nvmlDeviceGetPowerUsage(handle), uuid)
-        energy = self._call(
+        joules = self._call(
             "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(handle), uuid
-        )
+        ) if energy else None
         temp = self._call(
             "temperature",
             lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU),
@@ -190,7 +192,7 @@ class NvmlSource:
             utilization=None if util is None else util.gpu / 100.0,
             memory_bandwidth=None if util is None else util.memory / 100.0,
             power_watts=None if power is None else power / 1000.0,
-            energy_joules=None if energy is None else energy / 1000.0,
+            energy_joules=None if joules is None else joules / 1000.0,
             temperature_celsius=None if temp is None else float(temp),
             sm_clock_hertz=None if clock is None else clock * 1e6,
             processes=processes,

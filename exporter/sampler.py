@@ -10,8 +10,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from dask_metrics.exporter.energy import EnergyCounter
 from dask_metrics.exporter.gpu_source import (
     DeviceFailed,
     DeviceInfo,
@@ -61,6 +62,14 @@ class _GpuState:
     peak: WindowMax
     busy_seconds: float = 0.0
     last_t: float | None = None
+    energy: EnergyCounter = field(default_factory=EnergyCounter)
+    rounds_to_energy: int = 0  # rounds until NVML's energy counter is read again
+
+    def gap(self) -> None:
+        """The GPU or the driver was away: credit nothing for it, read energy when back."""
+        self.last_t = None
+        self.energy.gap()
+        self.rounds_to_energy = 0
 
 
 class Sampler:
@@ -71,6 +80,7 @@ class Sampler:
         interval: float = 0.5,
         peak_window: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        energy_interval: float = 5.0,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -79,6 +89,7 @@ class Sampler:
         self.source = source
         self.interval = interval
         self.peak_window = peak_window
+        self._energy_every = max(1, round(energy_interval / interval))  # in rounds
         self._target = target
         self._clock = clock
         self._states: dict[str, _GpuState] = {}
@@ -179,7 +190,7 @@ class Sampler:
         self.last_error = message
         self._devices = None
         for state in self._states.values():
-            state.last_t = None
+            state.gap()
         if "source" not in self._warned:
             logger.warning("%s; retrying every %.0f s at most", message, RETRY_MAX_SECONDS)
             self._warned.add("source")
@@ -211,13 +222,14 @@ class Sampler:
         state = self._states.get(ref.uuid)
         if state is None:
             state = self._states[ref.uuid] = _GpuState(WindowMax(self.peak_window))
+        read_energy = state.rounds_to_energy <= 0
         try:
-            reading = self.source.read(ref.uuid, target.pids)
+            reading = self.source.read(ref.uuid, target.pids, energy=read_energy)
         except DeviceFailed as exc:
             if ref.uuid not in self._warned:
                 logger.warning("GPU %d (%s) is not answering: %s", ref.index, ref.uuid, exc)
                 self._warned.add(ref.uuid)
-            state.last_t = None  # the gap is not credited as busy or idle time
+            state.gap()  # the gap is not credited as busy or idle time
             return GpuSnapshot(ref, info, False, None, None, state.busy_seconds)
         if ref.uuid in self._warned:
             logger.warning("GPU %d (%s) is back", ref.index, ref.uuid)
@@ -228,6 +240,10 @@ class Sampler:
         if state.last_t is not None and reading.utilization is not None:
             state.busy_seconds += reading.utilization * (now - state.last_t)
         state.last_t = now
+        state.rounds_to_energy = (self._energy_every if read_energy else state.rounds_to_energy) - 1
+        energy = state.energy.update(now, reading.power_watts,
+                                     reading.energy_joules if read_energy else None)
+        reading = replace(reading, energy_joules=energy)
         peak = None
         if reading.memory_used is not None:
             peak = state.peak.add(now, reading.memory_used)

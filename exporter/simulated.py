@@ -103,7 +103,7 @@ class SimulatedSource:
         index = self._index(uuid)
         return DeviceInfo(uuid, "Simulated GPU", f"00000000:{index + 1:02X}:00.0")
 
-    def read(self, uuid: str, pids: Collection[int]) -> Reading:
+    def read(self, uuid: str, pids: Collection[int], energy: bool = True) -> Reading:
         now = time.time()
         usage = (process_usage(pids) or Usage(0.0, 0.0)) if pids else None  # gone: an idle GPU
         with self._lock:
@@ -114,7 +114,7 @@ class SimulatedSource:
                 load = self._cpu_share(uuid, now, usage)
                 used = min(usage.rss_bytes, self.memory_total)
             power = 60 + 240 * load
-            energy = self._integrate(uuid, now, power)
+            joules = self._integrate(uuid, now, power)
         return Reading(
             memory_used=used,
             memory_total=self.memory_total,
@@ -122,7 +122,7 @@ class SimulatedSource:
             utilization=load,
             memory_bandwidth=load * 0.6,
             power_watts=power,
-            energy_joules=energy,
+            energy_joules=joules,
             temperature_celsius=35 + 40 * load,
             sm_clock_hertz=1.41e9,
             processes={pid: used / len(pids) for pid in pids},

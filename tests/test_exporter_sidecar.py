@@ -48,7 +48,9 @@ def test_scripted_values_come_out_in_base_units(fake_nvml):
     g.processes = [(os.getpid(), 1 * GiB), (999_999, 2 * GiB)]
     g.name = "NVIDIA H100 80GB HBM3"
     fake_nvml.write()
-    with sidecar("--worker", "w0", "--pids", str(os.getpid()), env=fake_nvml.env) as base:
+    # the energy counter read at every sample: exactly the (constant) scripted value
+    with sidecar("--worker", "w0", "--pids", str(os.getpid()), "--energy-interval", "0.5",
+                 env=fake_nvml.env) as base:
         s = scrape(base + "/metrics")
     gpu0 = gpu_labels(fake_nvml, 0)
     assert value(s, "dask_gpu_up", **gpu0) == 1
@@ -128,6 +130,24 @@ def test_busy_seconds_rate_is_the_mean_utilisation(fake_nvml):
     # One second at 100 %: exact up to one sampling interval at each edge.
     assert delta("dask_gpu_busy_seconds_total", gpu_labels(fake_nvml, 1)) == pytest.approx(
         1.0, abs=0.21)
+
+
+def test_energy_between_counter_reads_advances_by_power_times_time(fake_nvml):
+    """NVML's energy counter is read once an hour here and held constant by the fake driver:
+    the served counter still grows at the power reading, from the estimate between reads."""
+    g = fake_nvml.gpus[0]
+    g.power_mw, g.energy_mj, g.energy_follows_power = 200_000, 5_000_000, False
+    fake_nvml.write()
+    with sidecar("--worker", "w0", "--interval", "0.1", "--energy-interval", "3600",
+                 env=fake_nvml.env) as base:
+        first, since = scrape(base + "/metrics"), time.time()
+        wait_for(lambda: time.time() > since + 2, timeout=30, what="2 s of samples")
+        last = scrape(base + "/metrics")
+    gpu0, stamp = gpu_labels(fake_nvml, 0), "dask_gpu_exporter_last_sample_timestamp_seconds"
+    elapsed = value(last, stamp, worker="w0") - value(first, stamp, worker="w0")
+    served = [value(s, "dask_gpu_energy_joules_total", **gpu0) for s in (first, last)]
+    assert served[0] >= 5000 and elapsed > 1
+    assert (served[1] - served[0]) / elapsed == pytest.approx(200, rel=0.03)
 
 
 def test_unsupported_calls_are_absent_not_zero(fake_nvml):

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import select
 import signal
@@ -282,12 +283,19 @@ def test_page_is_reused_per_sampling_round(monkeypatch):
 
 
 def signal_a_thread(pid: int, sig: int) -> None:
-    """``sig`` to one thread of ``pid`` other than its main thread (tgkill)."""
-    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
-    assert tids, "the sidecar has no thread besides its main one"
+    """``sig`` to one thread of ``pid`` other than its main thread (tgkill). Request threads
+    come and go under load, so one that ended between listing and signalling is skipped."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.tgkill(pid, tids[-1], int(sig)) != 0:
-        raise OSError(ctypes.get_errno(), "tgkill failed")
+    for _ in range(50):
+        tids = sorted((int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid),
+                      reverse=True)
+        assert tids, "the sidecar has no thread besides its main one"
+        for tid in tids:
+            if libc.tgkill(pid, tid, int(sig)) == 0:
+                return
+            if ctypes.get_errno() != errno.ESRCH:
+                raise OSError(ctypes.get_errno(), "tgkill failed")
+    raise AssertionError("every thread of the sidecar ended before it could be signalled")
 
 
 # -- options ---------------------------------------------------------------------------------

@@ -25,6 +25,9 @@ class ScriptedSource:
         self.lost: set[str] = set()
         self.available = True
         self.starts = 0
+        self.power = {u: 100.0 for u in UUIDS}
+        self.counter = {u: 1000.0 for u in UUIDS}  # NVML's energy counter, joules
+        self.energy_reads = 0
 
     def start(self):
         self.starts += 1
@@ -43,13 +46,15 @@ class ScriptedSource:
     def describe(self, uuid):
         return DeviceInfo(uuid, "Fake", "0000")
 
-    def read(self, uuid, pids):
+    def read(self, uuid, pids, energy=True):
         if not self.available:
             raise SourceUnavailable("driver gone")
         if uuid in self.lost:
             raise DeviceFailed("lost")
+        self.energy_reads += energy and uuid == UUIDS[0]
         return Reading(memory_used=self.used[uuid], memory_total=10.0,
-                       utilization=self.util[uuid])
+                       utilization=self.util[uuid], power_watts=self.power[uuid],
+                       energy_joules=self.counter[uuid] if energy else None)
 
 
 class Clock:
@@ -140,6 +145,30 @@ def test_driver_lost_mid_run(rig):
     assert not snap.nvml_up
     source.available = True
     assert step(sampler, clock, dt=1.0).nvml_up
+
+
+def energy(snap, gpu=0):
+    return snap.gpus[gpu].reading.energy_joules
+
+
+def test_energy_counter_is_read_every_energy_interval_and_estimated_between(rig):
+    """NVML's counter is read every 2 s (4 rounds of 0.5 s); between reads the counter
+    advances by power x time; a lost GPU is read again as soon as it is back."""
+    source, clock, _ = rig
+    sampler = Sampler(source, lambda: Target("w", None), interval=0.5, peak_window=2.0,
+                      clock=clock, energy_interval=2.0)
+    assert energy(sampler.sample_once()) == 1000.0 and source.energy_reads == 1
+    served = [energy(step(sampler, clock)) for _ in range(3)]
+    assert served == [1050.0, 1100.0, 1150.0] and source.energy_reads == 1
+    source.counter["GPU-0000"] = 1140.0  # the estimate ran ahead of the truth: held
+    assert energy(step(sampler, clock)) == 1150.0 and source.energy_reads == 2
+    assert energy(step(sampler, clock)) == 1190.0  # the truth plus 0.5 s at 100 W
+    assert energy(step(sampler, clock)) == 1240.0
+    source.lost.add("GPU-0000")
+    step(sampler, clock, dt=30)
+    source.lost.clear()
+    source.counter["GPU-0000"] = 4000.0
+    assert energy(step(sampler, clock, dt=30)) == 4000.0 and source.energy_reads == 3
 
 
 def test_invalid_settings():
