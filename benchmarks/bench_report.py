@@ -9,7 +9,7 @@ contender runs in a fresh subprocess (the real CLI, ``--quiet``), in rotating or
 
 - ``export``: ``collector export`` with its default columns, what a user runs;
 - ``export, 6 columns``: bench_collector.py's ``--metrics`` (its "ours");
-- ``report``: ``collector report --out`` (report.html with its plots, and report.json);
+- ``report``: ``collector report --out`` (report.html with its charts, and report.json);
 - ``report --format text``: the same numbers, no page and no plots.
 
 Prints a markdown table: median and min wall time, max RSS, ratio to the default export.

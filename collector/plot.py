@@ -25,6 +25,8 @@ from dask_metrics.collector.plotdata import (
     WorkerTrace,
     break_gaps,
     envelope,
+    job_colours,
+    label_forms,
     place_labels,
     read_export,
     read_provenance,
@@ -79,19 +81,6 @@ def _line(ax: Any, times: Sequence[float], values: Sequence[float | None], span:
     ax.plot(t, v, **style)
 
 
-def _colours(found: Iterable[Phase]) -> dict[str, str]:
-    """One colour per job, in the order the jobs first ran."""
-    ordered = sorted(found, key=lambda p: p.start)
-    return {job: f"C{i % 10}" for i, job in enumerate(dict.fromkeys(p.job for p in ordered))}
-
-
-def _forms(names: JobNames, p: Phase) -> tuple[str, ...]:
-    """A phase's label, then shorter forms for a narrow phase (its job shows by colour):
-    ``etl · DAG 2``, ``DAG 2``, ``2``; a job's only DAG keeps the job's name."""
-    full = names.phase(p.job, p.dag)
-    return (full, f"DAG {p.dag}", p.dag) if p.dag and full != names.job(p.job) else (full,)
-
-
 def _shade(axes: Sequence[Any], found: Sequence[Phase], names: JobNames, unit: float,
            colours: dict[str, str], top: Any = None) -> None:
     """One colour per job, a line where each DAG starts; every phase labelled by name above
@@ -105,7 +94,7 @@ def _shade(axes: Sequence[Any], found: Sequence[Phase], names: JobNames, unit: f
     left, right = top.get_xlim()
     per_char = (right - left) / CHARS_PER_AXIS
     ordered = sorted(found, key=lambda p: (p.start + p.end) / 2)
-    forms = [_forms(names, p) for p in ordered]
+    forms = [label_forms(names, p) for p in ordered]
     centres = [(p.start + p.end) / 2 / unit for p in ordered]
     placed = place_labels([(c, [(len(f) + 1) * per_char for f in texts])
                            for c, texts in zip(centres, forms, strict=True)])
@@ -206,7 +195,7 @@ def worker_figure(trace: WorkerTrace, provenance: Provenance = UNKNOWN) -> Any:
                   linestyle=":", drawstyle="steps-post",
                   label=f"{name} peak (between scrapes too)")
     _capacity(mem, [(g.capacity(), f"C{i % 10}") for i, g in enumerate(trace.gpus)], "")
-    _shade((util, mem), trace.phases, provenance.names, unit[0], _colours(trace.phases))
+    _shade((util, mem), trace.phases, provenance.names, unit[0], job_colours(trace.phases))
     simulated = "SIMULATED GPUs" if trace.worker in provenance.simulated else ""
     _finish(fig, util, mem, f"{trace.worker}: {len(trace.gpus)} GPU(s)\nshaded: the job/DAG "
             "running on this worker", unit, trace.start, simulated=simulated)
@@ -247,7 +236,7 @@ def cluster_figure(traces: Sequence[WorkerTrace], provenance: Provenance = UNKNO
     _capacity(mem, [(worker_capacity(t), f"C{i % 10}") for i, t in enumerate(traces)],
               " of a worker")
     busiest = max(traces, key=lambda t: sum(len(g.times) for g in t.gpus))
-    colours = _colours([p for t in traces for p in (*t.phases, *t.cluster_phases)])
+    colours = job_colours([p for t in traces for p in (*t.phases, *t.cluster_phases)])
     _where(where, traces, provenance.names, unit[0], colours)
     _shade((util, mem), busiest.cluster_phases, provenance.names, unit[0], colours, top=where)
     gpus = sum(len(t.gpus) for t in traces)

@@ -18,6 +18,8 @@ from typing import Any
 
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
+from dask_metrics.collector.series import WorkerTable
+from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import JOBS_CSV
 
 FIXED = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag")
@@ -204,6 +206,24 @@ def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
                        phases(mine), phases(cluster))
 
 
+def trace_of_table(worker: str, stem: str, table: WorkerTable, metrics: Sequence[str],
+                   start: int) -> WorkerTrace:
+    """The trace of a worker's table as the export holds it before writing its file
+    (``metrics``: the table's column names, ``start``: the export's start in ms): the same
+    numbers ``read_worker_file`` reads back from that file, without formatting and parsing
+    them (the session report draws from memory)."""
+    def seconds(times: Sequence[int]) -> list[float]:
+        return [(t - start) / 1000 for t in times]
+
+    at = seconds(table.times)
+    gpus = [GpuTrace(g.gpu, g.uuid, seconds(g.times), dict(zip(metrics, g.columns, strict=True)))
+            for g in sorted(table.gpus, key=lambda g: _gpu_key(g.gpu))]
+    return WorkerTrace(worker, stem, format_rfc3339(table.times[0]) if table.times else "",
+                       list(metrics), gpus,
+                       phases((t, *s) for t, s in zip(at, table.worker, strict=True)),
+                       phases((t, *s) for t, s in zip(at, table.cluster, strict=True)))
+
+
 def _gpu_key(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
@@ -298,6 +318,20 @@ def place_labels(labels: Sequence[tuple[float, Sequence[float]]], levels: int = 
         ends[row] = max(ends[row], centre + widths[form] / 2)
         out.append((row, form))
     return out
+
+
+def job_colours(found: Iterable[Phase]) -> dict[str, str]:
+    """One colour per job (matplotlib's cycle, ``C0``-``C9``), in the order the jobs first
+    ran."""
+    ordered = sorted(found, key=lambda p: p.start)
+    return {job: f"C{i % 10}" for i, job in enumerate(dict.fromkeys(p.job for p in ordered))}
+
+
+def label_forms(names: JobNames, p: Phase) -> tuple[str, ...]:
+    """A phase's label, then shorter forms for a narrow phase (its job shows by colour):
+    ``etl · DAG 2``, ``DAG 2``, ``2``; a job's only DAG keeps the job's name."""
+    full = names.phase(p.job, p.dag)
+    return (full, f"DAG {p.dag}", p.dag) if p.dag and full != names.job(p.job) else (full,)
 
 
 def worker_capacity(trace: WorkerTrace) -> float | None:

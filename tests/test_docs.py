@@ -203,6 +203,11 @@ ACCOUNTS: dict[str, Account] = {
     "--dags 100000 --every 10000 --tracemalloc": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
     "prometheus": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_exporter.py --driver real --ours-command "
+    '"python3 -m dask_metrics.exporter"': Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_exporter.py --driver real --ours-command "
+    '"python3 -m dask_metrics.exporter --energy-interval 0.5"':
+        Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5":
@@ -811,6 +816,10 @@ def test_benchmark_command_lines_parse():
         "--dags 100000 --every 10000 --tracemalloc",
         "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
         "prometheus",
+        'python benchmarks/bench_exporter.py --driver real --ours-command '
+        '"python3 -m dask_metrics.exporter"',
+        'python benchmarks/bench_exporter.py --driver real --ours-command '
+        '"python3 -m dask_metrics.exporter --energy-interval 0.5"',
         "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3",
         "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5",
         "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from dask_metrics.collector.columns import select
 from dask_metrics.collector.export import export
+from dask_metrics.collector.plotdata import read_worker_file, trace_of_table
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.report.advice import (
     GIB,
@@ -259,14 +261,13 @@ def test_report_json_has_the_scripted_numbers(rep: tuple[Path, dict[str, Any], s
 
 @pytest.mark.integration
 @requires_prometheus
-def test_the_reports_worker_files_are_the_exports_text(prom: PrometheusServer,
-                                                        dataset: ReportDataset,
-                                                        tmp_path: Path) -> None:
-    """The report's export writes no worker file; the ones it draws, written from the kept
-    tables, are byte for byte those of ``export``."""
+def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
+                                                     dataset: ReportDataset,
+                                                     tmp_path: Path) -> None:
+    """The report's export writes no worker file; its charts are drawn from the kept tables,
+    which hold the very numbers and phases ``export``'s worker files hold."""
     since, until = dataset.base, dataset.base + 600
-    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), 60_000), to_ms(since),
-                 keep=True)
+    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), 60_000), keep=True)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
         full = export(client, since, until, tmp_path / "full", metrics=COLUMNS, cluster="rep")
         bare = export(client, since, until, tmp_path / "bare", metrics=COLUMNS, cluster="rep",
@@ -275,9 +276,20 @@ def test_the_reports_worker_files_are_the_exports_text(prom: PrometheusServer,
     assert json.loads((tmp_path / "bare" / "export.json").read_text())["files"] == []
     assert not any((tmp_path / "bare" / name).exists() for name in full.files)
     assert list(kept.tables) == [f.info.name for f in kept.gather.workers] == full.workers
+    names = [c.name for c in select(REPORT_METRICS)]
     for worker, name in zip(full.workers, full.files, strict=True):
-        kept.write(tmp_path / name, worker)
-        assert (tmp_path / name).read_bytes() == (tmp_path / "full" / name).read_bytes()
+        mine = trace_of_table(worker, Path(name).stem, kept.tables[worker], names,
+                              to_ms(since))
+        theirs = read_worker_file(tmp_path / "full" / name)
+        assert (mine.worker, mine.stem, mine.start, mine.metrics) == (
+            theirs.worker, theirs.stem, theirs.start, theirs.metrics)
+        assert (mine.phases, mine.cluster_phases) == (theirs.phases, theirs.cluster_phases)
+        assert mine.phases and len(mine.gpus) == len(theirs.gpus) > 0
+        for a, b in zip(mine.gpus, theirs.gpus, strict=True):
+            assert (a.gpu, a.uuid, a.times) == (b.gpu, b.uuid, b.times)
+            for metric in names:
+                assert a.values[metric] == [None if v is None else pytest.approx(v, rel=1e-9)
+                                            for v in b.values[metric]], metric
 
 
 @pytest.mark.integration
@@ -338,8 +350,13 @@ def test_the_page_shows_the_numbers(rep: tuple[Path, dict[str, Any], str]) -> No
     assert titles == SECTION_TITLES
     assert [page.index(f">{html.escape(t)}</h") for t in titles] == sorted(
         page.index(f">{html.escape(t)}</h") for t in titles)
-    assert {p["what"] for p in report["plots"] if p["file"]} == {"cluster overview", "worker"}
-    assert page.count('src="data:image/png;base64,') == 3  # cluster, w-0, w-1
+    # highest peak first: w-1 peaked at 93.8 % of its GPU, w-0 at 37.5 %
+    assert [p["file"] for p in report["plots"] if p["file"]] == ["w-1.svg", "w-0.svg"]
+    assert page.count("<figure><svg ") == 2  # w-0, w-1: inline, no image file
+    for worker in ("w-0", "w-1"):  # each chart names its worker, its GPUs and its phases
+        chart = page[page.index(f"<title>{worker}: "):]
+        chart = chart[:chart.index("</svg>")]
+        assert "GPU 0 used" in chart and "capacity" in chart and ">etl</text>" in chart
 
 
 class _Urls(HTMLParser):
@@ -361,7 +378,7 @@ def test_the_page_renders_in_chromium_without_error_or_request(
     out, _, page = rep
     parser = _Urls()
     parser.feed(page)
-    assert parser.urls and all(u.startswith("data:image/png;base64,") for u in parser.urls)
+    assert parser.urls == [] and "<svg " in page  # charts inline: nothing to fetch
     assert "url(" not in page.split("<body>")[0]  # no stylesheet fetches
     seen = render(out / "report.html", tmp_path, (1280, 2400))
     assert seen.console == [] and seen.requests == []

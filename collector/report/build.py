@@ -4,23 +4,18 @@
 The session is exported with ``export.export`` into a temporary folder (the report's own
 columns only, without the per-worker CSV files) while ``model.Gatherer`` reduces each
 worker's data as it goes by and its table is kept; the export's jobs.csv, activities.csv and
-gpu_by_prefix.csv are read where the export writes them, and the plots are
-``plot.plot_export``'s of a folder holding the drawn workers' CSV files, written from their
-tables as the export writes them. report.json and report.html are written
-atomically.
+gpu_by_prefix.csv are read where the export writes them, and the charts (``chart``, SVG) are
+drawn from the kept tables of the workers shown, the numbers their CSV files would hold.
+report.json and report.html are written atomically.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
 import json
-import multiprocessing
 import os
 import tempfile
-import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,18 +24,13 @@ from dask_metrics import __version__
 from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.export import (
-    DEFAULT_CHUNK,
-    DEFAULT_MAX_AGE,
-    Progress,
-    csv_text,
-    export,
-)
+from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
 from dask_metrics.collector.fetch import Scope, fetch_label_sets
-from dask_metrics.collector.layouts import tidy_header, tidy_lines
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW
+from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, load_models
+from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTable
@@ -50,11 +40,10 @@ from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, INFO, JOBS_
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy")
 REPORT_HTML, REPORT_JSON = "report.html", "report.json"
 FORMATS = ("html", "text")
-WORKERS_CSV = "workers.csv"  # as export writes it
 DEFAULT_PLOTS = 4
-"""Per-worker plots on the page: the workers with the highest peak memory (% of capacity).
-A plot costs more than exporting its worker, so the page draws a few; ``collector plot``
-draws them all."""
+"""Per-worker charts on the page: the workers with the highest peak memory (% of capacity).
+A chart is about 0.4 MB of SVG, so the page draws a few; ``collector plot`` draws them
+all."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +63,11 @@ def _rows(path: Path) -> list[dict[str, str]] | None:
 
 
 class _Kept:
-    """The export's ``visit``: the Gatherer's, and (``keep``: where plots are drawn) each
-    worker's table kept, so that only the workers drawn are written as CSV. The tables cost
-    memory (about 0.4 MiB per GPU-hour at 1 s scrapes); formatting and writing every
-    worker's CSV text cost more time."""
+    """The export's ``visit``: the Gatherer's, and (``keep``: where charts are drawn) each
+    worker's table kept for its chart (about 0.4 MiB per GPU-hour at 1 s scrapes)."""
 
-    def __init__(self, gather: Gatherer, start: int, keep: bool) -> None:
-        self.gather, self.start, self.keep = gather, start, keep
+    def __init__(self, gather: Gatherer, keep: bool) -> None:
+        self.gather, self.keep = gather, keep
         self.tables: dict[str, WorkerTable] = {}
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
@@ -89,58 +76,11 @@ class _Kept:
         if self.keep:
             self.tables[info.name] = table
 
-    def write(self, path: Path, worker: str) -> None:
-        """The worker's CSV file, the very text ``export`` writes."""
-        lines = tidy_lines(worker, self.tables[worker], self.start)
-        path.write_text(csv_text(tidy_header(select(REPORT_METRICS)), lines), encoding="utf-8")
 
-
-def _plot_folder(data: Path, folder: Path, files: Mapping[str, str], chosen: Sequence[str]
-                 ) -> Path:
-    """An export folder holding only the ``chosen`` workers' files (linked, not copied) and
-    the export's jobs.csv and workers.csv: plot_export reads every worker file of a folder,
-    and a file it does not draw would cost its reading."""
-    folder.mkdir()
-    for name in (JOBS_CSV, WORKERS_CSV):
-        if (data / name).exists():
-            os.link(data / name, folder / name)
-    for worker in chosen:
-        os.link(data / files[worker], folder / files[worker])
-    record = {"files": [files[w] for w in chosen]}
-    (folder / "export.json").write_text(json.dumps(record), encoding="utf-8")
-    return folder
-
-
-def _draw(data: Path, work: Path, files: Mapping[str, str], kept: _Kept,
-          chosen: Sequence[str]) -> list[Path]:
-    """``plot_export``'s pictures of the ``chosen`` workers and their overview, in two
-    processes where the platform forks and this process runs no other thread (a CLI run,
-    not a Monitor inside a Dask client): a forked child (which has matplotlib imported
-    already) draws half the workers' pictures while this process draws the others and the
-    overview. The same pictures as one process draws."""
-    from dask_metrics.collector.plot import plot_export, require_matplotlib
-
-    require_matplotlib()  # imported before the fork; a CollectorError without it
-    for worker in chosen:  # the export wrote no worker file: only these are read
-        kept.write(data / files[worker], worker)
-    folder = _plot_folder(data, work / "plot-data", files, chosen)
-    forks = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-    half = chosen[:len(chosen) // 2] if forks else []  # no fork beside others' threads
-    if not half:
-        return plot_export(folder, work / "plots", ["png"])
-    apart = _plot_folder(data, work / "plot-data-2", files, half)
-    rest = [w for w in chosen if w not in half]
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
-        drawn = pool.submit(plot_export, apart, work / "plots", ["png"], overview=False)
-        written = plot_export(folder, work / "plots", ["png"], pictures=rest)
-        return drawn.result() + written
-
-
-def _plots(data: Path, work: Path, files: Mapping[str, str], kept: _Kept,
-           report: Mapping[str, Any], most: int) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-    """Plots of the ``most`` workers with the highest peak memory (% of capacity) and their
-    overview, as (entries for report.json, images)."""
-
+def _plots(data: Path, files: Mapping[str, str], kept: _Kept, start: int,
+           report: Mapping[str, Any], most: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Charts of the ``most`` workers with the highest peak memory (% of capacity), as
+    (entries for report.json, {chart name: SVG})."""
     workers = [w["worker"] for w in report["session"]["workers"]]
     percent = {w: 0.0 for w in workers}
     for job in report["jobs"]:
@@ -150,17 +90,24 @@ def _plots(data: Path, work: Path, files: Mapping[str, str], kept: _Kept,
     if not chosen:
         return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
                  else "no plots: no worker"}], {}
-    written = _draw(data, work, files, kept, chosen)
-    images = {p.name: p.read_bytes() for p in written}
-    overview = "cluster overview" if len(chosen) == len(workers) else (
-        f"overview of the {len(chosen)} workers drawn here")
-    entries = [{"file": p.name, "what": overview if p.stem == "cluster" else "worker"}
-               for p in sorted(written, key=lambda p: (p.stem != "cluster", p.stem))]
+    try:
+        import numpy  # noqa: F401  (the charts' envelope; Dask does not require it)
+    except ImportError:
+        return [{"file": None, "what": "no plots: the charts need numpy (pip install numpy)"}], {}
+    provenance = read_provenance(data)
+    metrics = [c.name for c in select(REPORT_METRICS)]
+    charts = {}
+    for worker in chosen:
+        stem = Path(files[worker]).stem
+        trace = trace_of_table(worker, stem, kept.tables[worker], metrics, start)
+        charts[f"{stem}.svg"] = worker_chart(trace, provenance.names,
+                                             worker in provenance.simulated)
+    entries = [{"file": name, "what": "worker"} for name in charts]
     if len(chosen) < len(workers):
         entries.append({"file": None, "what": f"{len(workers) - len(chosen)} more worker(s) "
                         f"not drawn here (the {len(chosen)} with the highest peak memory are): "
                         "'collector plot' draws every worker"})
-    return entries, images
+    return entries, charts
 
 
 def make_report(client: PrometheusClient, since: float, until: float,
@@ -173,9 +120,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
                 asked: Mapping[str, Any] | None = None) -> ReportResult:
     """The report of [since, until] (unix seconds): ``fmt`` "html" writes out/report.html and
     out/report.json; "text" returns the text rendering (and writes report.json where ``out``
-    is given). ``plots``: how many workers to draw (needs matplotlib; without it the page says
-so). Other
-    arguments as for ``export``. Raises CollectorError as ``export`` does."""
+    is given). ``plots``: how many workers to chart. Other arguments as for ``export``.
+    Raises CollectorError as ``export`` does."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     if fmt == "html" and out is None:
@@ -185,7 +131,7 @@ so). Other
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(peak_window))
-    kept = _Kept(gather, to_ms(since), keep=fmt == "html" and plots > 0)
+    kept = _Kept(gather, keep=fmt == "html" and plots > 0)
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
         result = export(client, since, until, data, metrics=list(REPORT_METRICS),
@@ -206,13 +152,10 @@ so). Other
                    "dask_metrics": __version__}
         body = build(session, gather.workers, labels, _rows(data / JOBS_CSV), load_models(),
                      headroom, _rows(data / ACTIVITIES_CSV), _rows(data / GPU_BY_PREFIX_CSV))
-        images: dict[str, bytes] = {}
+        charts: dict[str, str] = {}
         if fmt == "html":
-            try:
-                files = dict(zip(result.workers, result.files, strict=True))
-                body["plots"], images = _plots(data, Path(tmp), files, kept, body, plots)
-            except CollectorError as exc:  # matplotlib missing: the page says so
-                body["plots"] = [{"file": None, "what": f"no plots: {exc}"}]
+            files = dict(zip(result.workers, result.files, strict=True))
+            body["plots"], charts = _plots(data, files, kept, to_ms(since), body, plots)
     files: list[Path] = []
     if out is not None:
         target = Path(out)
@@ -222,9 +165,7 @@ so). Other
         atomic_write_text(target / REPORT_JSON, json.dumps(body, indent=2) + "\n")
         files.append(target / REPORT_JSON)
         if fmt == "html":
-            inline = {name: base64.b64encode(png).decode("ascii")
-                      for name, png in images.items()}
-            atomic_write_text(target / REPORT_HTML, render_html(body, inline))
+            atomic_write_text(target / REPORT_HTML, render_html(body, charts))
             files.append(target / REPORT_HTML)
     text = render_text(body) if fmt == "text" else None
     return ReportResult(Path(out) if out is not None else None, files, body, text)

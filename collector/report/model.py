@@ -20,7 +20,7 @@ from dask_metrics.collector.report.usage import IDLE_PERCENT, Usage, UsageKey, g
 from dask_metrics.collector.series import IDLE, Series, Timeline, WorkerInfo, WorkerTable, id_key
 from dask_metrics.collector.timespec import format_rfc3339
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: charts inline as SVG, no overview
 JOULES_PER_KWH = 3.6e6
 DAG_SEPARATOR = "/"  # job "3", DAG "1" -> "3/1": gpu_peaks grouped by DAG
 

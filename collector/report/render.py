@@ -2,7 +2,7 @@
 once, as headings, notes and tables with units; ``render_html`` and ``render_text`` only
 draw that layout, so the page and the terminal show the same sections and numbers.
 
-The page is one self-contained file: styles inline, plots as data: URIs, and a Content
+The page is one self-contained file: styles inline, charts as inline SVG, and a Content
 Security Policy that forbids the browser any request at all (``default-src 'none'``).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 GIB = 2**30
 NONE = "-"  # no value
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
 MAX_ROWS = 60  # rows of a "where the time went" table; the rest are in report.json
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
@@ -26,7 +26,8 @@ table{border-collapse:collapse;margin:.4em 0 1em;font-size:.9em}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f5f7}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .banner{background:#fff4d6;border:2px solid #d4a72c;padding:8px 12px;font-weight:600;
-margin:.6em 0}.note{color:#57606a}img{max-width:100%;border:1px solid #d0d7de}
+margin:.6em 0}.note{color:#57606a}figure svg{max-width:100%;height:auto;
+border:1px solid #d0d7de}
 figure{margin:1em 0}li{margin:.3em 0}
 """
 
@@ -46,7 +47,7 @@ class Section:
     notes: list[str] = field(default_factory=list)
     table: Table | None = None
     items: list[str] = field(default_factory=list)
-    images: list[tuple[str, str]] = field(default_factory=list)  # (file, caption)
+    images: list[tuple[str, str]] = field(default_factory=list)  # (chart, caption)
 
 
 # ---- numbers with units ------------------------------------------------------------------------
@@ -252,8 +253,8 @@ def _html_table(table: Table) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
-    """The page; ``images``: {file: base64 PNG} of the plots."""
+def render_html(report: Mapping[str, Any], charts: Mapping[str, str]) -> str:
+    """The page; ``charts``: {name: SVG element} of the plots."""
     e = html.escape
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
@@ -269,10 +270,10 @@ def render_html(report: Mapping[str, Any], images: Mapping[str, str]) -> str:
             parts.append(_html_table(s.table))
         if s.items:
             parts.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in s.items) + "</ul>")
-        for file, caption in s.images:
-            if file in images:
-                parts.append(f'<figure><img alt="{e(caption)}" src="data:image/png;base64,'
-                             f'{images[file]}"><figcaption>{e(caption)}</figcaption></figure>')
+        for name, caption in s.images:
+            if name in charts:
+                parts.append(f"<figure>{charts[name]}<figcaption>{e(caption)}</figcaption>"
+                             "</figure>")
     s = report["session"]
     parts.append(f"<p class=note>Written by dask-metrics {e(str(s.get('dask_metrics')))}; every "
                  "number on this page is in report.json beside it.</p></body></html>")

@@ -1,0 +1,65 @@
+"""The report's SVG charts (pure): well-formed, labelled, broken at gaps, marked simulated."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.plotdata import GpuTrace, Phase, WorkerTrace
+from dask_metrics.collector.report.chart import nice_ticks, worker_chart
+
+GIB = 2**30
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def trace(times: list[float], used: list[float | None]) -> WorkerTrace:
+    gpu = GpuTrace("0", "GPU-0", times, {
+        "total-mem": [None if u is None else u * GIB for u in used],
+        "mem-util": [None if u is None else u / 16 * 100 for u in used],
+        "compute-util": [50.0] * len(times),
+        "peak-mem": [None if u is None else u * GIB for u in used]})
+    return WorkerTrace("w-<0>", "w-_0_", "2026-11-24T00:00:00.000Z", list(gpu.values), [gpu],
+                       [Phase(10, 40, "1", "0"), Phase(40, 60, "1", "1")], [])
+
+
+NAMES = JobNames.of([("1", "train & test", "0"), ("1", "train & test", "1")])
+
+
+@pytest.mark.parametrize(("lo", "hi", "expected"), [
+    (0, 1, [0, 0.2, 0.4, 0.6, 0.8, 1.0]), (0, 105, [0, 20, 40, 60, 80, 100]),
+    (0, 60, [0, 10, 20, 30, 40, 50, 60]), (0, 0, [0])])
+def test_nice_ticks(lo, hi, expected):
+    assert nice_ticks(lo, hi) == pytest.approx(expected)
+
+
+def test_a_chart_is_well_formed_svg_with_its_labels():
+    svg = worker_chart(trace([float(t) for t in range(61)], [2.0] * 61), NAMES)
+    root = ET.fromstring(svg)  # also proves every name is escaped
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert root.findtext(f"{SVG}title").startswith("w-<0>: 1 GPU(s)")
+    for label in ("train & test · DAG 0", "train & test · DAG 1", "GPU 0 used",
+                  "GPU 0 compute", "capacity (16 GiB)", "train & test",
+                  "seconds since the start (2026-11-24T00:00:00.000Z)"):
+        assert label in texts, label
+    assert "SIMULATED GPUs" not in svg
+
+
+def test_a_gap_in_the_samples_breaks_the_lines():
+    times = [float(t) for t in range(10)] + [float(t) for t in range(100, 110)]
+    svg = worker_chart(trace(times, [1.0] * 20), NAMES)
+    used = [p for p in ET.fromstring(svg).iter(f"{SVG}path")]
+    assert used and all(p.get("d").count("M") == 2 for p in used)
+    missing = worker_chart(trace([float(t) for t in range(20)], [1.0] * 9 + [None] + [1.0] * 10),
+                           NAMES)
+    assert any(p.get("d").count("M") == 2 for p in ET.fromstring(missing).iter(f"{SVG}path"))
+
+
+def test_simulated_gpus_are_marked_and_empty_traces_draw():
+    svg = worker_chart(trace([], []), NAMES, simulated=True)
+    root = ET.fromstring(svg)
+    assert root.findtext(f"{SVG}title").startswith("SIMULATED GPUs: ")
+    assert [t.text for t in root.iter(f"{SVG}text")].count("SIMULATED GPUs") == 1
+    assert not math.isnan(float(root.get("height")))
