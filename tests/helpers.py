@@ -6,12 +6,14 @@ in tests/fake_nvml.py, the whole local stack in dask_metrics.demo.localstack."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import os
 import ssl
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -154,10 +156,20 @@ def clean_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, 
     return {**env, **extra}
 
 
+@functools.cache
+def _nvml_hider() -> str:
+    """A folder whose ``libnvidia-ml.so.1`` is not a library: first on LD_LIBRARY_PATH, it
+    stops the dynamic loader's search there, so that a real driver installed on the machine
+    (a developer's GPU box) is not found either."""
+    folder = tempfile.mkdtemp(prefix="no-nvml-")
+    Path(folder, "libnvidia-ml.so.1").write_text("not a library: no NVML for this test\n")
+    return folder
+
+
 def no_nvml_env() -> dict[str, str]:
     """A clean environment in which no NVML library, fake or real, can be found."""
-    return {k: v for k, v in clean_env().items()
-            if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    env = {k: v for k, v in clean_env().items() if k != "FAKE_NVML_STATE"}
+    return {**env, "LD_LIBRARY_PATH": _nvml_hider()}
 
 
 @contextmanager

@@ -6,19 +6,24 @@ file still names the worker and the pid its simulated GPUs mirror."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
 from distributed import Client
 
-from tests.helpers import free_port, processes, scrape, sidecar, values, wait_for
+from tests.helpers import (
+    free_port,
+    no_nvml_env,
+    processes,
+    scrape,
+    sidecar,
+    values,
+    wait_for,
+)
 
 DASK = [sys.executable, "-m", "dask"]
 pytestmark = pytest.mark.integration
-NO_GPU_ENV = {k: v for k, v in os.environ.items()
-              if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "CUDA_VISIBLE_DEVICES")
-              and not k.startswith("DASK_METRICS_")}
+NO_GPU_ENV = no_nvml_env()
 
 
 @pytest.mark.parametrize("worker_nvml", [[], ["--nvml", "false"]], ids=["plain", "nvml-false"])
