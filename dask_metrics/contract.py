@@ -113,7 +113,8 @@ POWER = MetricSpec(
 )
 ENERGY = MetricSpec(
     "dask_gpu_energy_joules_total", "counter", "joules", GPU_LABELS,
-    "Energy consumed since the driver was loaded (NVML total energy consumption).",
+    "Energy consumed since the driver was loaded: NVML's total energy consumption, read "
+    "every --energy-interval and advanced by power x time in between.",
 )
 TEMPERATURE = MetricSpec(
     "dask_gpu_temperature_celsius", "gauge", "celsius", GPU_LABELS,
