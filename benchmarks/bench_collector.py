@@ -25,6 +25,7 @@ Prints (and with ``--out`` writes) markdown tables: median wall time, max RSS, r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import pairwise
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_VERSION = 3  # bump when the fixture changes: the cached TSDB is keyed by it
@@ -416,26 +417,38 @@ def mib(n: float) -> str:
     return f"{n / MiB:.0f}"
 
 
-def benchmark(args: argparse.Namespace, report: TextIO) -> None:
-    """Build or reuse the fixture, start Prometheus, run every contender, write the report."""
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "dask-metrics-bench-collector"
+
+
+@contextlib.contextmanager
+def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | None, work: Path,
+                   fine: bool = True) -> Iterator[tuple[Fixture, Any]]:
+    """The fixture (built once, kept under ``cache``) served by a fresh Prometheus in
+    ``work``: every benchmark on this fixture starts here. Yields (fixture, server)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from tests.prometheus_helpers import PROMETHEUS, PROMTOOL, run_prometheus
 
     if not (PROMETHEUS and PROMTOOL):
         raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
-    cache = Path(args.cache or Path(tempfile.gettempdir()) / "dask-metrics-bench-collector")
-    fix = fixture(args.workers, args.gpus, args.hours, cache, PROMTOOL, not args.without_fine)
+    fix = fixture(workers, gpus, hours, Path(cache or DEFAULT_CACHE), PROMTOOL, fine)
     built = (f"built in {fix.seconds_to_build:.0f} s" if fix.seconds_to_build is not None
              else "from the cache")
     print(f"fixture: {fix.samples:,} samples, {built}: {fix.blocks}", file=sys.stderr)
+    with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
+                        ready_timeout=120) as prom:
+        yield fix, prom
+
+
+def benchmark(args: argparse.Namespace, report: TextIO) -> None:
+    """Build or reuse the fixture, start Prometheus, run every contender, write the report."""
     names = [worker_name(i) for i in range(args.workers)]
     scales = sorted({n for n in args.scales if 0 < n < args.workers})
     me = [sys.executable, str(Path(__file__).resolve())]
     work = Path(tempfile.mkdtemp(prefix="bench-collector-"))
     try:
-        with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
-                            ready_timeout=120) as prom:
+        with served_fixture(args.workers, args.gpus, args.hours, args.cache, work,
+                            not args.without_fine) as (fix, prom):
             url = prom.url
             span = ["--since", str(fix.t0), "--until", str(fix.t1)]
 
@@ -494,8 +507,10 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
         shutil.rmtree(work, ignore_errors=True)
     if "level=error" in prom_log:
         print(f"prometheus log:\n{prom_log}", file=sys.stderr)
-    write_report(report, args, fix, versions(PROMETHEUS), main, [base, *scaled.values(), ours],
-                 loads)
+    from tests.prometheus_helpers import PROMETHEUS
+
+    write_report(report, args, fix, versions(str(PROMETHEUS)), main,
+                 [base, *scaled.values(), ours], loads)
 
 
 def write_report(fh: TextIO, args: argparse.Namespace, fix: Fixture, ver: dict[str, str],

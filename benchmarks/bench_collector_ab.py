@@ -24,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_collector import METRICS, PROM_ARGS, fixture  # noqa: E402
-from tests.prometheus_helpers import PROMTOOL, run_prometheus  # noqa: E402
+from benchmarks.bench_collector import DEFAULT_CACHE, METRICS, served_fixture  # noqa: E402
 
 
 def main() -> int:
@@ -35,16 +34,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--hours", type=float, default=1.0)
-    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
-                                               / "dask-metrics-bench-collector"))
+    parser.add_argument("--cache", default=str(DEFAULT_CACHE))
     args = parser.parse_args()
-    fix = fixture(args.workers, args.gpus, args.hours, Path(args.cache), str(PROMTOOL))
     pythons = {"this": sys.executable, "against": args.against}
     walls: dict[str, list[float]] = {name: [] for name in pythons}
     work = Path(tempfile.mkdtemp(prefix="bench-collector-ab-"))
     try:
-        with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
-                            ready_timeout=120) as prom:
+        with served_fixture(args.workers, args.gpus, args.hours, args.cache,
+                            work) as (fix, prom):
             for r in range(args.rounds):
                 for name in (list(pythons) if r % 2 else list(pythons)[::-1]):
                     out = work / name

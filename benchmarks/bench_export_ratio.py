@@ -32,11 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collector import (  # a sibling script, not a package
+    DEFAULT_CACHE,
     METRICS,
-    PROM_ARGS,
-    ROOT,
-    fixture,
     run_child,
+    served_fixture,
     worker_name,
 )
 
@@ -65,26 +64,19 @@ def main() -> int:
     parser.add_argument("--pythonpath", help="another tree's importable dask_metrics, to compare")
     parser.add_argument("--fixtures", nargs="+", default=["with", "without"],
                         choices=["with", "without"])
-    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir())
-                                               / "dask-metrics-bench-collector"))
+    parser.add_argument("--cache", default=str(DEFAULT_CACHE))
     args = parser.parse_args()
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from tests.prometheus_helpers import PROMTOOL, run_prometheus
-
     names = [worker_name(i) for i in range(args.workers)]
     me = [sys.executable, str(Path(__file__).resolve().parent / "bench_collector.py")]
     rows = []
     for which in args.fixtures:
-        fix = fixture(args.workers, args.gpus, args.hours, Path(args.cache), str(PROMTOOL),
-                      fine=which == "with")
         work = Path(tempfile.mkdtemp(prefix="bench-export-ratio-"))
         walls: dict[str, list[float]] = {}
         loads = [os.getloadavg()[0]]
         same = "-"
         try:
-            with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
-                                ready_timeout=120) as prom:
+            with served_fixture(args.workers, args.gpus, args.hours, args.cache, work,
+                                fine=which == "with") as (fix, prom):
                 floor = [*me, "_floor", prom.url, str(fix.t0), str(fix.t1)]
                 export = ["-m", "dask_metrics.collector", "export", "--prometheus", prom.url,
                           "--since", str(fix.t0), "--until", str(fix.t1), "--quiet",

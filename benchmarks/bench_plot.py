@@ -7,10 +7,11 @@ the real CLI the way ``collector plot`` exports it (``--metrics`` its PLOT_METRI
 pictures are then drawn from that folder. Each round runs in a fresh subprocess, which
 reads the export (``read_export`` and ``read_provenance``), draws every worker's picture
 (``worker_figure`` + PNG into memory, the work ``plot_export`` does per worker), the cluster
-overview of all workers and of the first 4 (what the session report draws with its default
-``--plots 4``), and one worker and the overview as SVG. ``--before REF`` alternates rounds
-with the code of git revision REF (its ``dask_metrics`` built from ``git archive`` into a
-temporary folder and put first on PYTHONPATH), so both run under the same load.
+overview of all workers and of the first 4 (what the session report drew with its default
+``--plots 4`` until its charts became SVG of its own), and one worker and the overview as
+SVG. ``--before REF`` alternates rounds with the code of git revision REF (its
+``dask_metrics`` built from ``git archive`` into a temporary folder and put first on
+PYTHONPATH), so both run under the same load.
 
 Prints a markdown table of medians over the rounds (each round's per-worker figure is the
 median of its workers), and the 1-minute load average before and after each round.
@@ -33,15 +34,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collector import PROM_ARGS, ROOT, fixture, run_child  # a sibling script
+from bench_collector import ROOT, run_child, served_fixture  # a sibling script
 
-SMALL = 4  # workers on the report's overview (its DEFAULT_PLOTS)
+SMALL = 4  # workers on a small overview (the session report's DEFAULT_PLOTS)
 PARTS = {"import": "import the plot module (matplotlib)",
          "read": "read the export (32 worker files, jobs.csv, workers.csv)",
          "worker": "one worker's picture, PNG (median of the workers)",
          "workers": "every worker's picture, PNG (sum)",
          "cluster": "cluster overview of all workers, PNG",
-         "cluster-small": f"overview of {SMALL} workers, PNG (the report's)",
+         "cluster-small": f"overview of {SMALL} workers, PNG",
          "worker-svg": "one worker's picture, SVG",
          "cluster-svg": "cluster overview of all workers, SVG",
          "plot": "all of `collector plot --csv` in PNG (import + read + workers + cluster)"}
@@ -97,15 +98,8 @@ def before_tree(ref: str, into: Path) -> Path:
 
 def export_folder(args: argparse.Namespace, work: Path) -> Path:
     """The fixture exported as ``collector plot`` exports it."""
-    from tests.prometheus_helpers import PROMETHEUS, PROMTOOL, run_prometheus
-
-    if not (PROMETHEUS and PROMTOOL):
-        raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
-    cache = Path(args.cache or Path(tempfile.gettempdir()) / "dask-metrics-bench-collector")
-    fix = fixture(args.workers, args.gpus, args.hours, cache, PROMTOOL)
     out = work / "export"
-    with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
-                        ready_timeout=120) as prom:
+    with served_fixture(args.workers, args.gpus, args.hours, args.cache, work) as (fix, prom):
         from dask_metrics.collector.plot import PLOT_METRICS
 
         run_child([sys.executable, "-m", "dask_metrics.collector", "export", "--prometheus",

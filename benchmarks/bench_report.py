@@ -29,11 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collector import (  # a sibling script, not a package
     METRICS,
-    PROM_ARGS,
-    ROOT,
-    fixture,
     mib,
     run_child,
+    served_fixture,
     versions,
 )
 
@@ -46,21 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cache", help="where the backfilled TSDB is kept between runs")
     args = parser.parse_args(argv)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from tests.prometheus_helpers import PROMETHEUS, PROMTOOL, run_prometheus
-
-    if not (PROMETHEUS and PROMTOOL):
-        raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
-    cache = Path(args.cache or Path(tempfile.gettempdir()) / "dask-metrics-bench-collector")
-    fix = fixture(args.workers, args.gpus, args.hours, cache, PROMTOOL)
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     walls: dict[str, list[float]] = {}
     rss: dict[str, list[int]] = {}
     loads = [os.getloadavg()[0]]
     try:
-        with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
-                            ready_timeout=120) as prom:
+        with served_fixture(args.workers, args.gpus, args.hours, args.cache,
+                            work) as (fix, prom):
             base = [sys.executable, "-m", "dask_metrics.collector"]
             span = ["--prometheus", prom.url, "--since", str(fix.t0), "--until", str(fix.t1),
                     "--quiet"]
@@ -86,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 loads.append(os.getloadavg()[0])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ver = versions(PROMETHEUS)
+    from tests.prometheus_helpers import PROMETHEUS
+
+    ver = versions(str(PROMETHEUS))
     export = statistics.median(walls["export"])
     print(f"Data: bench_collector.py's fixture, {args.workers} workers x {args.gpus} GPUs, "
           f"{args.hours:g} h at 1 s, {fix.samples:,} samples; median of {args.rounds} rounds. "
