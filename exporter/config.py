@@ -35,9 +35,13 @@ DEFAULT_CONNECTION_TIMEOUT = 10.0
 
 def _seconds(high: float) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
-        number = float(value)
+        problem = f"must be a positive number of seconds, at most {high:g}"
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(problem) from None
         if not 0 < number <= high:  # also refuses nan and inf
-            raise ValueError(f"must be a positive number of seconds, at most {high:g}")
+            raise ValueError(problem)
         return number
     return parse
 

@@ -25,6 +25,8 @@ def test_precedence_cli_over_env_over_file():
     ("cli", "needle"),
     [
         ({"interval": "fast"}, "--interval='fast'"),
+        ({"energy_interval": "often"}, "must be a positive number of seconds"),
+        ({"energy_interval": "0"}, "--energy-interval"),
         ({"interval": "-1"}, "positive"),
         ({"simulate": "-2"}, "--simulate"),
         ({"listen": "9446"}, "HOST:PORT"),
