@@ -35,6 +35,20 @@ def test_nice_ticks(lo, hi, expected):
     assert nice_ticks(lo, hi) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("top", [1.9, 4.0, 79.65, 0.3])
+def test_the_memory_axis_holds_the_highest_line(top):
+    """The memory panel's top tick is at or above the highest memory drawn."""
+    lines = trace([0.0, 1.0, 2.0], [top / 2, top, top / 3])
+    lines.gpus[0].values["mem-util"] = [None] * 3  # no capacity line: the data decides
+    root = ET.fromstring(worker_chart(lines, NAMES))
+    mem = max((r for r in root.iter(f"{SVG}rect") if r.get("stroke") == "#444"),
+              key=lambda r: float(r.get("y")))
+    y0, y1 = float(mem.get("y")), float(mem.get("y")) + float(mem.get("height"))
+    labels = [float(t.text) for t in root.iter(f"{SVG}text")
+              if t.get("text-anchor") == "end" and y0 - 1 <= float(t.get("y")) - 4 <= y1 + 1]
+    assert max(labels) >= top
+
+
 def test_a_chart_is_well_formed_svg_with_its_labels():
     svg = worker_chart(trace([float(t) for t in range(61)], [2.0] * 61), NAMES)
     root = ET.fromstring(svg)  # also proves every name is escaped

@@ -45,15 +45,17 @@ def _colour(name: str) -> str:
     return PALETTE[int(name[1:]) % len(PALETTE)]
 
 
-def nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
-    """Round tick values in [lo, hi]: steps of 1, 2 or 5 times a power of ten."""
+def nice_ticks(lo: float, hi: float, most: int = 6, cover: bool = False) -> list[float]:
+    """Round tick values in [lo, hi]: steps of 1, 2 or 5 times a power of ten; ``cover``:
+    up to the first tick at or above ``hi`` (an axis whose top is its last tick)."""
     if not hi > lo:
         return [lo]
     raw = (hi - lo) / most
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.ceil(lo / step - 1e-9)
-    return [round(k * step, 10) for k in range(first, math.floor(hi / step + 1e-9) + 1)]
+    last = math.ceil(hi / step - 1e-9) if cover else math.floor(hi / step + 1e-9)
+    return [round(k * step, 10) for k in range(first, last + 1)]
 
 
 def _number(value: float) -> str:
@@ -194,7 +196,7 @@ def worker_chart(trace: WorkerTrace, names: JobNames, simulated: bool = False) -
     top_mem = max([*(c or 0 for c in capacities),
                    *(v or 0 for g in trace.gpus for m in ("total-mem", "peak-mem")
                      for v in g.values.get(m, ()))], default=0) / GIB
-    mem_ticks = nice_ticks(0, top_mem * 1.05 or 1)
+    mem_ticks = nice_ticks(0, top_mem * 1.05 or 1, cover=True)
     probe = _Panel(0, span, 1)
     _, rows = _phases([probe], trace.phases, names, unit, colours)
     util = _Panel(TITLE + ROW * rows + 8, span, 105)
