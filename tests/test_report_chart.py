@@ -9,7 +9,7 @@ import pytest
 
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.plotdata import GpuTrace, Phase, WorkerTrace
-from dask_metrics.collector.report.chart import nice_ticks, worker_chart
+from dask_metrics.collector.report.chart import RIGHT, WIDTH, nice_ticks, worker_chart
 
 GIB = 2**30
 SVG = "{http://www.w3.org/2000/svg}"
@@ -69,6 +69,20 @@ def test_a_gap_in_the_samples_breaks_the_lines():
     missing = worker_chart(trace([float(t) for t in range(20)], [1.0] * 9 + [None] + [1.0] * 10),
                            NAMES)
     assert any(p.get("d").count("M") == 2 for p in ET.fromstring(missing).iter(f"{SVG}path"))
+
+
+def test_a_long_legend_fits_the_chart_and_long_names_are_cut():
+    eight = trace([0.0, 1.0], [1.0, 2.0])
+    eight.gpus = [GpuTrace(str(i), f"GPU-{i}", [0.0, 1.0], dict(eight.gpus[0].values))
+                  for i in range(8)]
+    eight.phases = [Phase(0.1 * j, 0.1 * j + 0.05, str(j), "0") for j in range(1, 11)]
+    names = JobNames.of([(str(j), "x" * 80, "0") for j in range(1, 11)])
+    root = ET.fromstring(worker_chart(eight, names))
+    column = str(WIDTH - RIGHT + 14 + 28)  # the legend's labels
+    legend = [t for t in root.iter(f"{SVG}text") if t.get("x") == column]
+    assert len(legend) == 8 * 3 + 1 + 10  # compute, used, peak per GPU; capacity; 10 jobs
+    assert max(float(t.get("y")) for t in legend) < float(root.get("height"))
+    assert any(t.text.endswith("…") and len(t.text) < 40 for t in legend)
 
 
 def test_simulated_gpus_are_marked_and_empty_traces_draw():

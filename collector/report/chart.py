@@ -35,6 +35,7 @@ WIDTH, LEFT, RIGHT = 1200, 64, 250  # px; RIGHT: the legend's column
 PANEL, GAP, BOTTOM = 210, 34, 46  # px: each panel's height, between them, below them
 TITLE, ROW = 40, 15  # px: the title's band, a row of phase labels
 CHAR = 6.2  # px: the mean width of a character at the 11 px labels (for label rows)
+LEGEND_CHARS = (RIGHT - 50) // 6  # characters of a legend label that fit its column
 LEVELS = 3  # rows of phase labels at most (place_labels' default)
 GIB = 2**30
 DASH = {"solid": "", "dashed": "6 3", "dotted": "1.5 3"}
@@ -172,7 +173,8 @@ def _phases(panels: Sequence[_Panel], found: Sequence[Phase], names: JobNames, u
 
 
 def _legend(entries: Sequence[tuple[str, str, str]], top: float) -> list[str]:
-    """(label, colour, dash or "band") per entry, in the right-hand column."""
+    """(label, colour, dash or "band") per entry, in the right-hand column; a label longer
+    than the column is cut with an ellipsis (the full name is in the tables above)."""
     out, x = [], WIDTH - RIGHT + 14
     for i, (label, colour, dash) in enumerate(entries):
         y = top + 6 + 16 * i
@@ -183,7 +185,8 @@ def _legend(entries: Sequence[tuple[str, str, str]], top: float) -> list[str]:
             extra = f' stroke-dasharray="{DASH[dash]}"' if DASH[dash] else ""
             out.append(f'<line x1="{x}" x2="{x + 22}" y1="{y}" y2="{y}" stroke="{colour}" '
                        f'stroke-width="1.5"{extra}/>')
-        out.append(f'<text x="{x + 28}" y="{y + 4}">{html.escape(label)}</text>')
+        text = label if len(label) <= LEGEND_CHARS else label[:LEGEND_CHARS - 1] + "…"
+        out.append(f'<text x="{x + 28}" y="{y + 4}">{html.escape(text)}</text>')
     return out
 
 
@@ -201,7 +204,6 @@ def worker_chart(trace: WorkerTrace, names: JobNames, simulated: bool = False) -
     _, rows = _phases([probe], trace.phases, names, unit, colours)
     util = _Panel(TITLE + ROW * rows + 8, span, 105)
     mem = _Panel(util.top + PANEL + GAP, span, mem_ticks[-1] if mem_ticks[-1] > 0 else 1)
-    height = mem.top + PANEL + BOTTOM
     xticks = [(t * unit, _number(t)) for t in nice_ticks(0, span / unit, 10)] if span else []
     body: list[str] = []
     shaded, _ = _phases([util, mem], trace.phases, names, unit, colours)
@@ -238,7 +240,10 @@ def worker_chart(trace: WorkerTrace, names: JobNames, simulated: bool = False) -
             legend.append(("capacity (dashed, per GPU)", "#666", "dashed"))
     legend += [(names.job(job), _colour(colour), "band") for job, colour in colours.items()]
     body += _legend(legend, util.top)
-    body.append(f'<text x="{LEFT + mem.width / 2}" y="{height - 10}" text-anchor="middle">'
+    # as tall as the panels or the legend, whichever is longer (8 GPUs: 32 lines and jobs)
+    height = max(mem.top + PANEL + BOTTOM, util.top + 16 * len(legend) + 12)
+    body.append(f'<text x="{LEFT + mem.width / 2}" y="{mem.top + PANEL + 36}" '
+                'text-anchor="middle">'
                 f"{unit_name} since the start{f' ({trace.start})' if trace.start else ''}"
                 "</text>")
     title = f"{trace.worker}: {len(trace.gpus)} GPU(s); shaded: the job/DAG running on it"
