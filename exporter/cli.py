@@ -130,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
                               config.tls_client_ca_file)
     except (OSError, ssl.SSLError) as exc:
         return fail(EXIT_USAGE, f"cannot load the TLS certificate or key: {exc}")
+    # Sampling before serving: a /healthz answered in between would say "stalled" (503).
+    sampler.start()
     try:
         app = make_app(gpu, process, healthy, version=lambda: sampler.snapshot)
         httpd, _ = serve(host, port, app, tls, max_connections=config.max_connections,
                          timeout=config.connection_timeout)
     except OSError as exc:
+        sampler.stop(timeout=2.0)
         return fail(1, f"cannot listen on {config.listen}: {exc.strerror or exc}")
-    sampler.start()
     logger.info("serving %d GPU(s) of worker %s on %s://%s:%d/metrics", len(first.gpus),
                 first.worker, "https" if tls else "http", host, httpd.server_port)
     if first.cluster is None:  # series only once the worker-info file names the cluster
