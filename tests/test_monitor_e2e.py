@@ -77,7 +77,10 @@ def session(cluster):
         future = b.submit(fail)
         wait(future)
         assert future.status == "error"
-    idle = wait_for(lambda: idle_scrape(stack, time.time() - 0.2), timeout=30,
+        erred = time.time()  # the scheduler knew before the client did
+    # a scrape that began after the error: it holds the erred DAG (one just before job-b,
+    # idle too, would let the session stop before any scrape saw job-b at all)
+    idle = wait_for(lambda: idle_scrape(stack, erred), timeout=30,
                     what="Prometheus to scrape the idle cluster")
     wait_for(lambda: stack.scraped_since("dask_gpu_up", idle), timeout=30,
              what="a GPU sample of each worker after it")  # so the CSVs end with idle rows
@@ -128,7 +131,8 @@ def test_monitor_outlives_its_client_and_exports_per_worker_csv(cluster, session
     with open(out / "jobs.csv", newline="") as fh:
         dags = list(csv.DictReader(fh))
     assert [(d["job"], d["job_name"], d["dag"], d["status"]) for d in dags] == [
-        ("0", "job-a", "0", "finished"), ("1", "job-b", "0", "erred")]
+        ("0", "job-a", "0", "finished"), ("1", "job-b", "0", "erred")], (
+        session, stack.query("dask_job_dag_status[3m]"))  # what Prometheus holds, if it fails
     assert [d["client"].split("-")[:3] for d in dags] == [["Client", "job", "a"],
                                                          ["Client", "job", "b"]]  # Dask's ids
     for d in dags:  # seen within the session, the erred DAG after the first one
