@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -48,7 +49,12 @@ class MonitorHandlers:
         }
 
     def monitor_start(self, metrics: Iterable[str] | str | None = None) -> dict[str, Any]:
-        names = [metrics] if isinstance(metrics, str) else [str(m) for m in metrics or ()]
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        if not (metrics is None or (isinstance(metrics, list | tuple)
+                and all(isinstance(m, str) for m in metrics))):
+            return self._refusal(SessionError("metrics must be a metric name or a list of them"))
+        names = list(metrics or ())
         try:
             session = self.tracker.start_session(names)
         except SessionError as exc:
@@ -59,6 +65,9 @@ class MonitorHandlers:
     async def monitor_stop(self, wait: bool = True, timeout: float | None = None) -> dict[str, Any]:
         """Stop the session; with ``wait``, once the DAGs unfinished now have finished.
         After ``timeout`` seconds of waiting the session is left running and ok is False."""
+        if not isinstance(wait, bool) or not (timeout is None or _seconds(timeout)):
+            return self._refusal(SessionError("wait must be true or false and timeout a "
+                                              "number of seconds (or None)"))
         session = self.tracker.session
         if session is None or session.stop is not None:
             return self._refusal(SessionError("no monitor session is running"))
@@ -103,18 +112,24 @@ class MonitorHandlers:
             "dask_cluster": self._cluster(),
         }
 
-    def monitor_sessions(self, since: int = -1) -> list[dict[str, Any]]:
+    def monitor_sessions(self, since: int = -1) -> list[dict[str, Any]] | dict[str, Any]:
+        if not _whole(since):
+            return self._refusal(SessionError("since must be a session id"))
         return [s.to_dict() for s in self.tracker.sessions(since)]
 
     def new_job(self, name: str | None = None) -> dict[str, Any]:
+        if not (name is None or isinstance(name, str)):
+            return {"ok": False, "error": "name must be a string (or None)"}
         try:
             job = self.tracker.new_job(name)
         except ValueError as exc:
             return {"ok": False, "error": str(exc)}
         return {"ok": True, "job_id": job.id}
 
-    def dags(self, job_id: int | None = None) -> list[dict[str, Any]]:
+    def dags(self, job_id: int | None = None) -> list[dict[str, Any]] | dict[str, Any]:
         """The DAGs held (unfinished and recently finished), by job then DAG number."""
+        if not (job_id is None or _whole(job_id)):
+            return {"ok": False, "error": "job_id must be a job's number (or None)"}
         held = [d for d in self.tracker.dags() if job_id is None or d.job.id == job_id]
         return [d.to_dict() for d in sorted(held, key=lambda d: (d.job.id, d.id))]
 
@@ -124,3 +139,14 @@ class MonitorHandlers:
     def cluster(self) -> str | None:
         """The dask_cluster label of this cluster's series: what workers and sidecars use."""
         return self._cluster()
+
+
+def _whole(value: Any) -> bool:
+    """An int that is not a bool: what an id argument must be."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seconds(value: Any) -> bool:
+    """A finite, non-negative number of seconds (not a bool)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
