@@ -36,11 +36,12 @@ def increase(times: Sequence[int], values: Sequence[float], start: int) -> float
     The baseline is the last sample at or before ``start`` (the series existed then); with
     none, 0 (the series began inside the range, and a counter begins at 0). A drop is a
     reset (a restarted scheduler): the counter counted from 0 again, so its new value is
-    all increase. NaN samples are skipped. Computed at C speed: the last value minus the
-    baseline, plus the value before each drop.
+    all increase. NaN and infinite samples are skipped (preloads before 2026-11-24 exported
+    an infinite digest as +Inf). Computed at C speed: the last value minus the baseline,
+    plus the value before each drop.
     """
-    if any(map(math.isnan, values)):
-        kept = [(t, v) for t, v in zip(times, values, strict=True) if not math.isnan(v)]
+    if not all(map(math.isfinite, values)):
+        kept = [(t, v) for t, v in zip(times, values, strict=True) if math.isfinite(v)]
         times, values = [t for t, _ in kept], [v for _, v in kept]
     i = bisect_right(times, start)
     points = list(values[i - 1:]) if i else [0.0, *values]

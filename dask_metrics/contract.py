@@ -251,10 +251,12 @@ OTHER_PREFIX = "other"
 
 
 def safe_unit(unit: str) -> str:
-    """A Dask unit as a metric-name part: lower case, [a-z0-9_] only, never empty."""
+    """A Dask unit as a metric-name part: lower case, [a-z0-9_] only, never empty, never
+    ending in ``total`` (``<unit>_total`` would end in ``_total_total``, which
+    prometheus_client folds into the ``<unit>`` family: ``seconds_total`` into seconds)."""
     out = "".join(c if c.isascii() and c.isalnum() else "_" for c in str(unit).lower())
-    out = "_".join(part for part in out.split("_") if part)
-    return out or "unitless"
+    out = "_".join(part for part in out.split("_") if part) or "unitless"
+    return f"{out}_unit" if out.rsplit("_", 1)[-1] == "total" else out
 
 
 def activity_spec(unit: str) -> MetricSpec:

@@ -100,7 +100,7 @@ class ActivityLedger:
             for key, value in deltas.items():
                 if not (isinstance(key, tuple) and len(key) == 5 and key[0] == "execute"):
                     continue
-                if not isinstance(value, int | float) or math.isnan(value) or value < 0:
+                if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                     continue
                 _, span_id, prefix, activity, unit = key
                 prefix = str(prefix)

@@ -9,6 +9,7 @@ import csv
 import functools
 import io
 import os
+import shutil
 import ssl
 import struct
 import subprocess
@@ -24,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import pytest
 from distributed import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -72,6 +74,17 @@ def http_get(url: str, timeout: float = 5.0, ca_file: str | None = None) -> tupl
 # ---- /metrics pages ----------------------------------------------------------------------------
 
 Series = dict[tuple[tuple[str, str], ...], float]
+
+
+def promtool_lint(text: str) -> None:
+    """``promtool check metrics`` on a /metrics page: what Prometheus' own linter says of it
+    (a family declared twice, a bad name, a counter without _total) must be nothing."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("needs promtool (Debian package prometheus; scripts/setup.sh installs it)")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
 
 
 class Scrape:

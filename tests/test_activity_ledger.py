@@ -11,7 +11,7 @@ import pytest
 from dask_metrics.contract import OTHER_PREFIX
 from dask_metrics.exporter.activity_ledger import ActivityLedger, activity_label
 from dask_metrics.exporter.job_tracker import Dag, JobTracker
-from dask_metrics.exporter.scheduler.fine import cluster_rows, count_prefix_tasks
+from dask_metrics.exporter.scheduler.fine import ClusterTotals, count_prefix_tasks
 from dask_metrics.exporter.scheduler.settings import Settings
 
 SPAN = "span-1"
@@ -169,12 +169,31 @@ def test_prefix_tasks_are_counted_per_worker_job_dag_and_capped_prefix():
 
 
 def test_cluster_rows_name_contexts_activities_and_units():
-    rows = cluster_rows([("gather-dep", ("network",), "seconds", 1.0),
-                         ("memory-monitor", ("evict", "disk-write"), "bytes", 5),
-                         ("get-data", ("network",), "Seconds", 2.0)], 128)
+    rows = ClusterTotals().rows([("gather-dep", ("network",), "seconds", 1.0),
+                                 ("memory-monitor", ("evict", "disk-write"), "bytes", 5),
+                                 ("get-data", ("network",), "Seconds", 2.0)], 128)
     assert sorted(rows) == [("bytes", "memory-monitor", "evict:disk-write", 5),
                             ("seconds", "gather-dep", "network", 1.0),
                             ("seconds", "get-data", "network", 2.0)]
+
+
+def test_cluster_counters_count_only_finite_increases_of_dasks_sums():
+    """Dask's sums go down on a negative digest and stay NaN/inf after one: the counters
+    take each finite increase between scrapes and never go down."""
+    totals, key = ClusterTotals(), ("gather-dep", ("network",), "seconds")
+    got = [totals.rows([(*key, raw)], 128)[0][3]
+           for raw in (5.0, -95.0, -185.0, 10.0, math.inf, 12.0, math.nan, math.nan)]
+    assert got == [5.0, 5.0, 5.0, 200.0, 200.0, 202.0, 202.0, 202.0]
+    assert ClusterTotals().rows([(*key, -3.0)], 128) == [("seconds", "gather-dep", "network", 0)]
+
+
+def test_non_finite_execute_values_are_not_counted():
+    tracker, ledger = JobTracker(), ActivityLedger()
+    dag = submit(tracker, "a", ["f-1"])
+    ledger.observe(dag, {(SPAN, "f"): 1})
+    ledger.add({**execute("f", "custom", math.inf), **execute("f", "x", -math.inf)})
+    ledger.add(execute("f", "custom", 1.5))
+    assert table(ledger) == {("seconds", "0", "0", "f", "custom"): 1.5}
 
 
 @pytest.mark.parametrize("count", [1, 4])

@@ -68,6 +68,12 @@ def test_increase_survives_resets_and_nan() -> None:
     assert increase([0, 1, 2, 3, 4, 5], values, 0) == 10.0
 
 
+def test_infinite_samples_are_skipped_not_turned_into_nan() -> None:
+    # an older preload exported an infinite digest as +Inf for the counter's whole life
+    assert increase([0, 1, 2], [math.inf] * 3, 0) == 0.0
+    assert increase([0, 1, 2, 3], [1.0, math.inf, 3.0, -math.inf], 0) == 2.0
+
+
 def test_activity_rows_add_pieces_drop_zeros_and_sort() -> None:
     seconds, custom = activity_spec("seconds").name, activity_spec("Flops/s").name
     assert unit_of(custom) == "flops_s"

@@ -75,13 +75,27 @@ def test_specs_are_unique_and_follow_prometheus_naming():
             assert label not in ("job", "instance"), f"{spec.name}: {label} is Prometheus'"
 
 
-@pytest.mark.parametrize("unit", ["seconds", "bytes", "widget count", "S3 £", "", "Count"])
+UNITS = ["seconds", "bytes", "widget count", "S3 £", "", "Count", "seconds_total", "total",
+         "Bytes Total", "subtotal"]
+
+
+@pytest.mark.parametrize("unit", UNITS)
 def test_activity_families_of_any_unit_follow_prometheus_naming(unit: str):
     for family, make in DYNAMIC:
         spec = make(unit)
         assert re.fullmatch(family + r"[a-z0-9]+(_[a-z0-9]+)*_total", spec.name), spec.name
+        assert not spec.name.endswith("_total_total"), spec.name  # a counter's family name
         assert spec.type == "counter" and spec.unit in spec.name
         assert dynamic_family(spec.name) and dynamic_family(spec.name.removesuffix("_total"))
+
+
+def test_units_of_distinct_meaning_get_distinct_families():
+    """prometheus_client strips one _total from a counter's name: a unit ending in "total"
+    must not land in another unit's family (seconds_total in seconds)."""
+    families = {contract.activity_spec(u).name.removesuffix("_total") for u in UNITS}
+    assert len(families) == len(UNITS)
+    assert contract.safe_unit("seconds_total") == "seconds_total_unit"
+    assert contract.safe_unit("Subtotal") == "subtotal"
 
 
 @pytest.mark.parametrize("token", [

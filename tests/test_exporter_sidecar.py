@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,6 +18,7 @@ from tests.helpers import (
     free_port,
     http_get,
     no_nvml_env,
+    promtool_lint,
     scrape,
     sidecar,
     value,
@@ -85,12 +85,7 @@ def test_every_exported_name_is_documented_and_promtool_agrees(fake_nvml):
     ours = {n for n in names if n.startswith("dask_")}
     assert ours - {"dask_gpu_exporter_nvml_errors_total"} <= documented
     assert documented - ours <= {"dask_gpu_exporter_nvml_errors_total"}
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("needs promtool (Debian package prometheus; scripts/setup.sh installs it)")
-    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
-                           text=True)
-    assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
+    promtool_lint(text)
 
 
 def test_spike_between_two_scrapes_shows_in_the_peak(fake_nvml):

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
-from tests.helpers import http_get, scrape, sidecar, value, values
+from tests.helpers import http_get, promtool_lint, scrape, sidecar, value, values
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]  # real NVML, a sidecar process
 
@@ -46,11 +46,7 @@ def test_sidecar_serves_every_visible_gpu(real_gpus):
             assert total > 0 and 0 <= used <= total  # an idle GPU reports 0 used (NVML v2)
             info = values(samples, "dask_gpu_info", **labels)
             assert len(info) == 1 and dict(next(iter(info)))["simulated"] == "false"
-        if shutil.which("promtool"):
-            text = http_get(base + "/metrics")[1]
-            check = subprocess.run(["promtool", "check", "metrics"], input=text,
-                                   capture_output=True, text=True)
-            assert check.returncode == 0, check.stdout + check.stderr
+        promtool_lint(http_get(base + "/metrics")[1])
 
 
 def test_uuids_match_nvidia_smi(real_gpus):

@@ -12,17 +12,18 @@ the work by the task's own overhead, bounded here by 25% + 50 ms per task."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from typing import Any
 
 import pytest
-from distributed import Client, Event, span
+from distributed import Client, Event, get_worker, span
 from distributed.metrics import context_meter
 
 from dask_metrics.contract import OTHER_PREFIX
 from dask_metrics.demo import workload
-from tests.helpers import Scrape, wait_for
+from tests.helpers import Scrape, promtool_lint, wait_for
 from tests.test_scheduler_plugin import cluster, metrics, plugin_of
 
 SLEEP, SPIN, TASKS = 0.2, 0.2, 4
@@ -194,6 +195,44 @@ def test_worker_memory_follows_a_held_allocation_and_executing_tasks_show_their_
 
 def tiny(x: int) -> int:
     return x
+
+
+def odd_digests(cluster_value: float) -> float:
+    """Units ending in "total", a non-finite value, and a cluster-wide (non-execute)
+    metric of the given value, as user code can digest them."""
+    context_meter.digest_metric("tally", 12.0, "seconds_total")
+    context_meter.digest_metric("count", 11.0, "total")
+    context_meter.digest_metric("forever", math.inf, "seconds")
+    get_worker().digest_metric(("custom-context", "work", "seconds"), cluster_value)
+    return cluster_value
+
+
+def dask_cluster_sum(client: Client) -> float:
+    return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.cumulative_worker_metrics
+                                   .get(("custom-context", "work", "seconds"), 0.0))
+
+
+@pytest.mark.integration
+def test_odd_units_and_values_keep_the_page_valid_and_the_counters_monotonic():
+    custom = "dask_job_cluster_activity_seconds_total"
+    with cluster() as lc, Client(lc) as client:
+        assert client.submit(odd_digests, 5.0, pure=False).result() == 5.0
+        s = wait_for(lambda: metrics(lc), lambda s: s.value(
+            custom, context="custom-context", activity="work") == 5.0, what="+5 exported")
+        # Dask's own sum goes down, then is NaN for good: the counter stays where it was
+        client.submit(odd_digests, -100.0, pure=False).result()
+        wait_for(lambda: dask_cluster_sum(client), lambda v: v == -95.0, what="Dask's -95")
+        client.submit(odd_digests, math.nan, pure=False).result()
+        wait_for(lambda: dask_cluster_sum(client), math.isnan, what="Dask's sum NaN")
+        s = metrics(lc)
+        assert s.value(custom, context="custom-context", activity="work") == 5.0
+        promtool_lint(s.text)  # no family declared twice, no NaN or negative counter
+        # three DAGs of one job, each its own series
+        tally = activities(s, "dask_job_activity_seconds_total_unit_total")
+        assert tally == {("0", dag, "odd_digests", "tally"): 12.0 for dag in "012"}
+        count = activities(s, "dask_job_activity_total_unit_total")
+        assert count == {("0", dag, "odd_digests", "count"): 11.0 for dag in "012"}
+        assert not {a for *_, a in activities(s)} & {"forever", "tally", "count"}  # inf; units
 
 
 @pytest.mark.integration

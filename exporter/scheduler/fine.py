@@ -5,6 +5,8 @@ trip to the workers, nothing per task transition."""
 
 from __future__ import annotations
 
+import math
+import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -48,18 +50,42 @@ def count_prefix_tasks(
     return [(*labels, n) for labels, n in counts.items()]
 
 
-def cluster_rows(
-    metrics: Iterable[tuple[str, tuple[Any, ...], Any, float]], max_length: int
-) -> list[tuple[str, str, str, float]]:
-    """(unit, context, activity, value) rows, summed where two Dask spellings clean alike."""
-    rows: Counter[tuple[str, str, str]] = Counter()
-    for context, parts, unit, value in metrics:
-        rows[safe_unit(str(unit)), clean_label(context, max_length),
-             activity_label(parts, max_length)] += value
-    return [(*labels, value) for labels, value in rows.items()]
+class ClusterTotals:
+    """Dask's cluster-wide sums (``Scheduler.cumulative_worker_metrics``) as counters that
+    never go down.
+
+    Dask adds whatever workers digest to those sums: a negative value makes one go down, a
+    NaN or infinite one poisons it for good. Each scrape counts only the finite increases of
+    every sum since the previous scrape, the per-job counters' rule (nothing negative, NaN
+    or infinite), so ``rate()`` and ``increase()`` stay right. State: one number pair per
+    Dask key, as many as Dask itself keeps."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # scrapes may come from two servers at once
+        self._last: dict[Hashable, float] = {}  # Dask's last finite sum per key
+        self._counted: dict[Hashable, float] = {}  # what the counter says per key
+
+    def rows(self, metrics: Iterable[tuple[str, tuple[Any, ...], Any, float]],
+             max_length: int) -> list[tuple[str, str, str, float]]:
+        """(unit, context, activity, value) rows, summed where two Dask spellings clean
+        alike."""
+        rows: Counter[tuple[str, str, str]] = Counter()
+        with self._lock:
+            for context, parts, unit, value in metrics:
+                key = (context, parts, unit)
+                step = value - self._last.get(key, 0.0)
+                counted = self._counted.get(key, 0.0)
+                if math.isfinite(step) and step > 0:
+                    counted = self._counted[key] = counted + step
+                if math.isfinite(value):
+                    self._last[key] = value
+                rows[safe_unit(str(unit)), clean_label(context, max_length),
+                     activity_label(parts, max_length)] += counted
+        return [(*labels, value) for labels, value in rows.items()]
 
 
-def fine_snapshot(scheduler: Any, tracker: JobTracker, ledger: ActivityLedger) -> FineSnapshot:
+def fine_snapshot(scheduler: Any, tracker: JobTracker, ledger: ActivityLedger,
+                  cluster: ClusterTotals) -> FineSnapshot:
     """This scrape's issue-#13 series, from the scheduler, the tracker and the ledger."""
     executing = [
         (worker_label(name, address), tasks)
@@ -67,7 +93,8 @@ def fine_snapshot(scheduler: Any, tracker: JobTracker, ledger: ActivityLedger) -
     ]
     return FineSnapshot(
         activities=ledger.series(),
-        cluster=cluster_rows(dask_internals.cluster_metrics(scheduler), tracker.label_max_length),
+        cluster=cluster.rows(dask_internals.cluster_metrics(scheduler),
+                             tracker.label_max_length),
         workers=[(worker_label(w.name, w.address), w)
                  for w in dask_internals.worker_resources(scheduler)],
         prefix_tasks=count_prefix_tasks(executing, tracker.owner, ledger.prefix_label),

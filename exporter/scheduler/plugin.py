@@ -20,7 +20,7 @@ from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_l
 from dask_metrics.exporter.job_tracker import JobMode, JobTracker
 from dask_metrics.exporter.scheduler import dask_internals
 from dask_metrics.exporter.scheduler.families import HUB, SourceCollector, errors_family, families
-from dask_metrics.exporter.scheduler.fine import fine_snapshot
+from dask_metrics.exporter.scheduler.fine import ClusterTotals, fine_snapshot
 from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
 from dask_metrics.exporter.scheduler.serving import MetricsServer
 from dask_metrics.exporter.scheduler.settings import Settings
@@ -52,6 +52,7 @@ class JobPlugin(SchedulerPlugin):
         s = self.settings
         # Dask's fine performance metrics per job, DAG and prefix (fed by heartbeats)
         self.ledger = ActivityLedger(s.max_prefixes_per_job, s.label_max_length)
+        self.cluster_totals = ClusterTotals()  # the same outside task execution
         self.tracker = JobTracker(
             s.job_mode,
             max_finished_dags=s.max_finished_dags,
@@ -247,7 +248,7 @@ class JobPlugin(SchedulerPlugin):
         try:
             scheduler = self._scheduler
             fine = None if scheduler is None else fine_snapshot(scheduler, self.tracker,
-                                                                self.ledger)
+                                                                self.ledger, self.cluster_totals)
             return families(self.tracker.snapshot(), dict(self.errors), cluster, fine)
         except Exception:
             self._failed("collect")
