@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar, cast
@@ -113,6 +113,7 @@ class ExportResult:
     warnings: list[str]
     cluster: str | None = None
     store_note: str | None = None  # what this store's export holds differently (NaN dropped)
+    inventory: list[WorkerInfo] = field(default_factory=list)  # the workers, as found
 
 
 SUMMARIES = (ACTIVITIES_CSV, GPU_BY_PREFIX_CSV)
@@ -406,7 +407,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         (stage / "export.json").write_text(json.dumps(record, indent=2) + "\n",
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
-                        scope.cluster, store.note)
+                        scope.cluster, store.note, chosen)
 
 
 def _activities(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
@@ -522,15 +523,17 @@ def previous_files(out: Path) -> set[str]:
 
 @contextmanager
 def _staging(out: Path) -> Iterator[Path]:
-    """A hidden folder beside ``out`` whose files are moved into ``out`` on success.
+    """A hidden folder whose files are moved into ``out`` on success.
 
-    A new ``out`` appears whole, by one rename; into an existing one each file is moved by
-    its own atomic rename, export.json last, so that it never lists a file not yet in place;
-    then the files of an earlier export (as its export.json listed them) that this one did
-    not write are removed. Files that no export.json listed are left. On any failure the
-    staging folder is removed and ``out`` is untouched.
+    A new ``out`` appears whole, by one rename of a folder made beside it; into an existing
+    one (a mount point, a volume: renames cannot leave its file system) the folder is made
+    inside it and each file is moved by its own atomic rename, export.json last, so that it
+    never lists a file not yet in place; then the files of an earlier export (as its
+    export.json listed them) that this one did not write are removed. Files that no
+    export.json listed are left. On any failure the staging folder is removed and ``out``
+    is untouched.
     """
-    anchor = out.absolute().parent
+    anchor = out.absolute() if out.is_dir() else out.absolute().parent
     while not anchor.exists():
         anchor = anchor.parent
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=anchor))

@@ -9,6 +9,7 @@ GPU or state, so the text is exactly what ``csv.writer`` would write row by row.
 from __future__ import annotations
 
 import csv
+import hashlib
 import heapq
 import io
 import math
@@ -145,16 +146,24 @@ def workers_rows(workers: Iterable[WorkerInfo]) -> Iterator[list[str]]:
                " ".join(uuid for _, uuid in w.gpus), "true" if w.simulated else "false"]
 
 
+#: File names stay under 255 bytes with room for a suffix (_2) and an extension (.png).
+LONGEST_STEM = 120
+
+
 def safe_file_names(workers: Sequence[str], layout: str) -> dict[str, str]:
     """{worker: file name}: tidy uses the worker's name made safe for any file system
     (an address such as tcp://10.0.0.1:4000 becomes tcp___10.0.0.1_4000), never clashing with
-    workers.csv or export.json or another worker; seed uses worker_<position>.csv."""
+    workers.csv or export.json or another worker, and short enough for any file system (a
+    longer name is cut and ends in a hash of the whole); seed uses worker_<position>.csv."""
     if layout == "seed":
         return {w: f"worker_{i}.csv" for i, w in enumerate(workers)}
     names: dict[str, str] = {}
     taken = set(RESERVED)
     for worker in workers:
         base = re.sub(r"[^A-Za-z0-9._-]", "_", worker).lstrip(".") or "_"
+        if len(base) > LONGEST_STEM:
+            digest = hashlib.sha256(worker.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            base = f"{base[:LONGEST_STEM - 13]}-{digest}"
         stem, n = base, 1
         while stem.lower() in taken:
             n += 1

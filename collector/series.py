@@ -213,6 +213,9 @@ class WorkerInfo:
     hosts: list[str] = field(default_factory=list)
     gpus: list[tuple[str, str]] = field(default_factory=list)
     simulated: bool = False  # a GPU of it carried simulated="true": synthetic numbers
+    # dask_gpu_info's labels of each (gpu, uuid): model, capacity, driver for the report
+    gpu_labels: dict[tuple[str, str], dict[str, str]] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 def worker_inventory(gpu_info: Iterable[Mapping[str, str]],
@@ -230,7 +233,9 @@ def worker_inventory(gpu_info: Iterable[Mapping[str, str]],
     for labels in gpu_info:
         info = workers.setdefault(labels.get("worker", ""), WorkerInfo(labels.get("worker", "")))
         add(info.hosts, labels.get("hostname", ""))
-        add(info.gpus, (labels.get("gpu", ""), labels.get("uuid", "")))
+        gpu = (labels.get("gpu", ""), labels.get("uuid", ""))
+        add(info.gpus, gpu)
+        info.gpu_labels.setdefault(gpu, dict(labels))
         info.simulated = info.simulated or labels.get(SIMULATED) == "true"
     for labels in scheduler_info:
         if labels.get("worker") in workers:

@@ -59,8 +59,11 @@ def parse_rfc3339(text: str) -> float:
     if offset in ("Z", "z"):
         tz = timezone.utc
     else:
-        sign = -1 if offset[0] == "-" else 1
-        tz = timezone(sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6])))
+        sign, hours, minutes = -1 if offset[0] == "-" else 1, int(offset[1:3]), int(offset[4:6])
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"{text!r}: the offset {offset} is not a time zone's "
+                             "(from -23:59 to +23:59)")
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
         moment = datetime(year, month, day, hour, minute, second, tzinfo=tz)
     except ValueError as exc:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,5 +35,16 @@ def atomic_open(path: str | os.PathLike[str], mode: int = 0o644,
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically (see ``atomic_open``)."""
-    with atomic_open(path, mode) as fh:
-        fh.write(text)
+    atomic_write_texts({path: text}, mode)
+
+
+def atomic_write_texts(files: Mapping[str | os.PathLike[str], str], mode: int = 0o644) -> None:
+    """Write files that belong together (a page and its numbers): each is written in full
+    and synced to its temporary before any replaces its old version, so a full disk or an
+    error leaves every old file, never a new one beside an old one."""
+    with ExitStack() as stack:
+        for path, text in files.items():
+            fh = stack.enter_context(atomic_open(path, mode))
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())

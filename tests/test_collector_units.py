@@ -242,6 +242,16 @@ def test_file_names_are_safe_and_distinct() -> None:
     assert safe_file_names(["b", "a"], "seed") == {"b": "worker_0.csv", "a": "worker_1.csv"}
 
 
+def test_long_worker_names_give_short_distinct_file_names() -> None:
+    """A 300-character name made every export fail (File name too long)."""
+    long_a, long_b = "L" * 300, "L" * 299 + "M"
+    names = safe_file_names([long_a, long_b, "é" * 200], "tidy")
+    assert len(set(names.values())) == 3
+    assert all(len(n.encode()) <= 130 for n in names.values()), names
+    assert names[long_a].startswith("L" * 100) and names[long_a].endswith(".csv")
+    assert safe_file_names([long_a], "tidy") == {long_a: names[long_a]}  # the same every time
+
+
 def test_natural_order() -> None:
     assert sorted(["w-10", "w-2", "w-1", "v"], key=natural_key) == ["v", "w-1", "w-2", "w-10"]
 
