@@ -13,6 +13,7 @@ from typing import Any
 
 GIB = 2**30
 DEFAULT_HEADROOM = 1.2
+MOST_HEADROOM = 100.0  # a hundredfold peak is no advice about any GPU
 NEAR_CAPACITY_PERCENT = 90.0
 DEVICE_MEMORY_LIMIT_SHARE = 0.8  # of capacity: where dask-cuda should start spilling
 SHARE_BELOW_PERCENT = 50.0  # GPUs busier than this on average are not shared further

@@ -21,21 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from dask_metrics import __version__
-from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.atomicfile import atomic_write_texts
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
-from dask_metrics.collector.fetch import Scope, fetch_label_sets
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW
 from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, load_models
+from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
-from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, INFO, JOBS_CSV, REPLICA_LABELS
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy")
 REPORT_HTML, REPORT_JSON = "report.html", "report.json"
@@ -126,8 +125,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     if fmt == "html" and out is None:
         raise ValueError("an HTML report needs a folder to write into")
-    if not headroom >= 1:
-        raise ValueError(f"headroom {headroom:g}: must be at least 1")
+    if not (isinstance(headroom, int | float) and 1 <= headroom <= MOST_HEADROOM):
+        raise ValueError(f"headroom {headroom!r}: must be a number from 1 to {MOST_HEADROOM:g}")
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(peak_window))
@@ -139,10 +138,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
                         cluster=cluster, replica_labels=replica_labels,
                         any_cluster=any_cluster, visit=kept,
                         worker_files=False)
-        scope = Scope(None if any_cluster else result.cluster, tuple(replica_labels))
-        labels = {(s.get("worker", ""), s.get("gpu", ""), s.get("uuid", "")): s
-                  for s in fetch_label_sets(client, scope.of(INFO.name), to_ms(since),
-                                            to_ms(until), to_ms(chunk), scope)}
+        labels = {(w.name, *gpu): info for w in result.inventory
+                  for gpu, info in w.gpu_labels.items()}
         record = json.loads((data / "export.json").read_text(encoding="utf-8"))
         session = {"cluster": result.cluster, "since": format_rfc3339(to_ms(since)),
                    "until": format_rfc3339(to_ms(until)), "since_unix": since,
@@ -162,10 +159,12 @@ def make_report(client: PrometheusClient, since: float, until: float,
         if target.exists() and not target.is_dir():
             raise CollectorError(f"{target} exists and is not a folder: choose another --out")
         target.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(target / REPORT_JSON, json.dumps(body, indent=2) + "\n")
-        files.append(target / REPORT_JSON)
+        pages = {target / REPORT_JSON: json.dumps(body, indent=2) + "\n"}
         if fmt == "html":
-            atomic_write_text(target / REPORT_HTML, render_html(body, charts))
-            files.append(target / REPORT_HTML)
+            pages[target / REPORT_HTML] = render_html(body, charts)
+        atomic_write_texts(pages)  # both or neither: never a new page beside old numbers
+        if fmt == "text":  # an earlier report's page would now sit beside other numbers
+            (target / REPORT_HTML).unlink(missing_ok=True)
+        files.extend(pages)
     text = render_text(body) if fmt == "text" else None
     return ReportResult(Path(out) if out is not None else None, files, body, text)
