@@ -18,8 +18,10 @@ from dask_metrics.collector.promapi import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRIES,
+    MAX_TIMEOUT,
     ConnectionSettings,
     split_credentials,
+    valid_timeout,
 )
 from dask_metrics.configfile import ConfigError, load_yaml
 
@@ -70,14 +72,16 @@ def parse_header(text: str) -> tuple[str, str]:
 
 
 def parse_timeout(text: str) -> tuple[float, float]:
-    """``READ`` or ``CONNECT,READ`` seconds of --timeout."""
+    """``READ`` or ``CONNECT,READ`` seconds of --timeout, each finite and at most
+    MAX_TIMEOUT: a wait on a peer must end (and NaN or inf would fail deep in a request)."""
     parts = str(text).split(",")
     try:
         values = [float(p) for p in parts]
     except ValueError:
         values = []
-    if len(values) not in (1, 2) or any(v <= 0 for v in values):
-        raise UsageError(f"--timeout expects SECONDS or CONNECT,READ seconds (got {text!r})")
+    if len(values) not in (1, 2) or not all(map(valid_timeout, values)):
+        raise UsageError(f"--timeout expects SECONDS or CONNECT,READ seconds, each more than 0 "
+                         f"and at most {MAX_TIMEOUT:g} (got {text!r})")
     if len(values) == 1:
         return min(DEFAULT_CONNECT_TIMEOUT, values[0]), values[0]
     return values[0], values[1]
