@@ -35,8 +35,13 @@ from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, format_table, peaks
 from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
-from dask_metrics.collector.promapi import COMPRESSIONS, PrometheusClient
-from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
+from dask_metrics.collector.promapi import (
+    COMPRESSIONS,
+    MAX_TIMEOUT,
+    PrometheusClient,
+    valid_timeout,
+)
+from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM
 from dask_metrics.collector.report.build import DEFAULT_PLOTS, make_report
 from dask_metrics.collector.report.build import FORMATS as REPORT_FORMATS
 from dask_metrics.collector.timespec import (
@@ -47,7 +52,13 @@ from dask_metrics.collector.timespec import (
     parse_when,
     to_ms,
 )
-from dask_metrics.collector.watch import WatchOptions, watch
+from dask_metrics.collector.watch import (
+    DEFAULT_POLL,
+    MAX_POLL,
+    MIN_POLL,
+    WatchOptions,
+    watch,
+)
 from dask_metrics.contract import REPLICA_LABELS
 
 EXIT_FAILURE = 1
@@ -217,8 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     wat.add_argument("--workers", metavar="NAME", nargs="+", help="as for export")
     wat.add_argument("--cluster", metavar="NAME",
                      help="the Dask cluster's name (default: the scheduler tells)")
-    wat.add_argument("--poll", metavar="SECONDS", type=float, default=5.0,
-                     help="how often to ask the scheduler (default %(default)s)")
+    wat.add_argument("--poll", metavar="DURATION", default=format_duration(DEFAULT_POLL),
+                     help="how often to ask the scheduler (default %(default)s; from "
+                     f"{format_duration(MIN_POLL)} to {format_duration(MAX_POLL)})")
     wat.add_argument("--once", action="store_true",
                      help="export what is pending and exit (exit 1 if that failed)")
     return parser
@@ -265,13 +277,28 @@ def _words(values: Sequence[str] | None) -> list[str] | None:
     return [w for v in values for w in v.split(",") if w.strip()]
 
 
-def _duration(text: str | None, option: str) -> float | None:
+#: The longest --max-age and --peak-window: a sample a day old says nothing about now, and
+#: the samples fetched before the range grow with them.
+LONGEST_LOOKBACK = 86400.0
+#: The shortest --chunk: a chunk is one query per series, and Prometheus answers an hour of
+#: one-second samples in one.
+SHORTEST_CHUNK = 60.0
+
+
+def _duration(text: str | None, option: str, at_most: float | None = None,
+              at_least: float | None = None) -> float | None:
     if text is None:
         return None
     try:
-        return parse_positive_duration(text)
+        seconds = parse_positive_duration(text)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
+    if at_most is not None and seconds > at_most:
+        raise UsageError(f"{option}: {text!r} is too long (at most {format_duration(at_most)})")
+    if at_least is not None and seconds < at_least:
+        raise UsageError(f"{option}: {text!r} is too short (at least "
+                         f"{format_duration(at_least)})")
+    return seconds
 
 
 def _when(text: str | None, option: str, now: float) -> float | str | None:
@@ -332,7 +359,7 @@ def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[st
     found = peaks(client, since, until, workers=opts["workers"], by=args.by,
                   max_age=opts["max_age"], chunk=opts["chunk"], progress=ui.progress,
                   cluster=opts["cluster"], replica_labels=opts["replica_labels"],
-                  peak_window=_duration(args.peak_window, "--peak-window"))
+                  peak_window=_duration(args.peak_window, "--peak-window", LONGEST_LOOKBACK))
     if args.json:
         print(json.dumps([p.to_json() for p in found], indent=2))
     else:
@@ -363,8 +390,8 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
                 ui: Terminal) -> int:
     if args.format == "html" and not args.out:
         raise UsageError("--out DIR is required for --format html")
-    if not args.headroom >= 1:
-        raise UsageError(f"--headroom {args.headroom:g}: must be at least 1")
+    if not 1 <= args.headroom <= MOST_HEADROOM:
+        raise UsageError(f"--headroom {args.headroom:g}: must be from 1 to {MOST_HEADROOM:g}")
     if args.plots < 0:
         raise UsageError(f"--plots {args.plots}: must be 0 or more")
     since, until = _span(client, opts)
@@ -375,7 +402,7 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
                          workers=opts["workers"], max_age=opts["max_age"], chunk=opts["chunk"],
                          progress=ui.progress, cluster=opts["cluster"],
                          replica_labels=opts["replica_labels"],
-                         peak_window=_duration(args.peak_window, "--peak-window"),
+                         peak_window=_duration(args.peak_window, "--peak-window", LONGEST_LOOKBACK),
                          headroom=args.headroom, plots=args.plots, asked=asked)
     if result.text is not None:
         print(result.text, end="")
@@ -401,8 +428,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "until": _when(args.until, "--until", now), "metrics": metrics,
             "workers": _words(args.workers),
             "step": _duration(getattr(args, "step", None), "--step"),
-            "max_age": _duration(args.max_age, "--max-age"),
-            "chunk": _duration(args.chunk, "--chunk"),
+            "max_age": _duration(args.max_age, "--max-age", LONGEST_LOOKBACK),
+            "chunk": _duration(args.chunk, "--chunk", at_least=SHORTEST_CHUNK),
             "cluster": getattr(args, "cluster", None),
             "replica_labels": _replica_labels(args)}
 
@@ -421,6 +448,12 @@ def _fail(code: int, message: object) -> int:
     return code
 
 
+def _cannot_write(exc: OSError) -> str:
+    """One line for an output that cannot be written, naming it (export's --out, watch's)."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"cannot write the output: {where}{exc.strerror or exc}"
+
+
 def _scheduler_client(args: argparse.Namespace) -> Any:
     """A Client of the scheduler named by --scheduler or Dask's config, after a bounded probe:
     distributed's own Client would start a LocalCluster without an address, and waits
@@ -431,6 +464,9 @@ def _scheduler_client(args: argparse.Namespace) -> Any:
     if not address:
         raise UsageError("--scheduler ADDR is required (or Dask's scheduler-address config, "
                          "e.g. DASK_SCHEDULER_ADDRESS=tcp://scheduler:8786)")
+    if not valid_timeout(args.connect_timeout):
+        raise UsageError(f"--connect-timeout {args.connect_timeout:g}: must be more than 0 and "
+                         f"at most {MAX_TIMEOUT:g} seconds")
     _probe_scheduler(str(address), args.connect_timeout)
     from distributed import Client  # only the monitor commands pay for importing distributed
 
@@ -521,14 +557,17 @@ def _run_watch(args: argparse.Namespace, settings_cli: dict[str, Any]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s collector watch: %(message)s")
     options = WatchOptions(out=Path(args.out), layout=args.layout,
                            step=_duration(args.step, "--step"), workers=_words(args.workers),
-                           poll=args.poll)
+                           poll=_duration(args.poll, "--poll", MAX_POLL, MIN_POLL))
     stop = threading.Event()  # SIGINT, SIGTERM and SIGHUP stop it by raising (see watch)
     connection = {k: v for k, v in settings_cli.items() if k in CONNECTION_KEYS}
     replica_labels = _replica_labels(args)
-    return watch(lambda: _scheduler_client(args),
-                 lambda client: Monitor(client, config=args.config, cluster=args.cluster,
-                                        replica_labels=replica_labels, **connection),
-                 options, stop, once=args.once)
+    try:
+        return watch(lambda: _scheduler_client(args),
+                     lambda client: Monitor(client, config=args.config, cluster=args.cluster,
+                                            replica_labels=replica_labels, **connection),
+                     options, stop, once=args.once)
+    except OSError as exc:  # --out, checked up front: later failures are retried
+        raise CollectorError(_cannot_write(exc)) from None
 
 
 CONNECTION_KEYS = ("prometheus", "user", "password_file", "bearer_token_file", "header",
@@ -567,8 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(EXIT_FAILURE, exc)
     except OSError as exc:
         ui.clear()
-        where = f"{exc.filename}: " if exc.filename else ""
-        return _fail(EXIT_FAILURE, f"cannot write the output: {where}{exc.strerror or exc}")
+        return _fail(EXIT_FAILURE, _cannot_write(exc))
     except KeyboardInterrupt:
         ui.clear()
         return _fail(EXIT_INTERRUPTED, "interrupted; no file was written")

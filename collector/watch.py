@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,12 +19,25 @@ from pathlib import Path
 from typing import Any
 
 from dask_metrics.atomicfile import atomic_write_text
-from dask_metrics.collector.errors import CollectorError, Terminated
+from dask_metrics.collector.errors import CollectorError, Terminated, UsageError
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.promapi import PrometheusError
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_POLL = 5.0
+MIN_POLL, MAX_POLL = 0.1, 3600.0
+"""Poll bounds, in seconds: shorter polls keep a core and the scheduler busy for nothing; a
+session stopped is exported within the hour, anything longer is a typing error."""
+
+
+def check_poll(seconds: float) -> float:
+    """A poll of 0, below 0 or NaN would busy-loop the watcher; an infinite one overflows the
+    wait: refused, with the accepted range."""
+    if not MIN_POLL <= seconds <= MAX_POLL:  # NaN fails every comparison
+        raise ValueError(f"must be from {MIN_POLL:g} to {MAX_POLL:g} s")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -32,7 +46,22 @@ class WatchOptions:
     layout: str = "tidy"
     step: float | None = None
     workers: Sequence[str] | None = None
-    poll: float = 5.0
+    poll: float = DEFAULT_POLL
+
+    def __post_init__(self) -> None:
+        check_poll(self.poll)
+
+
+def prepare_out(out: Path) -> None:
+    """Create ``out`` and check, before the first poll, that it takes files: a path that is
+    a file, or a read-only folder, would otherwise fail every export, poll after poll.
+    Raises OSError naming ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryFile(dir=out):  # O_TMPFILE on Linux: never seen by anyone
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(out)) from None
 
 
 def session_folder(session: dict[str, Any]) -> str:
@@ -100,13 +129,15 @@ def watch(connect: Callable[[], Any], make_monitor: Callable[[Any], Monitor],
     """Poll until ``stop`` is set, or SIGINT/SIGTERM/SIGHUP (raised as KeyboardInterrupt or
     Terminated: an export under way is abandoned, its staging folder removed, and the
     session is exported at the next start); ``once``: export what is pending and return,
-    1 if anything failed.
+    1 if a session failed.
 
     The scheduler or Prometheus being unreachable is logged once (not once per retry) and
-    retried at the next poll, waiting longer each time (up to a minute); a session whose
-    export fails is logged and tried again at the next polls, MAX_TRIES in all.
+    retried at the next poll, waiting longer each time (up to a minute); with ``once`` it
+    raises CollectorError instead, as nothing is retried. A session whose export fails is
+    logged and tried again at the next polls, MAX_TRIES in all. Raises OSError when
+    ``options.out`` cannot be written, UsageError for bad options (no retry mends those).
     """
-    options.out.mkdir(parents=True, exist_ok=True)
+    prepare_out(options.out)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # our one line says it all
     client = None
     delay, last_problem, failed = options.poll, "", False
@@ -119,8 +150,12 @@ def watch(connect: Callable[[], Any], make_monitor: Callable[[Any], Monitor],
                     logger.warning("%s", line)
                     failed = True
                 delay, problem = options.poll, ""
+            except UsageError:
+                raise
             except (CollectorError, OSError, TimeoutError) as exc:
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if once:
+                    raise CollectorError(problem) from None
                 if client is not None and not _connected(client):
                     client.close()
                     client = None
@@ -138,7 +173,7 @@ def watch(connect: Callable[[], Any], make_monitor: Callable[[Any], Monitor],
     finally:
         if client is not None:
             client.close()
-    return 1 if once and (last_problem or failed) else 0
+    return 1 if once and failed else 0
 
 
 def _connected(client: Any) -> bool:

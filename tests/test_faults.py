@@ -217,7 +217,8 @@ def test_watch_says_prometheus_is_down_once(tmp_path: Path):
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
-    assert "cannot reach Prometheus" in lines[0] and "retrying" in lines[0], lines[0]
+    assert lines[0].startswith("collector: error: cannot reach Prometheus"), lines[0]
+    assert "retrying" not in lines[0], lines[0]  # --once does not retry
     assert list((tmp_path / "archive").iterdir()) == []
 
 
@@ -339,11 +340,38 @@ def test_cost_follows_the_data_not_the_range(tmp_path: Path):
                                    "--prometheus", prom.url, "--quiet", timeout=120)
             assert result.returncode == 0, result.stderr
             exported[name] = (rows_without_offsets(tmp_path / name), api_requests(prom) - before)
+        reported = {}
+        for name, since in {"data": "20m", "100y": "100y"}.items():
+            before = api_requests(prom)
+            result = collector_process("report", "--since", since, "--plots", "0", "--out",
+                                       str(tmp_path / f"report-{name}"), "--prometheus",
+                                       prom.url, "--quiet", timeout=120)
+            assert result.returncode == 0, result.stderr
+            reported[name] = api_requests(prom) - before
     rows, queries = exported["data"]
     assert len(rows) > 1000  # 300 s at 4 a second, and the header
     for name in ("1y", "100y", "2099"):
         assert exported[name][0] == rows, name
         assert exported[name][1] <= queries + 80, (name, exported[name][1], queries)
+    assert reported["100y"] <= reported["data"] + 80, reported  # a report is an export's cost
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["report", "--headroom", "inf"], "--headroom inf: must be from 1 to 100"),
+    (["report", "--headroom", "1e308"], "--headroom 1e+308: must be from 1 to 100"),
+    (["export", "--max-age", "9999y"], "--max-age: '9999y' is too long (at most 1d)"),
+    (["report", "--peak-window", "2d"], "--peak-window: '2d' is too long (at most 1d)"),
+    (["export", "--chunk", "1ms"], "--chunk: '1ms' is too short (at least 1m)"),
+    (["export", "--since", "2024-05-01T12:00:00+25:00"],
+     "the offset +25:00 is not a time zone's"),
+], ids=["headroom-inf", "headroom-huge", "max-age", "peak-window", "chunk", "offset"])
+def test_options_out_of_bounds_are_usage_errors(args: list[str], says: str, tmp_path: Path):
+    """Values that would overflow, take all memory or send a query per millisecond."""
+    since = [] if "--since" in args else ["--since", "1h"]
+    result = collector_process(*args, *since, "--out", str(tmp_path / "out"),
+                               "--prometheus", "http://127.0.0.1:1")
+    assert says in one_line_error(result, 2)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_times_out_of_range_are_usage_errors(tmp_path: Path):
@@ -389,12 +417,12 @@ def test_plot_without_matplotlib_leaves_no_folder(tmp_path: Path):
 
 
 @contextmanager
-def small_filesystem(path: Path, options: str) -> Iterator[Path]:
-    """A 64 KiB tmpfs at ``path`` (``ro`` in ``options``: read-only), unmounted after."""
+def small_filesystem(path: Path, options: str, size: str = "64k") -> Iterator[Path]:
+    """A tmpfs of ``size`` at ``path`` (``ro`` in ``options``: read-only), unmounted after."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
     path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,{options}", "tmpfs", str(path)],
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},{options}", "tmpfs", str(path)],
                    check=True, capture_output=True, timeout=30)
     try:
         yield path
@@ -418,6 +446,25 @@ def test_an_unwritable_output_is_one_line_and_leaves_nothing(options: str, says:
     line = one_line_error(result)
     assert "cannot write the output" in line and says in line, line
     assert left == []
+
+
+@pytest.mark.integration
+def test_an_export_into_a_mount_point_itself(tmp_path: Path):
+    """A volume mounted where the export goes (Docker, a Kubernetes volume): no rename can
+    leave it, so the export is staged inside it; a second export replaces the first."""
+    now = time.time()
+    blocks = create_blocks(gpu_data(now - 900, now - 600), tmp_path / "blocks")
+    with (run_prometheus(tmp_path / "prom", blocks=blocks) as prom,
+          small_filesystem(tmp_path / "volume", "rw", "16m") as volume):
+        starts = []
+        for since in ("20m", "16m"):
+            result = collector_process("export", "--since", since, "--out", str(volume),
+                                       "--prometheus", prom.url, "--quiet")
+            assert result.returncode == 0, result.stderr
+            starts.append(json.loads((volume / "export.json").read_text())["since"])
+        names = sorted(p.name for p in volume.iterdir())
+    assert starts[0] != starts[1]  # the second export is the one in place
+    assert "w0.csv" in names and not [n for n in names if n.startswith(".")], names
 
 
 # ---- scheduler preload: bad settings --------------------------------------------------------

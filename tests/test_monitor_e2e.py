@@ -166,7 +166,8 @@ def test_watch_exports_each_session_once_and_retries_when_prometheus_is_down(clu
     out = tmp / "watch"
     down = collector_process("watch", "--once", "--scheduler", addr, "--out", str(out),
                              "--prometheus", f"http://127.0.0.1:{free_port()}", "--retries", "0")
-    assert down.returncode == 1 and "retrying" in down.stderr
+    assert down.returncode == 1 and "retrying" not in down.stderr  # --once: one try
+    assert "collector: error: cannot reach Prometheus" in down.stderr
     assert not [p for p in out.iterdir() if not p.name.startswith(".")]
     first = collector_process("watch", "--once", "--scheduler", addr, "--out", str(out),
                               "--prometheus", stack.prometheus_url)

@@ -23,7 +23,8 @@ max-width:1280px;padding:16px 24px;color:#1b1f24;background:#fff;line-height:1.4
 h1{font-size:1.6em;margin:.2em 0}h2{border-bottom:2px solid #d0d7de;padding-bottom:.2em;
 margin-top:1.6em}h3{margin:1.2em 0 .3em}
 table{border-collapse:collapse;margin:.4em 0 1em;font-size:.9em}
-th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
 th{background:#f3f5f7}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .banner{background:#fff4d6;border:2px solid #d4a72c;padding:8px 12px;font-weight:600;
 margin:.6em 0}.note{color:#57606a}figure svg{max-width:100%;height:auto;

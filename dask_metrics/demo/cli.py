@@ -2,8 +2,8 @@
 workload, then per-worker CSV files, the peak-memory table and plots.
 
 Real GPUs through NVML when this machine has them, otherwise simulated GPUs (said loudly).
-Everything it starts is stopped at the end, also on Ctrl-C or a failure; a second run
-reuses the same folders (Prometheus keeps the earlier runs' data).
+Everything it starts is stopped at the end, also on Ctrl-C, SIGTERM, SIGHUP or a failure; a
+second run reuses the same folders (Prometheus keeps the earlier runs' data).
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 
 from distributed import Client
 
 from dask_metrics.collector import cli
 from dask_metrics.collector.cli import OneLineParser
-from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.errors import (
+    CollectorError,
+    Terminated,
+    UsageError,
+    raise_on_termination,
+)
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.configfile import parse_bytes
 from dask_metrics.contract import (
@@ -131,14 +135,33 @@ def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:
 
 
 def _command(args: list[str]) -> None:
-    """Run a ``collector`` command in this process, shown as the user would type it."""
+    """Run a ``collector`` command in this process, shown as the user would type it; a
+    signal it caught (exit 128 + the signal) stops the demo as that signal would have."""
     say("$ collector " + " ".join(args))
-    if cli.main(args) != 0:
+    code = cli.main(args)
+    if code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    if code > 128:
+        raise Terminated(code - 128)
+    if code != 0:
         raise CollectorError(f"'collector {args[0]}' failed (see above)")
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def _signal_name(exc: Terminated) -> str:
+    return signal.Signals(exc.signum).name
+
+
+def _keep_running(stack: LocalStack) -> None:
+    """Until Ctrl-C, SIGTERM or SIGHUP: each is the expected end of this wait, not a failure,
+    also the moment after the line that asks for it."""
+    try:
+        say(f"everything keeps running: Prometheus {stack.prometheus_url}, Dask "
+            f"dashboard {stack.dashboard_url}. Press Ctrl-C to stop.")
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        say("stopping")
+    except Terminated as exc:
+        say(f"stopping ({_signal_name(exc)})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +170,25 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    raise_on_termination()  # as the collector commands it runs do: one handler throughout
+    try:
+        _demo(args)
+    except KeyboardInterrupt:
+        say("interrupted: everything started was stopped")
+        return EXIT_INTERRUPTED
+    except Terminated as exc:  # the collector's convention: 128 + the signal
+        say(f"stopped by {_signal_name(exc)}: everything started was stopped")
+        return 128 + exc.signum
+    except (CollectorError, OSError) as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    say(f"done; everything started was stopped. Results in {args.out.absolute()}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> None:
+    """Start the stack, run the workload, write the results; every step may be cut short by
+    KeyboardInterrupt or Terminated, and the stack is stopped on the way out."""
     gpus = [] if args.simulate else real_gpus()
     if args.simulate:
         say("SIMULATED GPUs, as asked (--simulate): every series is labelled simulated=\"true\"")
@@ -160,36 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     say(f"starting Prometheus, a Dask scheduler and {workers} worker(s) with "
         f"{'sidecar exporters on ' + str(len(gpus)) + ' GPU(s)' if gpus else 'simulated GPUs'}"
         f"; logs in {out / 'logs'}")
-    try:
-        with LocalStack(options) as stack:
-            say(f"Prometheus: {stack.prometheus_url} (data in {stack.prometheus_data}); "
-                f"Dask dashboard: {stack.dashboard_url}; scheduler: {stack.scheduler_address}")
-            with Client(stack.scheduler_address, name="demo-monitor",
-                        set_as_default=False) as client:
-                monitor = Monitor(client)  # Prometheus' URL comes from the scheduler preload
-                session = monitor.start()["session"]
-                say(f"monitor.start(): session {session['id']}")
-                where = run(stack.scheduler_address, Plan(spike_bytes=args.spike), say)
-                say(f"the spike held {where}")
-                _wait_for_idle_scrape(stack, time.time())
-                monitor.stop()
-                say("monitor.stop()")
-                _results(stack, monitor, out)
-            if args.keep_running:
-                say(f"everything keeps running: Prometheus {stack.prometheus_url}, Dask "
-                    f"dashboard {stack.dashboard_url}. Press Ctrl-C to stop.")
-                try:
-                    threading.Event().wait()
-                except KeyboardInterrupt:
-                    say("stopping")
-    except KeyboardInterrupt:
-        say("interrupted: everything started was stopped")
-        return EXIT_INTERRUPTED
-    except (CollectorError, OSError) as exc:
-        print(f"demo: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    say(f"done; everything started was stopped. Results in {out}")
-    return 0
+    with LocalStack(options) as stack:
+        say(f"Prometheus: {stack.prometheus_url} (data in {stack.prometheus_data}); "
+            f"Dask dashboard: {stack.dashboard_url}; scheduler: {stack.scheduler_address}")
+        with Client(stack.scheduler_address, name="demo-monitor",
+                    set_as_default=False) as client:
+            monitor = Monitor(client)  # Prometheus' URL comes from the scheduler preload
+            session = monitor.start()["session"]
+            say(f"monitor.start(): session {session['id']}")
+            where = run(stack.scheduler_address, Plan(spike_bytes=args.spike), say)
+            say(f"the spike held {where}")
+            _wait_for_idle_scrape(stack, time.time())
+            monitor.stop()
+            say("monitor.stop()")
+            _results(stack, monitor, out)
+        if args.keep_running:
+            _keep_running(stack)
 
 
 if __name__ == "__main__":
