@@ -139,14 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         sampler.stop(timeout=2.0)
         return fail(1, f"cannot listen on {config.listen}: {exc.strerror or exc}")
-    logger.info("serving %d GPU(s) of worker %s on %s://%s:%d/metrics", len(first.gpus),
-                first.worker, "https" if tls else "http", host, httpd.server_port)
+    logger.info("serving %d GPU(s) of worker %r on %s://%s:%d/metrics", len(first.gpus),
+                first.worker, "https" if tls else "http",
+                f"[{host}]" if ":" in host else host, httpd.server_port)
     if first.cluster is None:  # series only once the worker-info file names the cluster
         logger.warning("dask_cluster not known yet: no GPU series until the worker-info file "
                        "names it (or give --dask-cluster)")
 
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # HUP: a closed terminal
         signal.signal(sig, lambda *_: stop.set())
     # Not a bare stop.wait(): the kernel hands SIGTERM to any thread, and Python runs the
     # handler only in the main thread once it wakes; blocked for good, it never did (under

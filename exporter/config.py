@@ -36,6 +36,8 @@ DEFAULT_CONNECTION_TIMEOUT = 10.0
 def _seconds(high: float) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
         problem = f"must be a positive number of seconds, at most {high:g}"
+        if isinstance(value, bool):  # YAML's true is no number of seconds (float() says 1)
+            raise ValueError(problem)
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -72,12 +74,27 @@ def _memory(value: Any) -> float:
 
 
 def _text(value: Any) -> str:
-    return str(value)
+    """Label text: an undecodable byte (a surrogate, from a non-UTF-8 argument or file name)
+    would fail every scrape's encoding."""
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{text!r} is not UTF-8 text") from None
+    return text
+
+
+def _list(value: Any) -> str:
+    """A comma-separated list, also given as a YAML list."""
+    return _text(",".join(map(str, value)) if isinstance(value, list | tuple) else value)
 
 
 def _pids(value: Any) -> tuple[int, ...]:
     items = value if isinstance(value, list | tuple) else str(value).split(",")
-    return tuple(int(p) for p in (str(i).strip() for i in items) if p)
+    try:
+        return tuple(int(p) for p in (str(i).strip() for i in items) if p)
+    except ValueError:
+        raise ValueError(f"must be process ids, comma-separated (got {value!r})") from None
 
 
 def _bool(value: Any) -> bool:
@@ -135,7 +152,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("energy_interval", _positive_float, "seconds between two reads of NVML's energy "
            "counter, which costs ~4 ms of CPU per GPU on an H100; in between it advances by "
            "power x time (default 5; at most --interval: every sample)", "S"),
-    Option("gpus", _text, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
+    Option("gpus", _list, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
            "(default: CUDA_VISIBLE_DEVICES, else the worker-info file, else all)", "LIST"),
     Option("worker", _text, "the worker label (default: DASK_WORKER_NAME, else the "
            "worker-info file, else the host name)", "NAME"),

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dask_metrics.atomicfile import atomic_write_text
+from dask_metrics.configfile import read_small_file
 
 STARTUP_KEY = "dask_metrics"
 
@@ -57,16 +58,17 @@ class WorkerIdentity:
     def from_dict(cls, data: dict[str, Any]) -> WorkerIdentity:
         """Parse a published identity; raises ValueError on anything malformed."""
         try:
-            gpus = tuple(GpuRef(int(g["index"]), str(g["uuid"])) for g in data.get("gpus", ()))
+            gpus = tuple(GpuRef(int(g["index"]), _utf8(g["uuid"]))
+                         for g in data.get("gpus", ()))
             return cls(
-                name=str(data.get("name") or ""),
-                address=str(data["address"]),
+                name=_utf8(data.get("name") or ""),
+                address=_utf8(data["address"]),
                 pid=int(data["pid"]),
-                host=str(data.get("host") or ""),
+                host=_utf8(data.get("host") or ""),
                 gpus=gpus,
-                cluster=str(data.get("cluster") or ""),
+                cluster=_utf8(data.get("cluster") or ""),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # pid: Infinity
             raise ValueError(f"malformed worker identity: {exc!r}") from None
 
 
@@ -75,13 +77,28 @@ def write_info_file(path: str | os.PathLike[str], identity: WorkerIdentity) -> N
     atomic_write_text(path, json.dumps(identity.to_dict(), indent=2) + "\n")
 
 
+def _utf8(value: object) -> str:
+    """Text that encodes as UTF-8: JSON may carry a lone surrogate ("\\udcff"), which would
+    fail every scrape's encoding."""
+    text = str(value)
+    text.encode("utf-8")  # UnicodeEncodeError is a ValueError
+    return text
+
+
+MAX_INFO_FILE_BYTES = 1 << 20  # a worker's identity is a few hundred bytes
+
+
 def read_info_file(path: str | os.PathLike[str]) -> WorkerIdentity:
-    """Read a worker-info file; raises OSError or ValueError with a readable message."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{os.fspath(path)}: not JSON ({exc.msg})") from None
+    """Read a worker-info file; raises OSError or ValueError with a readable message. Only
+    a regular file of at most MAX_INFO_FILE_BYTES is read: a FIFO would block for good."""
+    raw = read_small_file(path, MAX_INFO_FILE_BYTES)
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{os.fspath(path)}: not JSON ({exc.msg})") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise ValueError(f"{os.fspath(path)}: not JSON text") from None
     if not isinstance(data, dict):
         raise ValueError(f"{os.fspath(path)}: expected a JSON object")
     return WorkerIdentity.from_dict(data)
+

@@ -44,7 +44,8 @@ class TargetSource:
         file_gpus: bool = True,
         cluster: str | None = None,
     ) -> None:
-        self._worker = worker or environ.get("DASK_WORKER_NAME") or None
+        # os.environ holds undecodable bytes as surrogates, which no scrape could encode
+        self._worker = worker or _decodable(environ.get("DASK_WORKER_NAME")) or None
         self._gpus = gpus if gpus is not None else environ.get("CUDA_VISIBLE_DEVICES")
         self._pids = pids
         self._info_file = info_file
@@ -70,7 +71,7 @@ class TargetSource:
                 logger.warning("ignoring worker-info file: %s", exc)
                 return self._current
             self._current = self._merge(identity)
-            logger.info("worker-info file: worker %s, pid %s, %d GPU(s)%s, dask_cluster %s",
+            logger.info("worker-info file: worker %r, pid %s, %d GPU(s)%s, dask_cluster %s",
                         identity.label, identity.pid, len(identity.gpus),
                         "" if self._file_gpus else " (not used: the GPUs are simulated)",
                         repr(identity.cluster) if identity.cluster else "not known yet")
@@ -107,3 +108,10 @@ class TargetSource:
             hostname=identity.host or target.hostname,
             cluster=self._cluster or identity.cluster or None,
         )
+
+
+def _decodable(text: str | None) -> str | None:
+    """``text`` with bytes that are not UTF-8 (surrogates, as os.environ keeps them) as U+FFFD."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -1,5 +1,7 @@
 """Option precedence (command line > environment > file > defaults) and one-line errors."""
 
+import os
+
 import pytest
 
 from dask_metrics.configfile import ConfigError, load_yaml, parse_bytes
@@ -35,6 +37,11 @@ def test_precedence_cli_over_env_over_file():
         ({"serve_metrics": "maybe"}, "true or false"),
         ({"simulate_memory": "4 pebibytes"}, "--simulate-memory"),
         ({"simulate_memory": "0GiB"}, "more than 0 bytes"),
+        ({"interval": True}, "must be a positive number of seconds"),  # YAML's true
+        ({"connection_timeout": True}, "--connection-timeout"),
+        ({"worker": "w\udcff"}, "is not UTF-8 text"),  # a non-UTF-8 argument
+        ({"dask_cluster": "c\udcff"}, "--dask-cluster"),
+        ({"pids": "abc"}, "must be process ids, comma-separated"),
     ],
 )
 def test_bad_values_give_one_line_naming_the_option(cli, needle):
@@ -66,6 +73,19 @@ def test_file_errors(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_yaml(str(tmp_path / "list.yaml"))
+    (tmp_path / "latin.yaml").write_bytes(b"worker: \xff\n")
+    with pytest.raises(ConfigError, match=r"latin\.yaml is not UTF-8 text"):
+        load_yaml(str(tmp_path / "latin.yaml"))
+    (tmp_path / "huge.yaml").write_text("#" * (2 << 20))  # stalled start-up for seconds
+    with pytest.raises(ConfigError, match=r"huge\.yaml: larger than"):
+        load_yaml(str(tmp_path / "huge.yaml"))
+    os.mkfifo(tmp_path / "fifo.yaml")  # blocked for good
+    with pytest.raises(ConfigError, match=r"fifo\.yaml: not a regular file"):
+        load_yaml(str(tmp_path / "fifo.yaml"))
+
+
+def test_gpus_as_a_yaml_list():
+    assert resolve({}, {}, {"gpus": [0, "GPU-a"]}).gpus == "0,GPU-a"
 
 
 @pytest.mark.parametrize(

@@ -190,6 +190,26 @@ def _listener_pid(port: int) -> int:
 
 
 @pytest.mark.integration
+def test_sighup_shuts_down_cleanly():
+    """A closed terminal (SIGHUP) killed the sidecar silently with 129."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "dask_metrics.exporter", "--listen",
+                             f"127.0.0.1:{port}", "--simulate", "1", "--worker", "w0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/healthz", timeout=5)[0] == 200,
+                 what="the sidecar's /healthz")
+        proc.send_signal(signal.SIGHUP)
+        output = proc.communicate(timeout=10)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert "shutting down" in output and "Traceback" not in output, output
+
+
+@pytest.mark.integration
 def test_sigterm_under_load_exits_promptly(tmp_path):
     """30 HTTPS scrapers and one client that connected and says nothing (a TCP probe): the
     accept loop used to sit in that client's handshake, and shutdown waited on it."""
