@@ -323,7 +323,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     step_ms = to_ms(step) if step else None
     target = Path(out)
     if target.exists() and not target.is_dir():
-        raise CollectorError(f"{target} exists and is not a folder: choose another --out")
+        raise CollectorError(f"{target} exists and is not a folder: choose another one")
     warnings_before = len(client.warnings)
 
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))

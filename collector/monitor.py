@@ -13,7 +13,8 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, select
@@ -30,7 +31,15 @@ from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report
-from dask_metrics.contract import CURRENT_JOB, DAG_STATUS, REPLICA_LABELS, UP, DagStatus, Handler
+from dask_metrics.contract import (
+    CURRENT_JOB,
+    DAG_STATUS,
+    INFO,
+    REPLICA_LABELS,
+    UP,
+    DagStatus,
+    Handler,
+)
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
 #: connection options Monitor takes as keyword arguments
@@ -77,6 +86,8 @@ class Monitor:
         self.metrics: list[str] = list(DEFAULT_NAMES)
         self.scrape_wait = scrape_wait
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
+        if not callable(getattr(client, "sync", None)):  # Monitor("tcp://...") is a slip
+            raise MonitorUsageError(f"Monitor needs a distributed.Client, not {client!r}")
         self._prometheus = prometheus
         self._config = config
         self._connection = connection
@@ -93,8 +104,14 @@ class Monitor:
         ``collector monitor``/``collector watch`` — writes those, so changing them here
         alone would give one session two different exports. Stop the session first; the
         columns then apply to the next one."""
-        names = [metrics] if isinstance(metrics, str) else list(metrics)
-        chosen = [c.name for c in select(names)]
+        names = [metrics] if isinstance(metrics, str) else metrics
+        if not (isinstance(names, list | tuple) and all(isinstance(n, str) for n in names)):
+            raise MonitorUsageError(f"attach() takes a metric name or a list of names, not "
+                                    f"{metrics!r}")
+        try:
+            chosen = [c.name for c in select(list(names))]
+        except ValueError as exc:
+            raise MonitorUsageError(f"attach(): {exc}") from None
         status = self.status()
         session = status.get("session") or {}
         if status.get("running"):
@@ -147,10 +164,11 @@ class Monitor:
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
             metrics = [m for m in session.get("metrics") or self.metrics if m in NAMES]
-            return export(prom, since, until, path, metrics=metrics or None, step=step,
-                          layout=layout, workers=workers,
-                          asked={"monitor_session": session["id"], "layout": layout},
-                          **_scoping(scope))
+            with _writing(path):
+                return export(prom, since, until, path, metrics=metrics or None, step=step,
+                              layout=layout, workers=workers,
+                              asked={"monitor_session": session["id"], "layout": layout},
+                              **_scoping(scope))
 
     def report(self, path: str | os.PathLike[str], *, fmt: str = "html",
                headroom: float = DEFAULT_HEADROOM) -> ReportResult:
@@ -160,8 +178,9 @@ class Monitor:
         scope = self.scope()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session)
-            return make_report(prom, since, until, path, fmt=fmt, headroom=headroom,
-                               asked={"monitor_session": session["id"]}, **_scoping(scope))
+            with _writing(path):
+                return make_report(prom, since, until, path, fmt=fmt, headroom=headroom,
+                                   asked={"monitor_session": session["id"]}, **_scoping(scope))
 
     def peak_memory(self) -> list[list[int]]:
         """Peak memory of the last session, % of capacity: per worker (in name order, as in
@@ -219,7 +238,7 @@ class Monitor:
         session = self.session()
         scope = self.scope()
         with self._prometheus_client() as prom:
-            since, until = self._range(prom, session)
+            since, until = self._range(prom, session, gpu=False)
             settled = _first_scrape_after(prom, until, scope)
             window = max(int(settled - since) + 1, 1)
             seen: dict[tuple[int, int], int] = {}
@@ -349,9 +368,14 @@ class Monitor:
         settings = resolve({**self._connection, "prometheus": url}, os.environ, config)
         return PrometheusClient(settings, on_warning=lambda m: warnings.warn(m, stacklevel=3))
 
-    def _range(self, prom: PrometheusClient, session: dict[str, Any]) -> tuple[float, float]:
+    def _range(self, prom: PrometheusClient, session: dict[str, Any], gpu: bool = True
+               ) -> tuple[float, float]:
         """The session's [start, stop] (now while it runs), once Prometheus has scraped up to
-        its end: results asked for right after ``stop`` are then complete."""
+        its end: results asked for right after ``stop`` are then complete.
+
+        ``gpu``: a session shorter than one scrape holds no GPU sample; its range then ends
+        once every GPU has been scraped after the stop (said in a warning): their peak
+        gauges cover the session."""
         start = float(session["start"])
         until = float(session["stop"]) if session.get("stop") else time.time()
         deadline = time.monotonic() + self.scrape_wait
@@ -362,6 +386,21 @@ class Monitor:
                               stacklevel=3)
                 break
             time.sleep(0.5)
+        scope = self.scope()
+        span = max(int((until - start) * 1000), 1)
+        if gpu and not prom.query(f"count(last_over_time({scope.of(INFO.name)}[{span}ms]))",
+                                  until):
+            firsts = _scrapes_after(prom, until, scope, INFO.name)
+            while None in firsts and time.monotonic() < deadline:  # each GPU's next scrape
+                time.sleep(0.5)
+                firsts = _scrapes_after(prom, until, scope, INFO.name)
+            first = max(filter(None, firsts), default=until)
+            if first > until:
+                warnings.warn(f"monitor session {session.get('id')} lasted "
+                              f"{until - start:.3g} s, less than one scrape: its range ends "
+                              f"once every GPU was scraped after its stop, {first - until:.3g} "
+                              "s later", stacklevel=3)
+                until = first
         return start, until
 
     @staticmethod
@@ -371,6 +410,16 @@ class Monitor:
             if newest and newest[0].values and newest[0].values[-1] < until:
                 return False
         return True
+
+
+@contextmanager
+def _writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """A file system's refusal as one MonitorError naming the caller's path (the OSError
+    names a staging file the caller never chose)."""
+    try:
+        yield
+    except OSError as exc:
+        raise MonitorError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
 
 
 def _seconds(value: Any, name: str) -> float:
@@ -403,13 +452,18 @@ def _describe_dag(dag: dict[str, Any]) -> str:
             f"({', '.join(details)})")
 
 
+def _scrapes_after(prom: PrometheusClient, t: float, scope: Scope, metric: str
+                   ) -> list[float | None]:
+    """Per series of ``metric`` sampled lately: its first sample at or after ``t``, None
+    while it has none yet."""
+    span = max(int(time.time() - t) + 2, 2)
+    return [min((ms / 1000 for ms in series.times if ms / 1000 >= t), default=None)
+            for series in prom.query(f"{scope.of(metric)}[{span}s]", time.time())]
+
+
 def _first_scrape_after(prom: PrometheusClient, t: float, scope: Scope) -> float:
     """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
-    span = max(int(time.time() - t) + 2, 2)
-    times = [ms / 1000 for series in prom.query(f"{scope.of(CURRENT_JOB.name)}[{span}s]",
-                                                time.time())
-             for ms in series.times if ms / 1000 >= t]
-    return min(times, default=t)
+    return min(filter(None, _scrapes_after(prom, t, scope, CURRENT_JOB.name)), default=t)
 
 
 def _status_name(value: int | None) -> str:

@@ -16,6 +16,7 @@ import pytest
 from distributed import Client, wait
 
 from dask_metrics import Monitor
+from dask_metrics.collector.monitor import MonitorError
 from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from tests.fake_nvml import FakeNVML, GiB
 from tests.helpers import clean_env, collector_process, free_port, wait_for
@@ -192,3 +193,22 @@ def test_monitor_without_the_scheduler_preload():
     with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as lc, \
             Client(lc) as client, refusal:
         Monitor(client).start()
+
+
+def test_a_session_shorter_than_a_scrape_still_has_its_peaks(cluster, session):
+    """Start and stop within one scrape interval: no GPU sample falls inside, so the range
+    ends at the first GPU scrape after the stop (its peak gauge covers the session) — it
+    was 'no GPU series … is Prometheus scraping the GPU exporters?'. Runs after the other
+    tests of the session, as it starts a later one."""
+    stack, _, tmp = cluster
+    with Client(stack.scheduler_address) as c:
+        monitor = Monitor(c)
+        monitor.start()
+        monitor.stop()
+        with pytest.warns(UserWarning, match="less than one scrape"):
+            peaks = monitor.peak_memory()
+        assert [len(p) for p in peaks] == [1, 1]  # a peak per worker and GPU
+        (tmp / "afile").write_text("not a folder\n")
+        with pytest.raises(MonitorError) as caught:
+            monitor.to_csv(tmp / "afile" / "sub")
+    assert str(caught.value) == f"cannot write {tmp / 'afile' / 'sub'}: Not a directory"

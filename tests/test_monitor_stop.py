@@ -77,7 +77,26 @@ def test_a_bad_timeout_is_a_usage_error(bad):
     with pytest.raises(UsageError, match=r"timeout must be 0 or more seconds"):
         Monitor(None, stop_timeout=bad)
     with pytest.raises(ValueError, match=r"timeout must be 0 or more seconds"):
-        Monitor(None).stop(timeout=bad)
+        Monitor(Unconnected()).stop(timeout=bad)
+
+
+class Unconnected:
+    """Has what a Monitor needs of a Client, and fails if it is asked anything."""
+
+    def sync(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the bad argument should be refused before any call")
+
+
+@pytest.mark.parametrize("client", [None, "tcp://127.0.0.1:8786"])
+def test_a_monitor_of_something_that_is_no_client_is_a_usage_error(client):
+    with pytest.raises(UsageError, match=r"Monitor needs a distributed\.Client"):
+        Monitor(client)
+
+
+@pytest.mark.parametrize("metrics", [123, None, b"mem-util", ["mem-util", 5], ["bogus"]])
+def test_attach_of_no_metric_names_is_a_usage_error(metrics):
+    with pytest.raises(UsageError, match=r"attach\(\)"):
+        Monitor(Unconnected()).attach(metrics)
 
 
 def test_collector_monitor_stop_timeout_is_one_line_and_exit_1():

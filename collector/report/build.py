@@ -157,7 +157,7 @@ def make_report(client: PrometheusClient, since: float, until: float,
     if out is not None:
         target = Path(out)
         if target.exists() and not target.is_dir():
-            raise CollectorError(f"{target} exists and is not a folder: choose another --out")
+            raise CollectorError(f"{target} exists and is not a folder: choose another one")
         target.mkdir(parents=True, exist_ok=True)
         pages = {target / REPORT_JSON: json.dumps(body, indent=2) + "\n"}
         if fmt == "html":
