@@ -373,9 +373,9 @@ class Monitor:
         """The session's [start, stop] (now while it runs), once Prometheus has scraped up to
         its end: results asked for right after ``stop`` are then complete.
 
-        ``gpu``: a session shorter than one scrape holds no GPU sample; its range then ends
-        once every GPU has been scraped after the stop (said in a warning): their peak
-        gauges cover the session."""
+        ``gpu``: a session between two scrapes (shorter than one scrape interval) holds no
+        GPU sample; its range then ends once every GPU has been scraped after the stop
+        (within SCRAPE_GAP; said in a warning): their peak gauges cover the session."""
         start = float(session["start"])
         until = float(session["stop"]) if session.get("stop") else time.time()
         deadline = time.monotonic() + self.scrape_wait
@@ -387,15 +387,17 @@ class Monitor:
                 break
             time.sleep(0.5)
         scope = self.scope()
+        gpus = scope.of(INFO.name)
         span = max(int((until - start) * 1000), 1)
-        if gpu and not prom.query(f"count(last_over_time({scope.of(INFO.name)}[{span}ms]))",
-                                  until):
+        if (gpu and not prom.query(f"count(last_over_time({gpus}[{span}ms]))", until)
+                and prom.query(f"count(last_over_time({gpus}[{SCRAPE_GAP:g}s]))", start)):
+            # scraped just before, not inside: the session fell between two scrapes
             firsts = _scrapes_after(prom, until, scope, INFO.name)
             while None in firsts and time.monotonic() < deadline:  # each GPU's next scrape
                 time.sleep(0.5)
                 firsts = _scrapes_after(prom, until, scope, INFO.name)
             first = max(filter(None, firsts), default=until)
-            if first > until:
+            if until < first <= until + SCRAPE_GAP:
                 warnings.warn(f"monitor session {session.get('id')} lasted "
                               f"{until - start:.3g} s, less than one scrape: its range ends "
                               f"once every GPU was scraped after its stop, {first - until:.3g} "
@@ -450,6 +452,12 @@ def _describe_dag(dag: dict[str, Any]) -> str:
         details.append(f"{dag['processing']} task(s) processing")
     return (f"job {dag.get('job_id')} {dag.get('job_name', '')!r} DAG {dag.get('dag_id')} "
             f"({', '.join(details)})")
+
+
+#: The longest scrape interval Monitor expects of the GPU exporters (Prometheus' default is
+#: 60 s): a session with no GPU sample inside, but one within this before and after it,
+#: fell between two scrapes; otherwise Prometheus was not scraping the GPUs then.
+SCRAPE_GAP = 60.0
 
 
 def _scrapes_after(prom: PrometheusClient, t: float, scope: Scope, metric: str

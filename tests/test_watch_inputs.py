@@ -61,7 +61,9 @@ def test_once_with_the_scheduler_unreachable_is_one_error_line(tmp_path: Path):
     result = collector_process("watch", "--once", "--scheduler", nowhere(), "--connect-timeout",
                                "1", "--out", str(tmp_path / "archive"), timeout=60)
     assert result.returncode == 1, result.stderr
-    assert result.stderr.startswith("collector: error: cannot reach the Dask scheduler at "), \
+    # refused at once, or (on a loaded machine) not answered within the 1 s
+    assert result.stderr.startswith(("collector: error: cannot reach the Dask scheduler at ",
+                                     "collector: error: no Dask scheduler answered at ")), \
         result.stderr
     assert result.stderr.count("\n") == 1 and "retrying" not in result.stderr, result.stderr
 
