@@ -94,6 +94,11 @@ MEMORY_PEAK = MetricSpec(
     "Maximum of memory used over the trailing peak window, from every internal sample, so "
     "spikes between two scrapes are not lost.",
 )
+MEMORY_PEAK_TIME = MetricSpec(
+    "dask_gpu_memory_peak_timestamp_seconds", "gauge", "seconds", GPU_LABELS,
+    "Unix time of the internal sample that set dask_gpu_memory_peak_bytes (the last one at "
+    "that value), so a peak is credited to the session, job and DAG it happened in.",
+)
 UTILIZATION = MetricSpec(
     "dask_gpu_utilization_ratio", "gauge", "ratio", GPU_LABELS,
     "Share of the last NVML sample period during which a kernel ran (0-1).",
@@ -146,19 +151,24 @@ EXPORTER_LAST_SAMPLE = MetricSpec(
     "dask_gpu_exporter_last_sample_timestamp_seconds", "gauge", "seconds", EXPORTER_LABELS,
     "Unix time of the last completed sampling round.",
 )
+EXPORTER_PEAK_WINDOW = MetricSpec(
+    "dask_gpu_exporter_peak_window_seconds", "gauge", "seconds", EXPORTER_LABELS,
+    "The trailing window of dask_gpu_memory_peak_bytes (--peak-window), so readers need "
+    "not be told it.",
+)
 EXPORTER_NVML_ERRORS = MetricSpec(
     "dask_gpu_exporter_nvml_errors_total", "counter", "", (*EXPORTER_LABELS, "call", "error"),
     "NVML calls that failed, by call and NVML error (unsupported calls are not errors).",
 )
 
 PER_GPU_VALUES = (
-    MEMORY_USED, MEMORY_TOTAL, MEMORY_RESERVED, MEMORY_PEAK, UTILIZATION, BUSY,
+    MEMORY_USED, MEMORY_TOTAL, MEMORY_RESERVED, MEMORY_PEAK, MEMORY_PEAK_TIME, UTILIZATION, BUSY,
     MEMORY_BANDWIDTH, POWER, ENERGY, TEMPERATURE, SM_CLOCK,
 )
 GPU_SPECS: list[MetricSpec] = [
     INFO, UP, *PER_GPU_VALUES, PROCESS_MEMORY,
     EXPORTER_NVML_UP, EXPORTER_SAMPLES, EXPORTER_SAMPLE_DURATION, EXPORTER_LAST_SAMPLE,
-    EXPORTER_NVML_ERRORS,
+    EXPORTER_PEAK_WINDOW, EXPORTER_NVML_ERRORS,
 ]
 
 

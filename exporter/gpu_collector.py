@@ -58,6 +58,8 @@ def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
     add(m.EXPORTER_SAMPLE_DURATION, [w], snap.sample_duration)
     if snap.timestamp:
         add(m.EXPORTER_LAST_SAMPLE, [w], snap.timestamp)
+    if snap.peak_window:
+        add(m.EXPORTER_PEAK_WINDOW, [w], snap.peak_window)
     for (call, error), count in sorted(snap.errors.items()):
         add(m.EXPORTER_NVML_ERRORS, [w, call, error], count)
     simulated = "true" if snap.simulated else "false"
@@ -75,5 +77,7 @@ def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
                 add(spec, labels, value)
         if g.peak_bytes is not None:
             add(m.MEMORY_PEAK, labels, g.peak_bytes)
+            if g.peak_time:
+                add(m.MEMORY_PEAK_TIME, labels, g.peak_time)
         for pid, used in sorted(g.reading.processes.items()):
             add(m.PROCESS_MEMORY, [*labels, str(pid)], used)

@@ -38,6 +38,7 @@ class GpuSnapshot:
     reading: Reading | None
     peak_bytes: float | None
     busy_seconds: float
+    peak_time: float = 0.0  # unix time of the sample that set peak_bytes
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Snapshot:
     timestamp: float = 0.0
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
     cluster: str | None = None  # the dask_cluster label; None: not known, not exported
+    peak_window: float = 0.0  # seconds: the trailing window of every GPU's peak
 
 
 @dataclass
@@ -106,7 +108,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         t = target()
         self.snapshot = Snapshot(t.worker, t.hostname, "", source.simulated, False,
-                                 cluster=t.cluster)
+                                 cluster=t.cluster, peak_window=peak_window)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -163,6 +165,7 @@ class Sampler:
             timestamp=time.time(),
             errors=dict(self.source.errors),
             cluster=target.cluster,
+            peak_window=self.peak_window,
         )
         return self.snapshot
 
@@ -244,7 +247,7 @@ class Sampler:
         energy = state.energy.update(now, reading.power_watts,
                                      reading.energy_joules if read_energy else None)
         reading = replace(reading, energy_joules=energy)
-        peak = None
+        peak, peak_time = None, 0.0
         if reading.memory_used is not None:
-            peak = state.peak.add(now, reading.memory_used)
-        return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds)
+            peak, peak_time = state.peak.add(now, reading.memory_used, time.time())
+        return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds, peak_time)

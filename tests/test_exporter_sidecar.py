@@ -88,8 +88,9 @@ def test_every_exported_name_is_documented_and_promtool_agrees(fake_nvml):
     promtool_lint(text)
 
 
-def test_spike_between_two_scrapes_shows_in_the_peak(fake_nvml):
-    with sidecar("--worker", "w0", "--interval", "0.25", env=fake_nvml.env) as base:
+def test_spike_between_two_scrapes_shows_in_the_peak_with_its_time(fake_nvml):
+    with sidecar("--worker", "w0", "--interval", "0.25", "--peak-window", "20",
+                 env=fake_nvml.env) as base:
         fake_nvml.epoch = time.time()
         fake_nvml.at(1.5, 0, memory_used=60 * GiB).at(2.5, 0, memory_used=0)
         fake_nvml.write()
@@ -101,6 +102,10 @@ def test_spike_between_two_scrapes_shows_in_the_peak(fake_nvml):
     assert value(after, "dask_gpu_memory_used_bytes", **gpu0) == 0  # no scrape saw the spike
     assert value(after, "dask_gpu_memory_peak_bytes", **gpu0) == 60 * GiB
     assert value(after, "dask_gpu_memory_peak_bytes", **gpu_labels(fake_nvml, 1)) == 0
+    # the time of the last internal sample at 60 GiB: inside the spike
+    stamp = value(after, "dask_gpu_memory_peak_timestamp_seconds", **gpu0)
+    assert fake_nvml.epoch + 1.5 <= stamp < fake_nvml.epoch + 2.5
+    assert value(after, "dask_gpu_exporter_peak_window_seconds", worker="w0") == 20
 
 
 def test_busy_seconds_rate_is_the_mean_utilisation(fake_nvml):
