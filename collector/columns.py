@@ -11,6 +11,7 @@ from dask_metrics import contract
 TOTAL_METRIC = contract.MEMORY_TOTAL.name
 USED_METRIC = contract.MEMORY_USED.name
 PEAK_METRIC = contract.MEMORY_PEAK.name
+PEAK_TIME_METRIC = contract.MEMORY_PEAK_TIME.name
 # Derived values are rounded so that 0.29 * 100 reads 29, not 28.999999999999996.
 _DIGITS = 6
 

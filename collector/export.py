@@ -28,6 +28,8 @@ from dask_metrics import __version__
 from dask_metrics.collector.activities import activity_rows, increases
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
+    PEAK_METRIC,
+    PEAK_TIME_METRIC,
     Column,
     select,
     source_metrics,
@@ -143,6 +145,8 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
     no more series."""
     metrics = source_metrics(columns)
+    if PEAK_METRIC in metrics and step is None:
+        metrics.append(PEAK_TIME_METRIC)  # dates the peaks (peaks.gpu_peaks); not a column
     extra = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if executed else []
     raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
                                                       age, scope), extra) if extra else None

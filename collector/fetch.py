@@ -37,6 +37,8 @@ from dask_metrics.contract import (
     DAG_STATUS,
     DASK_CLUSTER,
     ENERGY,
+    EXPORTER_PEAK_WINDOW,
+    EXPORTER_SAMPLE_INTERVAL,
     INFO,
     MEMORY_USED,
     MONITOR_START,
@@ -258,6 +260,22 @@ def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[st
         expr = f"last_over_time({scope.of(metric, worker=worker)}[{max_age}ms])"
         out[metric] = fetch_steps(client, expr, start, end, step, scope)
     return out
+
+
+def peak_windows(client: PrometheusClient, start: int, end: int, scope: Scope = UNSCOPED
+                 ) -> dict[str, int]:
+    """{worker: ms}: how far back each worker's peak samples in [start, end] surely reach:
+    its exporter's peak window plus one sampling interval (the longest, if they changed),
+    as the exporters say them; workers whose exporters do not say are absent."""
+    def longest(metric: str) -> dict[str, float]:
+        expr = (f"max by ({WORKER}) (max_over_time({scope.of(metric)}"
+                f"[{max(end - start, 1)}ms]))")
+        return {s.labels.get(WORKER, ""): s.values[-1]
+                for s in client.query(expr, end / 1000) if s.values and s.values[-1] > 0}
+
+    intervals = longest(EXPORTER_SAMPLE_INTERVAL.name)
+    return {worker: round((window + intervals.get(worker, 0.0)) * 1000)
+            for worker, window in longest(EXPORTER_PEAK_WINDOW.name).items()}
 
 
 ACTIVITY_SERIES = f"{ACTIVITY_FAMILY}.+_total"  # every unit's family (a regex on __name__)

@@ -1,28 +1,36 @@
 """``peaks``: the peak GPU memory of each worker's GPUs, when it happened and during which
 job/DAG, from ``dask_gpu_memory_peak_bytes`` raw samples.
 
-That gauge is the maximum of every internal exporter sample over its trailing peak window
-(30 s by default), so a spike between two scrapes still counts; the maximum over its raw
-samples is ``max_over_time`` without the step grid that would skip samples. A GPU without it
-(an older exporter) falls back to ``dask_gpu_memory_used_bytes``.
+That gauge is the maximum of every internal exporter sample over its trailing peak window,
+so a spike between two scrapes still counts, and ``dask_gpu_memory_peak_timestamp_seconds``
+dates it: each peak sample counts for the range, job and DAG at its stamp (see
+``peaktime``), so a spike before ``since`` is left out, one just before ``until`` is counted
+(from the first scrape after ``until``, which is why the range is fetched a window further),
+and each spike is credited to what ran when it happened. Where a larger value from outside
+the range may hide part of it, the peak says how high it may still be (``upper_bytes``).
 
-The gauge's samples in the first peak window after ``since`` may hold a spike from before
-``since`` (the end of the session before): there only gauge values above the first one in
-the range count, with the raw ``dask_gpu_memory_used_bytes`` samples, so no peak comes from
-before the start (a spike before the first scrape of the range is seen only if a raw sample
-caught it).
+Series of an exporter that does not date its peaks take the older rule: in the first peak
+window after ``since`` only gauge values above the first one count, with the raw
+``dask_gpu_memory_used_bytes`` samples; a GPU without the peak gauge falls back to used
+memory.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from dask_metrics.collector.columns import PEAK_METRIC, TOTAL_METRIC, USED_METRIC
+from dask_metrics.collector.columns import (
+    PEAK_METRIC,
+    PEAK_TIME_METRIC,
+    TOTAL_METRIC,
+    USED_METRIC,
+)
 from dask_metrics.collector.export import (
     DEFAULT_CHUNK,
     DEFAULT_MAX_AGE,
@@ -38,8 +46,10 @@ from dask_metrics.collector.fetch import (
     fetch_gpu_series,
     fetch_jobs,
     fetch_worker_activity,
+    peak_windows,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
+from dask_metrics.collector.peaktime import dated_readings, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
@@ -47,17 +57,27 @@ from dask_metrics.contract import REPLICA_LABELS
 
 BY = ("gpu", "job")
 DEFAULT_PEAK_WINDOW = 30.0
-"""Seconds: the exporter's default trailing window of dask_gpu_memory_peak_bytes."""
+"""Seconds: the exporter's default trailing window of dask_gpu_memory_peak_bytes, taken for
+exporters that do not say theirs (dask_gpu_exporter_peak_window_seconds)."""
+LONGEST_PEAK_WINDOW = 3600.0
+"""Seconds: the longest window a range is fetched past its end for (the exporter's limit)."""
+PEAK_METRICS = (PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC, TOTAL_METRIC)
 
 
 @dataclass(frozen=True)
 class Peak:
     """The peak of one GPU (or of one GPU during one job, with ``by="job"``).
 
-    ``time`` (ms) is the first scrape that reported the peak; ``job``/``dag`` are what ran on
-    that worker then (empty when idle), ``job_name`` its job's name and ``phase`` how tables
-    and plots call it (``etl · DAG 2``, see jobs.JobNames). The spike itself happened within
-    the exporter's peak window before ``time``.
+    ``time`` (ms) is when the exporter sampled the peak (for an exporter that does not date
+    its peaks, the first scrape that reported it: the spike happened within the peak window
+    before); ``job``/``dag`` are what ran on that worker then (empty when idle), ``job_name``
+    its job's name and ``phase`` how tables and plots call it (``etl · DAG 2``, see
+    jobs.JobNames). ``upper_bytes``: None when the peak is exact (to the exporter's sampling
+    interval), else how high it may have been — a larger value sampled just outside the range
+    shares a peak window with part of it — or ``math.inf`` where part of the range lies in
+    no peak window (exporter or Prometheus down, or a window shorter than the scrapes).
+    When no sample is dated inside the range at all, ``peak_bytes`` is that upper bound
+    (equal to ``upper_bytes``): the peak is at most this.
     """
 
     worker: str
@@ -70,6 +90,11 @@ class Peak:
     dag: str
     job_name: str = ""
     phase: str = ""
+    upper_bytes: float | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.upper_bytes is None
 
     @property
     def peak_percent(self) -> float | None:
@@ -77,13 +102,30 @@ class Peak:
             return None
         return round(self.peak_bytes / self.total_bytes * 100, 2)
 
+    def caveat(self) -> str:
+        """Why the peak is only a bound, in words; "" when it is exact."""
+        if self.upper_bytes is None:
+            return ""
+        if self.upper_bytes == self.peak_bytes:
+            return ("no memory sample is dated inside the range (shorter than a scrape "
+                    "interval): the peak is at most this, what the peak windows over it say")
+        if math.isinf(self.upper_bytes):
+            return ("part of the range lies in no peak window (the exporter or Prometheus "
+                    "was down, or the peak window is shorter than the scrape interval): the "
+                    "peak there is unknown")
+        return (f"a larger value sampled just outside the range shares a peak window with "
+                f"part of it: the peak may be up to {_bytes(self.upper_bytes)}")
+
     def to_json(self) -> dict[str, Any]:
         return {"worker": self.worker, "gpu": _json_id(self.gpu), "uuid": self.uuid,
                 "peak_bytes": _json_number(self.peak_bytes),
                 "total_bytes": _json_number(self.total_bytes),
                 "peak_percent": self.peak_percent, "time": format_rfc3339(self.time),
                 "job": _json_id(self.job), "dag": _json_id(self.dag),
-                "job_name": self.job_name or None}
+                "job_name": self.job_name or None, "exact": self.exact,
+                "upper_bound_bytes": (None if self.upper_bytes is None
+                                      or math.isinf(self.upper_bytes)
+                                      else _json_number(self.upper_bytes))}
 
 
 def _json_id(value: str) -> int | str | None:
@@ -131,21 +173,39 @@ def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
 def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
               activity: Timeline, max_age: int, by_job: bool = False,
               since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW),
-              names: JobNames = NO_NAMES) -> list[Peak]:
-    """Peaks of one worker's GPUs (pure). The first sample at the maximum is reported.
+              names: JobNames = NO_NAMES, until: int | None = None) -> list[Peak]:
+    """Peaks of one worker's GPUs in [since, until] (ms; pure). The first reading at the
+    maximum is reported.
 
-    With ``by_job`` there is one peak per GPU and job that ran on the worker (samples while it
-    was idle are left out); the DAG is the one running at the peak. With ``since`` (ms), the
-    peak gauge's samples before ``since + peak_window`` count only above the first one
-    (see ``_sources``), with used memory's. ``names`` names the jobs (jobs.csv's rows).
+    With ``by_job`` there is one peak per GPU and job that ran on the worker (readings while
+    it was idle are left out); the DAG is the one running at the peak. Dated peak samples
+    (see ``peaktime``) count at their stamp; undated ones by the older rule of
+    ``_sources``. ``peak_window`` (ms): how far back a peak sample surely reaches, the
+    exporter's window plus its sampling interval (``fetch.peak_windows``), for the bounds
+    and that rule.
+    ``names`` names the jobs (jobs.csv's rows).
     """
+    lo = -(2**62) if since is None else since
+    hi = 2**62 if until is None else until
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
-        times, values = _sources(metrics, since, peak_window)
-        if any(map(math.isnan, values)):
-            kept = [(t, v) for t, v in zip(times, values, strict=True) if not math.isnan(v)]
-            times, values = [t for t, _ in kept], [v for _, v in kept]
+        dated = bool(metrics.get(PEAK_TIME_METRIC)) and bool(metrics.get(PEAK_METRIC))
+        if dated:
+            times, values = dated_readings(metrics, lo, hi)
+        else:
+            times, values = _undated(metrics, since, hi, peak_window)
+        if not times:
+            if dated and not by_job:  # shorter than a scrape: what the windows over it say
+                at_most = upper_bound(metrics[PEAK_METRIC], metrics[PEAK_TIME_METRIC],
+                                      peak_window, lo, hi, 0.0)
+                if math.isfinite(at_most):
+                    t = max(lo, metrics[PEAK_METRIC][0][0])
+                    job, dag = activity.at(t, max_age)
+                    peaks.append(Peak(worker, gpu, uuid, at_most, _total_at(totals, t), t,
+                                      job, dag, names.names.get(job, ""),
+                                      names.phase(job, dag), at_most))
+            continue
         states = activity.at_each(times, max_age)
         best: dict[str, tuple[float, int, int]] = {}  # job: (peak, -time, position)
         pos = 0
@@ -161,9 +221,39 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
         for key in sorted(best, key=id_key):
             i = best[key][2]
             t, v, (job, dag) = times[i], values[i], states[i]
+            upper = None
+            if dated:
+                spans = [(lo, hi)] if not by_job else _spans(activity, key, max_age, lo, hi)
+                bound = max((upper_bound(metrics[PEAK_METRIC], metrics[PEAK_TIME_METRIC],
+                                         peak_window, a, b, v) for a, b in spans), default=v)
+                upper = bound if bound > v else None
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
-                              names.names.get(job, ""), names.phase(job, dag)))
+                              names.names.get(job, ""), names.phase(job, dag), upper))
     return peaks
+
+
+def _undated(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
+             hi: int, peak_window: int) -> tuple[list[int], list[float]]:
+    """The readings of an exporter that does not date its peaks, up to ``hi``, NaN left out."""
+    times, values = _sources(metrics, since, peak_window)
+    kept = [(t, v) for t, v in zip(times, values, strict=True) if t <= hi and not math.isnan(v)]
+    return [t for t, _ in kept], [v for _, v in kept]
+
+
+def _spans(activity: Timeline, job: str, max_age: int, lo: int, hi: int
+           ) -> list[tuple[int, int]]:
+    """The stretches of [lo, hi] the timeline gives to ``job``: from each scheduler scrape
+    that saw it to the next scrape (at most ``max_age`` later)."""
+    times = activity.times
+    spans = []
+    for k, (state, t) in enumerate(zip(activity.states, times, strict=True)):
+        if state[0] != job:
+            continue
+        a = max(t, lo)
+        b = min(times[k + 1] if k + 1 < len(times) else hi, t + max_age, hi)
+        if a < b:
+            spans.append((a, b))
+    return spans
 
 
 # No reference cycles are created; the decoded JSON's many lists would trigger repeated full
@@ -178,14 +268,21 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
     worker, GPU and job. One worker's samples are in memory at a time. ``cluster``,
     ``replica_labels``, ``any_cluster`` as for ``export.find_workers``; ``peak_window``: the
-    exporters' peak window (seconds), in which after ``since`` used memory is taken."""
+    peak window (seconds) of exporters that do not say theirs.
+
+    The samples are fetched up to one peak window past ``until`` (never past now): a spike
+    in the range's last scrape interval is reported by the first scrape after it."""
     check_range(since, until)
     if by not in BY:
         raise ValueError(f"unknown grouping {by!r} (known: {', '.join(BY)})")
-    begin, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    begin, until_ms, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    start, end = data_span(client, begin, end, chunk_ms, None, named)  # the data, not the range
-    scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
+    windows = peak_windows(client, begin, until_ms, named)
+    default_window = to_ms(peak_window)
+    tail = min(max(windows.values(), default=default_window), to_ms(LONGEST_PEAK_WINDOW))
+    reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
+    start, end = data_span(client, begin, reach, chunk_ms, None, named)  # the data
+    scope, chosen = find_workers(client, start, min(end, until_ms), chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
     names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
@@ -193,12 +290,13 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     for i, info in enumerate(chosen):
         if progress:
             progress(i, len(chosen), info.name)
-        series = fetch_gpu_series(client, info.name, [PEAK_METRIC, USED_METRIC, TOTAL_METRIC],
-                                  start, end, chunk_ms, None, age, scope)
+        series = fetch_gpu_series(client, info.name, PEAK_METRICS, start, end, chunk_ms, None,
+                                  age, scope)
         activity = fetch_worker_activity(client, info.name, timeline, start - age, end,
                                          chunk_ms, scope)
         found += gpu_peaks(info.name, series, activity, age, by_job=by == "job", since=begin,
-                           peak_window=to_ms(peak_window), names=names)
+                           until=until_ms, peak_window=windows.get(info.name, default_window),
+                           names=names)
     if progress:
         progress(len(chosen), len(chosen), "")
     return found

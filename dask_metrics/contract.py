@@ -156,6 +156,11 @@ EXPORTER_PEAK_WINDOW = MetricSpec(
     "The trailing window of dask_gpu_memory_peak_bytes (--peak-window), so readers need "
     "not be told it.",
 )
+EXPORTER_SAMPLE_INTERVAL = MetricSpec(
+    "dask_gpu_exporter_sample_interval_seconds", "gauge", "seconds", EXPORTER_LABELS,
+    "How often the GPUs are sampled (--interval): a peak window ending at a scrape reaches "
+    "back at most this much further than the window.",
+)
 EXPORTER_NVML_ERRORS = MetricSpec(
     "dask_gpu_exporter_nvml_errors_total", "counter", "", (*EXPORTER_LABELS, "call", "error"),
     "NVML calls that failed, by call and NVML error (unsupported calls are not errors).",
@@ -168,7 +173,7 @@ PER_GPU_VALUES = (
 GPU_SPECS: list[MetricSpec] = [
     INFO, UP, *PER_GPU_VALUES, PROCESS_MEMORY,
     EXPORTER_NVML_UP, EXPORTER_SAMPLES, EXPORTER_SAMPLE_DURATION, EXPORTER_LAST_SAMPLE,
-    EXPORTER_PEAK_WINDOW, EXPORTER_NVML_ERRORS,
+    EXPORTER_PEAK_WINDOW, EXPORTER_SAMPLE_INTERVAL, EXPORTER_NVML_ERRORS,
 ]
 
 

@@ -60,6 +60,8 @@ def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
         add(m.EXPORTER_LAST_SAMPLE, [w], snap.timestamp)
     if snap.peak_window:
         add(m.EXPORTER_PEAK_WINDOW, [w], snap.peak_window)
+    if snap.interval:
+        add(m.EXPORTER_SAMPLE_INTERVAL, [w], snap.interval)
     for (call, error), count in sorted(snap.errors.items()):
         add(m.EXPORTER_NVML_ERRORS, [w, call, error], count)
     simulated = "true" if snap.simulated else "false"

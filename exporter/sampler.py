@@ -55,6 +55,7 @@ class Snapshot:
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
     cluster: str | None = None  # the dask_cluster label; None: not known, not exported
     peak_window: float = 0.0  # seconds: the trailing window of every GPU's peak
+    interval: float = 0.0  # seconds between sampling rounds
 
 
 @dataclass
@@ -108,7 +109,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         t = target()
         self.snapshot = Snapshot(t.worker, t.hostname, "", source.simulated, False,
-                                 cluster=t.cluster, peak_window=peak_window)
+                                 cluster=t.cluster, peak_window=peak_window,
+                                 interval=interval)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -166,6 +168,7 @@ class Sampler:
             errors=dict(self.source.errors),
             cluster=target.cluster,
             peak_window=self.peak_window,
+            interval=self.interval,
         )
         return self.snapshot
 

@@ -267,7 +267,8 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
     """The report's export writes no worker file; its charts are drawn from the kept tables,
     which hold the very numbers and phases ``export``'s worker files hold."""
     since, until = dataset.base, dataset.base + 600
-    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), 60_000), keep=True)
+    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000),
+                 keep=True)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
         full = export(client, since, until, tmp_path / "full", metrics=COLUMNS, cluster="rep")
         bare = export(client, since, until, tmp_path / "bare", metrics=COLUMNS, cluster="rep",

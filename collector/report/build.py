@@ -25,6 +25,7 @@ from dask_metrics.atomicfile import atomic_write_texts
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
+from dask_metrics.collector.fetch import Scope, peak_windows
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW
 from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
@@ -129,7 +130,9 @@ def make_report(client: PrometheusClient, since: float, until: float,
         raise ValueError(f"headroom {headroom!r}: must be a number from 1 to {MOST_HEADROOM:g}")
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
-    gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(peak_window))
+    named = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(until),
+                      to_ms(peak_window), peak_windows(client, to_ms(since), to_ms(until), named))
     kept = _Kept(gather, keep=fmt == "html" and plots > 0)
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"

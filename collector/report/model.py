@@ -60,15 +60,18 @@ class Gatherer:
 
     columns: Sequence[str]
     max_age: int  # ms
-    since: int  # ms: the peaks' start (see peaks._sources)
-    peak_window: int  # ms
+    since: int  # ms: the peaks' range (see peaks.gpu_peaks)
+    until: int  # ms
+    peak_window: int  # ms: of exporters that do not say theirs
+    windows: Mapping[str, int] = field(default_factory=dict)  # worker: fetch.peak_windows'
     workers: list[WorkerFacts] = field(default_factory=list)
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
                  activity: Timeline, table: WorkerTable) -> None:
         def peaks(timeline: Timeline, by_job: bool) -> list[Peak]:
             return gpu_peaks(info.name, series, timeline, self.max_age, by_job=by_job,
-                             since=self.since, peak_window=self.peak_window)
+                             since=self.since, until=self.until,
+                             peak_window=self.windows.get(info.name, self.peak_window))
 
         by_dag = peaks(dag_timeline(activity), True)
         self.workers.append(WorkerFacts(info, gpu_usage(table, self.columns, self.max_age),

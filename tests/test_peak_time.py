@@ -1,0 +1,164 @@
+"""Peaks dated by the exporter's stamp, against a scripted truth (pure, no servers).
+
+``scrape`` plays the exporter and Prometheus: a memory timeline sampled every 0.5 s into a
+trailing-window maximum (the exporter's own WindowMax), scraped every S seconds. Every peak
+the collector finds is compared with the true maximum of the internal samples in the range:
+exact where it says exact, and never above the truth nor below it where it gives a bound.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+
+from dask_metrics.collector.columns import PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC
+from dask_metrics.collector.peaks import gpu_peaks
+from dask_metrics.collector.series import Series, Timeline
+from dask_metrics.exporter.peak import WindowMax
+
+GiB = 2**30
+TICK = 0.5  # the exporter's sampling interval
+T0 = 1_000_000.0  # unix seconds of the timeline's 0
+LABELS = {"gpu": "0", "uuid": "GPU-a"}
+
+
+def scrape(memory: Callable[[float], float], scrape_every: float, window: float,
+           end: float, phase: float = 0.0, drop: Callable[[float], bool] = lambda t: False
+           ) -> dict[str, list[Series]]:
+    """What Prometheus holds of one GPU: each scrape's used, peak and peak stamp (ms)."""
+    peak = WindowMax(window)
+    used, peaks, stamps = (Series({"__name__": n, **LABELS}) for n in
+                           (USED_METRIC, PEAK_METRIC, PEAK_TIME_METRIC))
+    samples = [i * TICK for i in range(int(end / TICK) + 1)]
+    scrapes = [phase + k * scrape_every for k in range(int((end - phase) / scrape_every) + 1)]
+    current = (0.0, 0.0)
+    i = 0
+    for s in scrapes:
+        while i < len(samples) and samples[i] <= s:
+            t = samples[i]
+            current = peak.add(t, memory(t), T0 + t)
+            last_used = memory(t)
+            i += 1
+        if drop(s) or i == 0:
+            continue
+        ms = round((T0 + s) * 1000)
+        for series, v in ((used, last_used), (peaks, current[0]), (stamps, current[1])):
+            series.times.append(ms)
+            series.values.append(v)
+    return {USED_METRIC: [used], PEAK_METRIC: [peaks], PEAK_TIME_METRIC: [stamps]}
+
+
+def truth(memory: Callable[[float], float], a: float, b: float) -> float:
+    return max(memory(i * TICK) for i in range(math.ceil(a / TICK), math.floor(b / TICK) + 1))
+
+
+def session_peak(held, a: float, b: float, window: float, timeline: Timeline | None = None):
+    (p,) = gpu_peaks("w", held, timeline or Timeline([], []), 10**9, since=ms(a),
+                     until=ms(b), peak_window=round((window + TICK) * 1000))
+    return p
+
+
+def ms(t: float) -> int:
+    return round((T0 + t) * 1000)
+
+
+def steps(*points: tuple[float, float, float]) -> Callable[[float], float]:
+    """Memory that is ``v`` GiB in [t0, t1) for each (t0, t1, v), 1 GiB elsewhere."""
+    def memory(t: float) -> float:
+        for t0, t1, v in points:
+            if t0 <= t < t1:
+                return v * GiB
+        return 1 * GiB
+    return memory
+
+
+@pytest.mark.parametrize("every", [1, 5, 15, 60])
+def test_a_spike_right_after_the_start_counts_before_any_scrape_sees_it(every):
+    memory = steps((100.5, 101.5, 6))  # a 1 s spike 0.5 s after the start
+    held = scrape(memory, every, window=max(30, every), end=300, phase=0.25)
+    p = session_peak(held, 100, 200, window=max(30, every))
+    assert p.peak_bytes == 6 * GiB and p.exact
+    assert ms(100.5) <= p.time < ms(101.5)  # dated when it happened, not at a scrape
+
+
+@pytest.mark.parametrize("every", [1, 5, 15, 60])
+def test_a_spike_before_the_start_is_not_the_sessions(every):
+    memory = steps((98, 99.5, 9), (120, 121, 3))  # 9 GiB just before, 3 GiB inside
+    held = scrape(memory, every, window=max(30, every), end=300, phase=0.25)
+    p = session_peak(held, 100, 200, window=max(30, every))
+    assert p.peak_bytes == 3 * GiB
+    if every <= 5:  # a window dated inside starts before the session's first sample
+        assert p.exact
+    else:  # the first seconds lie only in windows that hold the 9 GiB: said, as a bound
+        assert p.upper_bytes == 9 * GiB
+
+
+@pytest.mark.parametrize("every", [1, 5, 15, 60])
+def test_a_spike_in_the_last_interval_before_the_stop_counts(every):
+    memory = steps((199, 199.5, 7))  # half a second, one second before the stop
+    held = scrape(memory, every, window=max(30, every), end=400, phase=0.25)
+    p = session_peak(held, 100, 200, window=max(30, every))
+    assert p.peak_bytes == 7 * GiB and p.exact and p.time == ms(199)
+
+
+def test_a_larger_value_just_outside_makes_the_edge_a_bound():
+    # 9 GiB until 0.5 s before the start; the session holds 2 GiB, and 3 GiB at 100.5 s,
+    # which every window that covers it also covers the 9 GiB in: the 3 GiB is hidden.
+    memory = steps((0, 99.5, 9), (100, 100.6, 3), (100.6, 400, 2))
+    held = scrape(memory, 5, window=30, end=400, phase=2)
+    p = session_peak(held, 100, 300, window=30)
+    assert p.peak_bytes < truth(memory, 100, 300) == 3 * GiB
+    assert p.upper_bytes == 9 * GiB and not p.exact
+    assert "up to 9.00 GiB" in p.caveat()
+
+
+def test_a_hole_in_the_scrapes_makes_the_peak_unknown_there():
+    memory = steps((150, 151, 5))
+    held = scrape(memory, 5, window=10, end=300, drop=lambda s: 140 < s < 170)
+    p = session_peak(held, 100, 250, window=10)
+    assert p.peak_bytes == 1 * GiB  # the spike fell in the hole
+    assert p.upper_bytes == math.inf and "no peak window" in p.caveat()
+
+
+def test_each_spike_is_credited_to_the_dag_that_ran_when_it_happened():
+    # DAG A until 130 s with 12 GiB for 0.5 s 1 s before its end; DAG B from 130 s, 3.6 GiB.
+    memory = steps((128.6, 129.1, 12), (140, 141, 3.6))
+    held = scrape(memory, 1, window=30, end=300, phase=0.25)
+    timeline = Timeline([ms(t) for t in (100, 130, 160)],
+                        [("0", "0"), ("1", "0"), ("", "")])
+    found = {p.job: p for p in gpu_peaks("w", held, timeline, 10**9, by_job=True,
+                                          since=ms(100), until=ms(200), peak_window=30_500)}
+    assert found["0"].peak_bytes == 12 * GiB
+    assert found["1"].peak_bytes == 3.6 * GiB
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_never_above_the_truth_and_exact_where_it_says_so(seed):
+    rng = random.Random(seed)
+    spikes = [(t, t + rng.choice([0.5, 1, 3, 20]), rng.uniform(1, 16))
+              for t in sorted(rng.uniform(0, 400) for _ in range(rng.randint(1, 12)))]
+    memory = steps(*spikes)
+    every = rng.choice([1, 5, 15, 60])
+    window = rng.choice([every, 30, 60]) if every < 60 else 60
+    held = scrape(memory, every, window, end=500, phase=rng.uniform(0, every))
+    a = rng.uniform(50, 250)
+    b = a + rng.uniform(0.2, 200)
+    p = session_peak(held, a, b, window)
+    real = truth(memory, a, b)
+    if p.exact:
+        assert p.peak_bytes == real
+    elif p.upper_bytes == p.peak_bytes:  # nothing dated inside: an upper bound alone
+        assert real <= p.upper_bytes
+    else:
+        assert p.peak_bytes <= real <= p.upper_bytes
+
+
+def test_a_session_between_two_scrapes_gets_the_bound_of_the_window_over_it():
+    memory = steps((0, 1000, 4))  # 4 GiB held throughout
+    held = scrape(memory, 60, window=60, end=400, phase=10)
+    p = session_peak(held, 100, 110, window=60)  # scrapes at 70 and 130: none inside
+    assert p.peak_bytes == p.upper_bytes == 4 * GiB and not p.exact
+    assert "at most" in p.caveat()
