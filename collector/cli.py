@@ -33,7 +33,7 @@ from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_
 from dask_metrics.collector.fetch import Scope, last_monitor_session
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
-from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, format_table, peaks
+from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, caveats, format_table, peaks
 from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
 from dask_metrics.collector.promapi import (
     COMPRESSIONS,
@@ -159,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="gpu: one peak per worker and GPU (default); job: one per job too")
     pk.add_argument("--peak-window", metavar="DURATION",
                     default=format_duration(DEFAULT_PEAK_WINDOW),
-                    help="the exporters' --peak-window: in that long after --since, used "
-                    "memory is taken, so no peak is from before it (default %(default)s)")
+                    help="the peak window of exporters that do not say theirs (older "
+                    "ones; the others export it): in that long after --since, used memory is "
+                    "taken, so no peak is from before it (default %(default)s)")
 
     plt = commands.add_parser(
         "plot", parents=[span_or_csv, conn], help="PNG/SVG pictures per worker and of the cluster",
@@ -364,6 +365,8 @@ def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[st
         print(json.dumps([p.to_json() for p in found], indent=2))
     else:
         print(format_table(found))
+    for line in caveats(found):
+        ui.warning(line)
     return 0
 
 

@@ -30,6 +30,8 @@ from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
     PEAK_METRIC,
     PEAK_TIME_METRIC,
+    ROUND_TIME_METRIC,
+    SAMPLES_METRIC,
     Column,
     select,
     source_metrics,
@@ -145,8 +147,8 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
     no more series."""
     metrics = source_metrics(columns)
-    if PEAK_METRIC in metrics and step is None:
-        metrics.append(PEAK_TIME_METRIC)  # dates the peaks (peaks.gpu_peaks); not a column
+    if PEAK_METRIC in metrics and step is None:  # date the peaks (peaks.gpu_peaks): no columns
+        metrics += [PEAK_TIME_METRIC, SAMPLES_METRIC, ROUND_TIME_METRIC]
     extra = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if executed else []
     raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
                                                       age, scope), extra) if extra else None

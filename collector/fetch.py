@@ -263,10 +263,11 @@ def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[st
 
 
 def peak_windows(client: PrometheusClient, start: int, end: int, scope: Scope = UNSCOPED
-                 ) -> dict[str, int]:
-    """{worker: ms}: how far back each worker's peak samples in [start, end] surely reach:
-    its exporter's peak window plus one sampling interval (the longest, if they changed),
-    as the exporters say them; workers whose exporters do not say are absent."""
+                 ) -> dict[str, tuple[int, int]]:
+    """{worker: (reach, interval)} in ms: how far back each worker's peak samples in
+    [start, end] surely reach, its exporter's peak window plus one sampling interval, and
+    that interval (the longest, if they changed), as the exporters say them; workers whose
+    exporters do not say are absent."""
     def longest(metric: str) -> dict[str, float]:
         expr = (f"max by ({WORKER}) (max_over_time({scope.of(metric)}"
                 f"[{max(end - start, 1)}ms]))")
@@ -274,7 +275,8 @@ def peak_windows(client: PrometheusClient, start: int, end: int, scope: Scope = 
                 for s in client.query(expr, end / 1000) if s.values and s.values[-1] > 0}
 
     intervals = longest(EXPORTER_SAMPLE_INTERVAL.name)
-    return {worker: round((window + intervals.get(worker, 0.0)) * 1000)
+    return {worker: (round((window + intervals.get(worker, 0.0)) * 1000),
+                     round(intervals.get(worker, 0.0) * 1000))
             for worker, window in longest(EXPORTER_PEAK_WINDOW.name).items()}
 
 

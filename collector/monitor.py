@@ -27,7 +27,7 @@ from dask_metrics.collector.export import (
     read_gpu_by_prefix,
 )
 from dask_metrics.collector.fetch import Scope
-from dask_metrics.collector.peaks import peaks
+from dask_metrics.collector.peaks import caveats, peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report
@@ -182,17 +182,25 @@ class Monitor:
                 return make_report(prom, since, until, path, fmt=fmt, headroom=headroom,
                                    asked={"monitor_session": session["id"]}, **_scoping(scope))
 
-    def peak_memory(self) -> list[list[int]]:
+    def peak_memory(self) -> list[list[int | None]]:
         """Peak memory of the last session, % of capacity: per worker (in name order, as in
-        workers.csv), per GPU — the original dask-metrics format."""
+        workers.csv), per GPU — the original dask-metrics format. A peak that is only a
+        bound comes with a warning saying why; None where it is unknown (no sample and no
+        peak window over the session) or the GPU's capacity is."""
         session = self.session()
         scope = self.scope()
         with self._prometheus_client() as prom:
-            since, until = self._range(prom, session)
+            # the session as it was: the peaks are dated, and a spike just before the stop
+            # is read from the first scrape after it (peaks.peaks)
+            since, until = self._range(prom, session, gpu=False)
             found = peaks(prom, since, until, **_scoping(scope))
-        by_worker: dict[str, list[int]] = {}
+        for line in caveats(found):
+            warnings.warn(line, stacklevel=2)
+        by_worker: dict[str, list[int | None]] = {}
         for p in found:  # peaks come in worker order, then GPU order
-            by_worker.setdefault(p.worker, []).append(round(p.peak_percent or 0))
+            percent = p.peak_percent
+            by_worker.setdefault(p.worker, []).append(None if percent is None
+                                                      else round(percent))
         return list(by_worker.values())
 
     def activities(self) -> list[dict[str, Any]]:

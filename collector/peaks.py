@@ -28,6 +28,8 @@ from typing import Any
 from dask_metrics.collector.columns import (
     PEAK_METRIC,
     PEAK_TIME_METRIC,
+    ROUND_TIME_METRIC,
+    SAMPLES_METRIC,
     TOTAL_METRIC,
     USED_METRIC,
 )
@@ -49,9 +51,9 @@ from dask_metrics.collector.fetch import (
     peak_windows,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
-from dask_metrics.collector.peaktime import dated_readings, upper_bound
+from dask_metrics.collector.peaktime import dated_readings, reaches, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key
+from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key, join
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import REPLICA_LABELS
 
@@ -61,7 +63,8 @@ DEFAULT_PEAK_WINDOW = 30.0
 exporters that do not say theirs (dask_gpu_exporter_peak_window_seconds)."""
 LONGEST_PEAK_WINDOW = 3600.0
 """Seconds: the longest window a range is fetched past its end for (the exporter's limit)."""
-PEAK_METRICS = (PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC, TOTAL_METRIC)
+PEAK_METRICS = (PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC, TOTAL_METRIC, SAMPLES_METRIC,
+                ROUND_TIME_METRIC)
 
 
 @dataclass(frozen=True)
@@ -91,21 +94,30 @@ class Peak:
     job_name: str = ""
     phase: str = ""
     upper_bytes: float | None = None
+    dated: bool = True  # False: an exporter that does not date its peaks, exactness unknown
 
     @property
-    def exact(self) -> bool:
-        return self.upper_bytes is None
+    def exact(self) -> bool | None:
+        """True when exact, False when a bound, None when the exporter cannot tell."""
+        return self.upper_bytes is None if self.dated else None
 
     @property
     def peak_percent(self) -> float | None:
-        if not self.total_bytes:
+        if not self.total_bytes or math.isnan(self.peak_bytes):
             return None
         return round(self.peak_bytes / self.total_bytes * 100, 2)
 
     def caveat(self) -> str:
         """Why the peak is only a bound, in words; "" when it is exact."""
+        if not self.dated:
+            return ("the exporter does not date its peaks (an older one, without "
+                    "dask_gpu_memory_peak_timestamp_seconds): a spike up to one peak window "
+                    "before the range may be counted in it")
         if self.upper_bytes is None:
             return ""
+        if math.isnan(self.peak_bytes):
+            return ("no memory sample is dated inside the range and it lies in no peak "
+                    "window (the exporter or Prometheus was down): the peak is unknown")
         if self.upper_bytes == self.peak_bytes:
             return ("no memory sample is dated inside the range (shorter than a scrape "
                     "interval): the peak is at most this, what the peak windows over it say")
@@ -133,7 +145,7 @@ def _json_id(value: str) -> int | str | None:
 
 
 def _json_number(value: float | None) -> float | int | None:
-    if value is None:
+    if value is None or math.isnan(value):
         return None
     return int(value) if value.is_integer() else value
 
@@ -173,7 +185,8 @@ def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
 def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
               activity: Timeline, max_age: int, by_job: bool = False,
               since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW),
-              names: JobNames = NO_NAMES, until: int | None = None) -> list[Peak]:
+              names: JobNames = NO_NAMES, until: int | None = None,
+              sample_interval: int = 500) -> list[Peak]:
     """Peaks of one worker's GPUs in [since, until] (ms; pure). The first reading at the
     maximum is reported.
 
@@ -182,29 +195,39 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     (see ``peaktime``) count at their stamp; undated ones by the older rule of
     ``_sources``. ``peak_window`` (ms): how far back a peak sample surely reaches, the
     exporter's window plus its sampling interval (``fetch.peak_windows``), for the bounds
-    and that rule.
-    ``names`` names the jobs (jobs.csv's rows).
+    and that rule; ``sample_interval`` (ms): the exporter's, with which its
+    dask_gpu_exporter_samples_total in ``series_by_metric`` tells how far back a window
+    reaches after a restart. ``names`` names the jobs (jobs.csv's rows).
     """
+    rounds = _exporter_series(series_by_metric.get(SAMPLES_METRIC, ()))
+    rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
     lo = -(2**62) if since is None else since
     hi = 2**62 if until is None else until
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
+        if not gpu and not uuid:
+            continue  # the exporter's own series
+        reach = (reaches(metrics[PEAK_METRIC][0], rounds, peak_window, sample_interval)
+                 if metrics.get(PEAK_METRIC) else [])
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
         dated = bool(metrics.get(PEAK_TIME_METRIC)) and bool(metrics.get(PEAK_METRIC))
         if dated:
-            times, values = dated_readings(metrics, lo, hi)
+            times, values = dated_readings(metrics, lo, hi, rounds_at)
         else:
             times, values = _undated(metrics, since, hi, peak_window)
         if not times:
             if dated and not by_job:  # shorter than a scrape: what the windows over it say
+                first = metrics[PEAK_METRIC][0][0]
+                if first - reach[0] >= hi:
+                    continue  # its exporter started after the range
                 at_most = upper_bound(metrics[PEAK_METRIC], metrics[PEAK_TIME_METRIC],
-                                      peak_window, lo, hi, 0.0)
-                if math.isfinite(at_most):
-                    t = max(lo, metrics[PEAK_METRIC][0][0])
-                    job, dag = activity.at(t, max_age)
-                    peaks.append(Peak(worker, gpu, uuid, at_most, _total_at(totals, t), t,
-                                      job, dag, names.names.get(job, ""),
-                                      names.phase(job, dag), at_most))
+                                      reach, lo, hi, 0.0)
+                t = max(lo, first)
+                job, dag = activity.at(t, max_age)
+                peaks.append(Peak(worker, gpu, uuid,
+                                  at_most if math.isfinite(at_most) else math.nan,
+                                  _total_at(totals, t), t, job, dag, names.names.get(job, ""),
+                                  names.phase(job, dag), at_most))
             continue
         states = activity.at_each(times, max_age)
         best: dict[str, tuple[float, int, int]] = {}  # job: (peak, -time, position)
@@ -225,11 +248,24 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
             if dated:
                 spans = [(lo, hi)] if not by_job else _spans(activity, key, max_age, lo, hi)
                 bound = max((upper_bound(metrics[PEAK_METRIC], metrics[PEAK_TIME_METRIC],
-                                         peak_window, a, b, v) for a, b in spans), default=v)
+                                         reach, a, b, v) for a, b in spans), default=v)
                 upper = bound if bound > v else None
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
-                              names.names.get(job, ""), names.phase(job, dag), upper))
+                              names.names.get(job, ""), names.phase(job, dag), upper, dated))
     return peaks
+
+
+def window_keywords(window: tuple[int, int]) -> dict[str, int]:
+    """gpu_peaks' keywords for a worker's (reach, sampling interval), in ms."""
+    return {"peak_window": window[0], "sample_interval": window[1]}
+
+
+def _exporter_series(series: Iterable[Series]) -> tuple[list[int], list[float]] | None:
+    """One series of the worker's exporter (one piece per exporter process) as one."""
+    pieces = [s for s in series if s.times]
+    if not pieces:
+        return None
+    return (pieces[0].times, pieces[0].values) if len(pieces) == 1 else join(pieces)
 
 
 def _undated(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
@@ -278,11 +314,13 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     begin, until_ms, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     windows = peak_windows(client, begin, until_ms, named)
-    default_window = to_ms(peak_window)
-    tail = min(max(windows.values(), default=default_window), to_ms(LONGEST_PEAK_WINDOW))
+    default = (to_ms(peak_window), 0)
+    tail = min(max((w for w, _ in windows.values()), default=default[0]),
+               to_ms(LONGEST_PEAK_WINDOW))
     reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
     start, end = data_span(client, begin, reach, chunk_ms, None, named)  # the data
-    scope, chosen = find_workers(client, start, min(end, until_ms), chunk_ms, workers, cluster,
+    # the tail too: a session shorter than a scrape has its first samples there
+    scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
     names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
@@ -295,22 +333,46 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
         activity = fetch_worker_activity(client, info.name, timeline, start - age, end,
                                          chunk_ms, scope)
         found += gpu_peaks(info.name, series, activity, age, by_job=by == "job", since=begin,
-                           until=until_ms, peak_window=windows.get(info.name, default_window),
-                           names=names)
+                           until=until_ms, names=names,
+                           **window_keywords(windows.get(info.name, default)))
     if progress:
         progress(len(chosen), len(chosen), "")
     return found
 
 
 def _bytes(value: float | None) -> str:
-    return "" if value is None else f"{value / 2**30:.2f} GiB"
+    if value is None:
+        return ""
+    return "unknown" if math.isnan(value) else f"{value / 2**30:.2f} GiB"
+
+
+def _peak_cell(p: Peak) -> str:
+    """The peak as a table shows it: ``>= 2.00 GiB`` where it is a lower bound, ``<= ...``
+    where nothing inside the range was sampled (see Peak.caveat)."""
+    if p.exact is not False or math.isnan(p.peak_bytes):
+        return _bytes(p.peak_bytes)
+    return ("<= " if p.upper_bytes == p.peak_bytes else ">= ") + _bytes(p.peak_bytes)
+
+
+def caveats(found: Iterable[Peak]) -> list[str]:
+    """One line per reason some peaks are only bounds, naming their GPUs: for stderr and
+    warnings (the table marks them, the JSON says ``exact``)."""
+    by_reason: dict[str, list[str]] = {}
+    for p in found:
+        if reason := p.caveat():
+            by_reason.setdefault(reason, []).append(f"{p.worker} GPU {p.gpu}")
+    lines = []
+    for reason, gpus in by_reason.items():
+        named = ", ".join(gpus[:5]) + (f" and {len(gpus) - 5} more" if len(gpus) > 5 else "")
+        lines.append(f"peak of {named}: {reason}")
+    return lines
 
 
 def format_table(found: Sequence[Peak]) -> str:
     """A plain aligned table for a terminal; ``during``: the job (and DAG) by name."""
     header = ["worker", "gpu", "uuid", "peak", "total", "peak %", "time", "during"]
     lines = [header] + [
-        [p.worker, p.gpu, p.uuid, _bytes(p.peak_bytes), _bytes(p.total_bytes),
+        [p.worker, p.gpu, p.uuid, _peak_cell(p), _bytes(p.total_bytes),
          "" if p.peak_percent is None else f"{p.peak_percent:.2f}", format_rfc3339(p.time),
          p.phase] for p in found]
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]

@@ -488,7 +488,8 @@ def expected_peaks(by_job: bool) -> list[dict[str, object]]:
                               "peak_percent": round(value / TOTAL * 100, 2), "t": t,
                               "job": int(job_id) if job_id else None,
                               "dag": int(dag_id) if dag_id else None,
-                              "job_name": CORE_DAGS[job_id, dag_id][0] if job_id else None})
+                              "job_name": CORE_DAGS[job_id, dag_id][0] if job_id else None,
+                              "exact": None, "upper_bound_bytes": None})  # undated peaks
     return found
 
 

@@ -14,7 +14,13 @@ from collections.abc import Callable
 
 import pytest
 
-from dask_metrics.collector.columns import PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC
+from dask_metrics.collector.columns import (
+    PEAK_METRIC,
+    PEAK_TIME_METRIC,
+    ROUND_TIME_METRIC,
+    SAMPLES_METRIC,
+    USED_METRIC,
+)
 from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.series import Series, Timeline
 from dask_metrics.exporter.peak import WindowMax
@@ -26,29 +32,40 @@ LABELS = {"gpu": "0", "uuid": "GPU-a"}
 
 
 def scrape(memory: Callable[[float], float], scrape_every: float, window: float,
-           end: float, phase: float = 0.0, drop: Callable[[float], bool] = lambda t: False
-           ) -> dict[str, list[Series]]:
-    """What Prometheus holds of one GPU: each scrape's used, peak and peak stamp (ms)."""
+           end: float, phase: float = 0.0, drop: Callable[[float], bool] = lambda t: False,
+           restart: tuple[float, float] | None = None) -> dict[str, list[Series]]:
+    """What Prometheus holds of one GPU: each scrape's used, peak and peak stamp, and the
+    exporter's sampling rounds. ``restart``: the exporter is down from the first time to the
+    second (no samples, no scrapes), then starts again with a new window and count."""
     peak = WindowMax(window)
-    used, peaks, stamps = (Series({"__name__": n, **LABELS}) for n in
-                           (USED_METRIC, PEAK_METRIC, PEAK_TIME_METRIC))
-    samples = [i * TICK for i in range(int(end / TICK) + 1)]
+    used, peaks, stamps, rounds, round_at = (
+        Series({"__name__": n, **labels}) for n, labels in (
+            (USED_METRIC, LABELS), (PEAK_METRIC, LABELS), (PEAK_TIME_METRIC, LABELS),
+            (SAMPLES_METRIC, {}), (ROUND_TIME_METRIC, {})))
+    down = (lambda t: restart[0] <= t < restart[1]) if restart else (lambda t: False)
+    samples = [t for i in range(int(end / TICK) + 1) if not down(t := i * TICK)]
     scrapes = [phase + k * scrape_every for k in range(int((end - phase) / scrape_every) + 1)]
     current = (0.0, 0.0)
-    i = 0
+    i = count = 0
     for s in scrapes:
         while i < len(samples) and samples[i] <= s:
             t = samples[i]
+            if restart and count and t >= restart[1] > samples[i - 1]:
+                peak, count = WindowMax(window), 0  # a new process
             current = peak.add(t, memory(t), T0 + t)
             last_used = memory(t)
+            count += 1
             i += 1
-        if drop(s) or i == 0:
+        restarting = restart and samples[i - 1] < restart[1] <= s  # not sampled yet
+        if drop(s) or down(s) or i == 0 or restarting:
             continue
         ms = round((T0 + s) * 1000)
-        for series, v in ((used, last_used), (peaks, current[0]), (stamps, current[1])):
+        for series, v in ((used, last_used), (peaks, current[0]), (stamps, current[1]),
+                          (rounds, count), (round_at, T0 + samples[i - 1])):
             series.times.append(ms)
             series.values.append(v)
-    return {USED_METRIC: [used], PEAK_METRIC: [peaks], PEAK_TIME_METRIC: [stamps]}
+    return {USED_METRIC: [used], PEAK_METRIC: [peaks], PEAK_TIME_METRIC: [stamps],
+            SAMPLES_METRIC: [rounds], ROUND_TIME_METRIC: [round_at]}
 
 
 def truth(memory: Callable[[float], float], a: float, b: float) -> float:
@@ -57,7 +74,8 @@ def truth(memory: Callable[[float], float], a: float, b: float) -> float:
 
 def session_peak(held, a: float, b: float, window: float, timeline: Timeline | None = None):
     (p,) = gpu_peaks("w", held, timeline or Timeline([], []), 10**9, since=ms(a),
-                     until=ms(b), peak_window=round((window + TICK) * 1000))
+                     until=ms(b), peak_window=round((window + TICK) * 1000),
+                     sample_interval=round(TICK * 1000))
     return p
 
 
@@ -123,6 +141,16 @@ def test_a_hole_in_the_scrapes_makes_the_peak_unknown_there():
     assert p.upper_bytes == math.inf and "no peak window" in p.caveat()
 
 
+def test_a_spike_while_the_exporter_was_down_is_not_claimed_after_its_restart():
+    # The sidecar is down from 140 s to 146 s (between two 15 s scrapes) and missed a spike;
+    # its first window after the restart reaches back only to 146 s.
+    memory = steps((142, 144, 8))
+    held = scrape(memory, 15, window=30, end=300, phase=5, restart=(140, 146))
+    p = session_peak(held, 100, 250, window=30)
+    assert p.peak_bytes == 1 * GiB
+    assert p.upper_bytes == math.inf and not p.exact
+
+
 def test_each_spike_is_credited_to_the_dag_that_ran_when_it_happened():
     # DAG A until 130 s with 12 GiB for 0.5 s 1 s before its end; DAG B from 130 s, 3.6 GiB.
     memory = steps((128.6, 129.1, 12), (140, 141, 3.6))
@@ -130,7 +158,8 @@ def test_each_spike_is_credited_to_the_dag_that_ran_when_it_happened():
     timeline = Timeline([ms(t) for t in (100, 130, 160)],
                         [("0", "0"), ("1", "0"), ("", "")])
     found = {p.job: p for p in gpu_peaks("w", held, timeline, 10**9, by_job=True,
-                                          since=ms(100), until=ms(200), peak_window=30_500)}
+                                          since=ms(100), until=ms(200), peak_window=30_500,
+                                          sample_interval=500)}
     assert found["0"].peak_bytes == 12 * GiB
     assert found["1"].peak_bytes == 3.6 * GiB
 
@@ -143,13 +172,19 @@ def test_never_above_the_truth_and_exact_where_it_says_so(seed):
     memory = steps(*spikes)
     every = rng.choice([1, 5, 15, 60])
     window = rng.choice([every, 30, 60]) if every < 60 else 60
-    held = scrape(memory, every, window, end=500, phase=rng.uniform(0, every))
+    restart = None
+    if rng.random() < 0.3:
+        r = rng.uniform(60, 400)
+        restart = (r, r + rng.uniform(0.5, 90))
+    held = scrape(memory, every, window, end=500, phase=rng.uniform(0, every), restart=restart)
     a = rng.uniform(50, 250)
-    b = a + rng.uniform(0.2, 200)
+    b = a + rng.uniform(TICK + 0.01, 200)  # an internal sample inside, to compare with
     p = session_peak(held, a, b, window)
-    real = truth(memory, a, b)
+    real = truth(memory, a, b)  # also while the exporter was down: it is not to claim it
     if p.exact:
         assert p.peak_bytes == real
+    elif math.isnan(p.peak_bytes):  # nothing dated inside, and no window over it all
+        assert p.upper_bytes == math.inf
     elif p.upper_bytes == p.peak_bytes:  # nothing dated inside: an upper bound alone
         assert real <= p.upper_bytes
     else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from dask_metrics.collector.peaks import Peak, gpu_peaks
+from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.usage import IDLE_PERCENT, Usage, UsageKey, gpu_usage, total
 from dask_metrics.collector.series import IDLE, Series, Timeline, WorkerInfo, WorkerTable, id_key
@@ -63,7 +63,7 @@ class Gatherer:
     since: int  # ms: the peaks' range (see peaks.gpu_peaks)
     until: int  # ms
     peak_window: int  # ms: of exporters that do not say theirs
-    windows: Mapping[str, int] = field(default_factory=dict)  # worker: fetch.peak_windows'
+    windows: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # fetch.peak_windows'
     workers: list[WorkerFacts] = field(default_factory=list)
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
@@ -71,7 +71,7 @@ class Gatherer:
         def peaks(timeline: Timeline, by_job: bool) -> list[Peak]:
             return gpu_peaks(info.name, series, timeline, self.max_age, by_job=by_job,
                              since=self.since, until=self.until,
-                             peak_window=self.windows.get(info.name, self.peak_window))
+                             **window_keywords(self.windows.get(info.name, (self.peak_window, 0))))
 
         by_dag = peaks(dag_timeline(activity), True)
         self.workers.append(WorkerFacts(info, gpu_usage(table, self.columns, self.max_age),
