@@ -12,6 +12,8 @@ TOTAL_METRIC = contract.MEMORY_TOTAL.name
 USED_METRIC = contract.MEMORY_USED.name
 PEAK_METRIC = contract.MEMORY_PEAK.name
 PEAK_TIME_METRIC = contract.MEMORY_PEAK_TIME.name
+NEXT_PEAK_METRIC = contract.MEMORY_NEXT_PEAK.name
+NEXT_PEAK_TIME_METRIC = contract.MEMORY_NEXT_PEAK_TIME.name
 SAMPLES_METRIC = contract.EXPORTER_SAMPLES.name  # the exporter's rounds: how long it has run
 ROUND_TIME_METRIC = contract.EXPORTER_LAST_SAMPLE.name  # when the scraped round was sampled
 # Derived values are rounded so that 0.29 * 100 reads 29, not 28.999999999999996.

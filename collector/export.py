@@ -28,6 +28,8 @@ from dask_metrics import __version__
 from dask_metrics.collector.activities import activity_rows, increases
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
+    NEXT_PEAK_METRIC,
+    NEXT_PEAK_TIME_METRIC,
     PEAK_METRIC,
     PEAK_TIME_METRIC,
     ROUND_TIME_METRIC,
@@ -148,7 +150,8 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     no more series."""
     metrics = source_metrics(columns)
     if PEAK_METRIC in metrics and step is None:  # date the peaks (peaks.gpu_peaks): no columns
-        metrics += [PEAK_TIME_METRIC, SAMPLES_METRIC, ROUND_TIME_METRIC]
+        metrics += [PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC, SAMPLES_METRIC,
+                    ROUND_TIME_METRIC]
     extra = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if executed else []
     raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
                                                       age, scope), extra) if extra else None

@@ -26,6 +26,8 @@ from itertools import groupby
 from typing import Any
 
 from dask_metrics.collector.columns import (
+    NEXT_PEAK_METRIC,
+    NEXT_PEAK_TIME_METRIC,
     PEAK_METRIC,
     PEAK_TIME_METRIC,
     ROUND_TIME_METRIC,
@@ -51,7 +53,7 @@ from dask_metrics.collector.fetch import (
     peak_windows,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
-from dask_metrics.collector.peaktime import dated_readings, reaches, upper_bound
+from dask_metrics.collector.peaktime import cover, dated_readings, reaches, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key, join
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
@@ -63,8 +65,8 @@ DEFAULT_PEAK_WINDOW = 30.0
 exporters that do not say theirs (dask_gpu_exporter_peak_window_seconds)."""
 LONGEST_PEAK_WINDOW = 3600.0
 """Seconds: the longest window a range is fetched past its end for (the exporter's limit)."""
-PEAK_METRICS = (PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC, TOTAL_METRIC, SAMPLES_METRIC,
-                ROUND_TIME_METRIC)
+PEAK_METRICS = (PEAK_METRIC, PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC,
+                USED_METRIC, TOTAL_METRIC, SAMPLES_METRIC, ROUND_TIME_METRIC)
 
 
 @dataclass(frozen=True)
@@ -207,8 +209,8 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
         if not gpu and not uuid:
             continue  # the exporter's own series
-        reach = (reaches(metrics[PEAK_METRIC][0], rounds, peak_window, sample_interval)
-                 if metrics.get(PEAK_METRIC) else [])
+        known = cover(metrics, reaches(metrics[PEAK_METRIC][0], rounds, peak_window,
+                                       sample_interval)) if metrics.get(PEAK_METRIC) else None
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
         dated = bool(metrics.get(PEAK_TIME_METRIC)) and bool(metrics.get(PEAK_METRIC))
         if dated:
@@ -216,12 +218,11 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
         else:
             times, values = _undated(metrics, since, hi, peak_window)
         if not times:
-            if dated and not by_job:  # shorter than a scrape: what the windows over it say
-                first = metrics[PEAK_METRIC][0][0]
-                if first - reach[0] >= hi:
+            if dated and known and not by_job:  # shorter than a scrape: what the windows say
+                first = known.times[0]
+                if first - known.reach[0] >= hi:
                     continue  # its exporter started after the range
-                at_most = upper_bound(metrics[PEAK_METRIC], metrics[PEAK_TIME_METRIC],
-                                      reach, lo, hi, 0.0)
+                at_most = upper_bound(known, lo, hi, 0.0)
                 t = max(lo, first)
                 job, dag = activity.at(t, max_age)
                 peaks.append(Peak(worker, gpu, uuid,
@@ -245,10 +246,9 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
             i = best[key][2]
             t, v, (job, dag) = times[i], values[i], states[i]
             upper = None
-            if dated:
+            if dated and known:
                 spans = [(lo, hi)] if not by_job else _spans(activity, key, max_age, lo, hi)
-                bound = max((upper_bound(metrics[PEAK_METRIC], metrics[PEAK_TIME_METRIC],
-                                         reach, a, b, v) for a, b in spans), default=v)
+                bound = max((upper_bound(known, a, b, v) for a, b in spans), default=v)
                 upper = bound if bound > v else None
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
                               names.names.get(job, ""), names.phase(job, dag), upper, dated))

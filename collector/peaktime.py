@@ -17,12 +17,19 @@ exporter or Prometheus was down, or W is shorter than the scrape interval) has n
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from itertools import accumulate, pairwise
+from typing import NamedTuple
 
-from dask_metrics.collector.columns import PEAK_METRIC, PEAK_TIME_METRIC, USED_METRIC
+from dask_metrics.collector.columns import (
+    NEXT_PEAK_METRIC,
+    NEXT_PEAK_TIME_METRIC,
+    PEAK_METRIC,
+    PEAK_TIME_METRIC,
+    USED_METRIC,
+)
 
 Samples = tuple[list[int], list[float]]
 
@@ -51,6 +58,10 @@ def dated_readings(metrics: Mapping[str, Samples], lo: int, hi: int,
         dates = stamps_ms(peak, metrics.get(PEAK_TIME_METRIC) or ([], []))
         readings += ((t if d is None else d, v)
                      for t, d, v in zip(peak[0], dates, peak[1], strict=True))
+    after = metrics.get(NEXT_PEAK_METRIC)
+    if after:
+        dates = stamps_ms(after, metrics.get(NEXT_PEAK_TIME_METRIC) or ([], []))
+        readings += ((d, v) for d, v in zip(dates, after[1], strict=True) if d is not None)
     used = metrics.get(USED_METRIC)
     if used:
         dates = stamps_ms(used, rounds_at or ([], []))
@@ -73,43 +84,80 @@ def reaches(peak_times: list[int], rounds: Samples | None, window: int, interval
             for t in peak_times]
 
 
-def upper_bound(peak: Samples, stamps: Samples, reach: list[int], lo: int, hi: int,
-                found: float) -> float:
-    """How high the memory may have been in [lo, hi] (ms), given that it was ``found`` at
-    most: ``found`` when every moment lies in a window dated inside the range, else the
-    largest window value that may hide a moment, ``math.inf`` where a moment lies in no
-    window. The window of the peak sample at t is (t - reach, t] (``reaches``). The range is
-    first narrowed to the GPU's data (from its first window's start to its last scrape):
-    before and after, nothing claims to know it."""
-    times, values = peak
+Stretch = tuple[int, int, float, int | None]
+"""(start, end, maximum, when) in ms: a stretch of time whose memory was at most the maximum,
+which was sampled at ``when`` (None: not dated)."""
+
+
+class Cover(NamedTuple):
+    """What the scrapes of one GPU say of the time before each of them: per scrape, its
+    stretches (``cover`` builds it once per GPU; each range asks it with a bisection)."""
+
+    times: list[int]
+    reach: list[int]
+    stretches: list[tuple[Stretch, ...]]
+
+
+def cover(metrics: Mapping[str, Samples], reach: list[int]) -> Cover:
+    """The peak sample at t covers (t - reach, t], its maximum dated by its stamp; where the
+    exporter also gave the largest value after that one (the next peak), the window splits
+    at the peak's stamp, and the part after it is bounded by the next peak."""
+    times, values = metrics[PEAK_METRIC]
+    dates = stamps_ms((times, values), metrics.get(PEAK_TIME_METRIC) or ([], []))
+    nexts = dict(zip(*(metrics.get(NEXT_PEAK_METRIC) or ([], [])), strict=True))
+    next_dates = dict(zip(*(metrics.get(NEXT_PEAK_TIME_METRIC) or ([], [])), strict=True))
+    out: list[tuple[Stretch, ...]] = []
+    for t, v, d, r in zip(times, values, dates, reach, strict=True):
+        after, when = nexts.get(t), next_dates.get(t)
+        if d is not None and after is not None and when and math.isfinite(when):
+            out.append(((t - r, d, v, d), (d, t, after, round(when * 1000))))
+        else:
+            out.append(((t - r, t, v, d),))
+    return Cover(times, reach, out)
+
+
+def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
+    """How high the memory of one GPU may have been in [lo, hi] (ms), given that it was
+    ``found`` at most: ``found`` when every moment lies in a stretch whose maximum is dated
+    inside the range, else the largest stretch maximum that may hide a moment,
+    ``math.inf`` where a moment lies in no stretch (see ``cover``). The range is first
+    narrowed to the GPU's data (from its first window's start to its last scrape): before
+    and after, nothing claims to know it."""
+    times, reach = known.times, known.reach
     if not times:
         return math.inf
     lo, hi = max(lo, times[0] - reach[0]), min(hi, times[-1])
     if lo >= hi:
         return found
-    longest = max(reach)
-    starts = [t - r for t, r in zip(times, reach, strict=True)]
-    dates = stamps_ms(peak, stamps)
-    inside = [d is not None and lo <= d <= hi for d in dates]
-    clean = [0, *accumulate(inside)]  # windows dated inside, counted up to each position
-    short = [0, *accumulate(r < longest for r in reach)]  # windows shorter than the longest
-    cuts = sorted({lo, hi, *(t for t in times if lo < t < hi),
-                   *(a for a in starts if lo < a < hi)})
+    # the scrapes whose windows can reach into the range: a job's span costs its own scrapes
+    first, last = bisect_left(times, lo), bisect_right(times, hi + max(reach))
+    spans = [(max(a, lo), min(b, hi), v, d is not None and lo <= d <= hi)
+             for stretches in known.stretches[first:last] for a, b, v, d in stretches]
+    spans = [x for x in spans if x[0] < x[1]]
+    cuts = sorted({lo, hi, *(a for a, *_ in spans), *(b for _, b, *_ in spans)})
+    opening = sorted(range(len(spans)), key=lambda k: spans[k][0])
+    closing = sorted(range(len(spans)), key=lambda k: spans[k][1])
+    active: list[tuple[float, int]] = []  # (value, span): a heap, ended spans left in
+    clean = 0
+    ended: set[int] = set()
+    nxt = done = 0
     bound = found
-    for p, q in pairwise(cuts):
-        # the windows (start, t] that cover all of (p, q]: t >= q and start <= p
-        i, j = bisect_left(times, q), bisect_right(times, p + longest)
-        if short[j] - short[i]:  # after a restart: look at each window
-            covering = [k for k in range(i, j) if starts[k] <= p]
-            if not covering:
-                return math.inf
-            if any(inside[k] for k in covering):
-                continue
-            bound = max(bound, min(values[k] for k in covering))
-            continue
-        if i >= j:
-            return math.inf
-        if clean[j] - clean[i]:
-            continue  # a window whose maximum lies in the range covers it: at most found
-        bound = max(bound, min(values[i:j]))
+    for p in cuts[:-1]:  # (p, next cut] is covered by the spans with start <= p < end
+        while nxt < len(opening) and spans[opening[nxt]][0] <= p:
+            k = opening[nxt]
+            heapq.heappush(active, (spans[k][2], k))
+            clean += spans[k][3]
+            nxt += 1
+        while done < len(closing) and spans[closing[done]][1] <= p:
+            k = closing[done]  # opened already: it starts before it ends
+            ended.add(k)
+            clean -= spans[k][3]
+            done += 1
+        while active and active[0][1] in ended:
+            heapq.heappop(active)
+        if not active:
+            return math.inf  # a moment no window covers
+        if clean:
+            continue  # a stretch whose maximum lies in the range covers it: at most found
+        bound = max(bound, active[0][0])
     return bound

@@ -99,6 +99,16 @@ MEMORY_PEAK_TIME = MetricSpec(
     "Unix time of the internal sample that set dask_gpu_memory_peak_bytes (the last one at "
     "that value), so a peak is credited to the session, job and DAG it happened in.",
 )
+MEMORY_NEXT_PEAK = MetricSpec(
+    "dask_gpu_memory_next_peak_bytes", "gauge", "bytes", GPU_LABELS,
+    "Maximum of memory used after the peak's sample, within the peak window; absent while "
+    "the peak is the latest sample. What a large value just before a session or job would "
+    "hide of it.",
+)
+MEMORY_NEXT_PEAK_TIME = MetricSpec(
+    "dask_gpu_memory_next_peak_timestamp_seconds", "gauge", "seconds", GPU_LABELS,
+    "Unix time of the internal sample that set dask_gpu_memory_next_peak_bytes.",
+)
 UTILIZATION = MetricSpec(
     "dask_gpu_utilization_ratio", "gauge", "ratio", GPU_LABELS,
     "Share of the last NVML sample period during which a kernel ran (0-1).",
@@ -167,8 +177,9 @@ EXPORTER_NVML_ERRORS = MetricSpec(
 )
 
 PER_GPU_VALUES = (
-    MEMORY_USED, MEMORY_TOTAL, MEMORY_RESERVED, MEMORY_PEAK, MEMORY_PEAK_TIME, UTILIZATION, BUSY,
-    MEMORY_BANDWIDTH, POWER, ENERGY, TEMPERATURE, SM_CLOCK,
+    MEMORY_USED, MEMORY_TOTAL, MEMORY_RESERVED, MEMORY_PEAK, MEMORY_PEAK_TIME,
+    MEMORY_NEXT_PEAK, MEMORY_NEXT_PEAK_TIME, UTILIZATION, BUSY, MEMORY_BANDWIDTH, POWER, ENERGY,
+    TEMPERATURE, SM_CLOCK,
 )
 GPU_SPECS: list[MetricSpec] = [
     INFO, UP, *PER_GPU_VALUES, PROCESS_MEMORY,

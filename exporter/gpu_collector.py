@@ -81,5 +81,8 @@ def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
             add(m.MEMORY_PEAK, labels, g.peak_bytes)
             if g.peak_time:
                 add(m.MEMORY_PEAK_TIME, labels, g.peak_time)
+            if g.next_peak is not None:
+                add(m.MEMORY_NEXT_PEAK, labels, g.next_peak[0])
+                add(m.MEMORY_NEXT_PEAK_TIME, labels, g.next_peak[1])
         for pid, used in sorted(g.reading.processes.items()):
             add(m.PROCESS_MEMORY, [*labels, str(pid)], used)

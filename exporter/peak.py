@@ -34,5 +34,12 @@ class WindowMax:
             q.popleft()
         return q[0][1], q[0][2]
 
+    def after(self) -> tuple[float, float] | None:
+        """The maximum of the values added after the current maximum's sample, with its
+        stamp; None when that sample is the latest. It dates what a large earlier value
+        would hide: the memory of a session that starts just after a spike."""
+        q = self._q
+        return (q[1][1], q[1][2]) if len(q) > 1 else None
+
     def clear(self) -> None:
         self._q.clear()

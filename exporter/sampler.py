@@ -39,6 +39,7 @@ class GpuSnapshot:
     peak_bytes: float | None
     busy_seconds: float
     peak_time: float = 0.0  # unix time of the sample that set peak_bytes
+    next_peak: tuple[float, float] | None = None  # (bytes, unix time): the max after it
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,8 @@ class Sampler:
         energy = state.energy.update(now, reading.power_watts,
                                      reading.energy_joules if read_energy else None)
         reading = replace(reading, energy_joules=energy)
-        peak, peak_time = None, 0.0
+        peak, peak_time, after = None, 0.0, None
         if reading.memory_used is not None:
             peak, peak_time = state.peak.add(now, reading.memory_used, time.time())
-        return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds, peak_time)
+            after = state.peak.after()
+        return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds, peak_time, after)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from dask_metrics.collector.columns import (
+    NEXT_PEAK_METRIC,
+    NEXT_PEAK_TIME_METRIC,
     PEAK_METRIC,
     PEAK_TIME_METRIC,
     ROUND_TIME_METRIC,
@@ -33,14 +35,17 @@ LABELS = {"gpu": "0", "uuid": "GPU-a"}
 
 def scrape(memory: Callable[[float], float], scrape_every: float, window: float,
            end: float, phase: float = 0.0, drop: Callable[[float], bool] = lambda t: False,
-           restart: tuple[float, float] | None = None) -> dict[str, list[Series]]:
+           restart: tuple[float, float] | None = None, levels: int = 2
+           ) -> dict[str, list[Series]]:
     """What Prometheus holds of one GPU: each scrape's used, peak and peak stamp, and the
     exporter's sampling rounds. ``restart``: the exporter is down from the first time to the
-    second (no samples, no scrapes), then starts again with a new window and count."""
+    second (no samples, no scrapes), then starts again with a new window and count.
+    ``levels`` 1: an exporter that does not give the next peak."""
     peak = WindowMax(window)
-    used, peaks, stamps, rounds, round_at = (
+    used, peaks, stamps, nexts, next_stamps, rounds, round_at = (
         Series({"__name__": n, **labels}) for n, labels in (
             (USED_METRIC, LABELS), (PEAK_METRIC, LABELS), (PEAK_TIME_METRIC, LABELS),
+            (NEXT_PEAK_METRIC, LABELS), (NEXT_PEAK_TIME_METRIC, LABELS),
             (SAMPLES_METRIC, {}), (ROUND_TIME_METRIC, {})))
     down = (lambda t: restart[0] <= t < restart[1]) if restart else (lambda t: False)
     samples = [t for i in range(int(end / TICK) + 1) if not down(t := i * TICK)]
@@ -60,11 +65,14 @@ def scrape(memory: Callable[[float], float], scrape_every: float, window: float,
         if drop(s) or down(s) or i == 0 or restarting:
             continue
         ms = round((T0 + s) * 1000)
+        after = peak.after() if levels > 1 else None
         for series, v in ((used, last_used), (peaks, current[0]), (stamps, current[1]),
-                          (rounds, count), (round_at, T0 + samples[i - 1])):
+                          (rounds, count), (round_at, T0 + samples[i - 1]),
+                          *(((nexts, after[0]), (next_stamps, after[1])) if after else ())):
             series.times.append(ms)
             series.values.append(v)
     return {USED_METRIC: [used], PEAK_METRIC: [peaks], PEAK_TIME_METRIC: [stamps],
+            NEXT_PEAK_METRIC: [nexts], NEXT_PEAK_TIME_METRIC: [next_stamps],
             SAMPLES_METRIC: [rounds], ROUND_TIME_METRIC: [round_at]}
 
 
@@ -102,35 +110,36 @@ def test_a_spike_right_after_the_start_counts_before_any_scrape_sees_it(every):
     assert ms(100.5) <= p.time < ms(101.5)  # dated when it happened, not at a scrape
 
 
+@pytest.mark.parametrize("levels", [1, 2])
 @pytest.mark.parametrize("every", [1, 5, 15, 60])
-def test_a_spike_before_the_start_is_not_the_sessions(every):
+def test_a_spike_before_the_start_is_not_the_sessions(every, levels):
     memory = steps((98, 99.5, 9), (120, 121, 3))  # 9 GiB just before, 3 GiB inside
-    held = scrape(memory, every, window=max(30, every), end=300, phase=0.25)
+    held = scrape(memory, every, window=max(30, every), end=300, phase=0.25, levels=levels)
     p = session_peak(held, 100, 200, window=max(30, every))
     assert p.peak_bytes == 3 * GiB
-    if every <= 5:  # a window dated inside starts before the session's first sample
+    if every <= 5 or levels == 2:  # a window dated inside, or the next peak, covers it all
         assert p.exact
     else:  # the first seconds lie only in windows that hold the 9 GiB: said, as a bound
         assert p.upper_bytes == 9 * GiB
 
 
-@pytest.mark.parametrize("every", [1, 5, 15, 60])
-def test_a_spike_in_the_last_interval_before_the_stop_counts(every):
-    memory = steps((199, 199.5, 7))  # half a second, one second before the stop
-    held = scrape(memory, every, window=max(30, every), end=400, phase=0.25)
-    p = session_peak(held, 100, 200, window=max(30, every))
-    assert p.peak_bytes == 7 * GiB and p.exact and p.time == ms(199)
-
-
-def test_a_larger_value_just_outside_makes_the_edge_a_bound():
+def test_the_next_peak_dates_what_a_larger_value_just_before_would_hide():
     # 9 GiB until 0.5 s before the start; the session holds 2 GiB, and 3 GiB at 100.5 s,
-    # which every window that covers it also covers the 9 GiB in: the 3 GiB is hidden.
+    # in every window that also holds the 9 GiB: the next peak (the largest value after
+    # the 9 GiB) shows it; without it the 3 GiB is hidden, and the bound says so.
     memory = steps((0, 99.5, 9), (100, 100.6, 3), (100.6, 400, 2))
+    for levels, (found, upper) in ((2, (3 * GiB, None)), (1, (2 * GiB, 9 * GiB))):
+        held = scrape(memory, 5, window=30, end=400, phase=2, levels=levels)
+        p = session_peak(held, 100, 300, window=30)
+        assert (p.peak_bytes, p.upper_bytes) == (found, upper)
+    assert "up to 9.00 GiB" in p.caveat()
+
+
+def test_a_staircase_before_the_start_deeper_than_the_next_peak_is_a_bound():
+    memory = steps((0, 99.1, 9), (99.1, 99.6, 8), (100, 100.6, 3), (100.6, 400, 2))
     held = scrape(memory, 5, window=30, end=400, phase=2)
     p = session_peak(held, 100, 300, window=30)
-    assert p.peak_bytes < truth(memory, 100, 300) == 3 * GiB
-    assert p.upper_bytes == 9 * GiB and not p.exact
-    assert "up to 9.00 GiB" in p.caveat()
+    assert p.peak_bytes == 2 * GiB and p.upper_bytes == 8 * GiB
 
 
 def test_a_hole_in_the_scrapes_makes_the_peak_unknown_there():
@@ -176,7 +185,8 @@ def test_never_above_the_truth_and_exact_where_it_says_so(seed):
     if rng.random() < 0.3:
         r = rng.uniform(60, 400)
         restart = (r, r + rng.uniform(0.5, 90))
-    held = scrape(memory, every, window, end=500, phase=rng.uniform(0, every), restart=restart)
+    held = scrape(memory, every, window, end=500, phase=rng.uniform(0, every), restart=restart,
+                  levels=rng.choice([1, 2]))
     a = rng.uniform(50, 250)
     b = a + rng.uniform(TICK + 0.01, 200)  # an internal sample inside, to compare with
     p = session_peak(held, a, b, window)
