@@ -1,0 +1,133 @@
+"""Peaks against a scripted truth, through real components at the scrape intervals users run.
+
+One sidecar samples a fake GPU whose memory is scripted second by second; four real
+Prometheus servers scrape it every 1 s, 5 s, 15 s and 60 s; ``collector peaks --json`` reads
+each. The script puts a spike at every edge: a larger one just before the range, one half a
+second after its start, one a second before its end and a larger one just after it. Each
+peak must be the truth where it says it is exact, and where it says it is a bound the truth
+must lie within it (docs/collector.md, "How exact the peaks are").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from dask_metrics.collector.connection import ConnectionSettings
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.timespec import parse_rfc3339
+from tests.fake_nvml import FakeNVML, GiB
+from tests.helpers import collector, sidecar, wait_for
+from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
+
+pytestmark = [requires_prometheus, pytest.mark.integration]
+
+INTERVALS = (1, 5, 15, 60)
+WINDOW = 60  # the sidecar's --peak-window: at least the longest scrape interval
+LEAD = 20.0  # seconds from the script's epoch to the range: every server scraping by then
+A = LEAD  # the range [A, B], seconds after the epoch
+B = A + 30
+BASE = 2 * GiB
+# (from, to, GiB) after the epoch: the edges of the range, each with a spike
+SPIKES = ((A - 2, A - 1, 12),  # larger, just before the start: not the range's
+          (A + 0.5, A + 1.5, 6),  # half a second after the start, before any 15/60 s scrape
+          (B - 2, B - 1, 7),  # a second before the end
+          (B + 1, B + 2, 14))  # larger, just after the end: not the range's
+FIRST_HALF = (A, A + 15, 6)  # (from, to, the truth): only the start's edge
+WHOLE = (A, B, 7)
+
+
+class Truth:
+    """The scripted GPU: its sidecar, the servers that scrape it and the script's epoch."""
+
+    def __init__(self, epoch: float, servers: dict[int, PrometheusServer]) -> None:
+        self.epoch = epoch
+        self.servers = servers
+
+    def peak(self, every: int, lo: float, hi: float) -> dict:
+        run = collector("peaks", "--since", f"{self.epoch + lo:.3f}",
+                        "--until", f"{self.epoch + hi:.3f}", "--json",
+                        "--prometheus", self.servers[every].url)
+        assert run.code == 0, run.err
+        (found,) = json.loads(run.out)
+        return found
+
+
+def scrape_config(port: int, every: int) -> dict:
+    return {"job_name": "gpu", "scrape_interval": f"{every}s",
+            "scrape_timeout": f"{min(every, 5)}s",
+            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+
+
+def newest_scrape(server: PrometheusServer) -> float:
+    with PrometheusClient(ConnectionSettings(server.url)) as client:
+        found = client.query("max(timestamp(dask_gpu_memory_peak_bytes))", time.time())
+    return found[0].values[-1] if found and found[0].values else 0.0
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iterator[Truth]:
+    folder = tmp_path_factory.mktemp("truth")
+    fake = FakeNVML(folder / "nvml_state", fake_nvml_lib, gpus=1)
+    fake.gpus[0].memory_used = BASE
+    fake.write()
+    with ExitStack() as stack:
+        base = stack.enter_context(sidecar("--worker", "gt", "--interval", "0.5",
+                                           "--peak-window", str(WINDOW), env=fake.env))
+        port = int(base.rsplit(":", 1)[1])
+        servers = {every: stack.enter_context(run_prometheus(
+            folder / f"prom-{every}", scrape_configs=[scrape_config(port, every)]))
+            for every in INTERVALS}
+        for every, server in servers.items():  # scraping, as a server that has run a while
+            wait_for(lambda s=server: newest_scrape(s), timeout=2 * every + 30, interval=0.5,
+                     what=f"the {every} s server's first scrape")
+        fake.epoch = time.time()
+        for lo, hi, gib in SPIKES:
+            fake.at(lo, 0, memory_used=gib * GiB).at(hi, 0, memory_used=BASE)
+        fake.write()
+        # the range's end plus one scrape of the slowest server: each has its first scrape
+        # after the spike past the end, whose window reaches back over the end
+        for every, server in servers.items():
+            wait_for(lambda s=server: newest_scrape(s), lambda t: t > fake.epoch + B + 2,
+                     timeout=LEAD + 30 + 2 * every + 30, interval=0.5,
+                     what=f"the {every} s server's scrape after the range")
+        yield Truth(fake.epoch, servers)
+
+
+def honest(found: dict, truth_gib: float) -> None:
+    """Exact where it says so; a bound that holds the truth where it does not."""
+    peak = found["peak_bytes"]
+    if found["exact"]:
+        assert peak == truth_gib * GiB, found
+    else:
+        upper = found["upper_bound_bytes"]
+        if peak is not None and upper != peak:
+            assert peak <= truth_gib * GiB, found
+        assert upper is None or truth_gib * GiB <= upper, found
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_a_spike_after_the_start_counts_and_one_before_it_does_not(truth: Truth, every: int):
+    lo, hi, real = FIRST_HALF
+    found = truth.peak(every, lo, hi)
+    honest(found, real)
+    if every <= 15:
+        # a scrape falls between the 6 GiB and the 14 GiB after the end, which would hide it
+        # (at 60 s that depends on where the scrapes fall: then the bound says so)
+        assert found["exact"] is True, found
+        spike = parse_rfc3339(found["time"]) - truth.epoch
+        assert A + 0.5 <= spike <= A + 1.5  # dated when it happened
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_the_whole_range_is_the_truth_or_an_honest_bound(truth: Truth, every: int):
+    lo, hi, real = WHOLE
+    found = truth.peak(every, lo, hi)
+    honest(found, real)
+    if every == 1:  # a scrape falls between the last spike inside and the one after
+        assert found["exact"] is True, found
