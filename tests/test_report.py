@@ -27,10 +27,10 @@ from dask_metrics.collector.report.advice import (
     smallest_fitting,
 )
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
-from dask_metrics.collector.report.model import Gatherer
+from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text, sections
 from dask_metrics.collector.report.usage import Usage, gpu_usage
-from dask_metrics.collector.series import GpuTable, WorkerTable
+from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import png_size, render, requires_chromium
@@ -85,6 +85,25 @@ def test_no_utilisation_or_energy_column_counts_time_only() -> None:
     found = gpu_usage(table(times, [None, None], [None, None], [("2", "0")] * 2), COLUMNS,
                       120_000)
     assert found[("2", "0", "0", "GPU-x")] == Usage(5.0, 0.0, 0.0, 0.0, 0, 0, 5000)
+
+
+def test_one_gpu_seen_by_two_workers_is_counted_once() -> None:
+    """Two sidecars see the same device (same UUID): each reports the whole device's busy
+    time and energy, so the report counts it once, and says so."""
+    session = {"cluster": "c", "since": "s", "until": "u", "duration_seconds": 8.0,
+               "prometheus": "p"}
+    view = Usage(seconds=8.0, busy=8.0, idle=0.0, energy=2400.0, energy_intervals=4,
+                 first=0, last=8000)
+    facts = [WorkerFacts(WorkerInfo(w, gpus=[("0", "GPU-shared")]),
+                         {("1", "0", "0", "GPU-shared"): view}, [], [], [])
+             for w in ("w-a", "w-b")]
+    report = build(session, facts, {}, None, load_models(), 1.2)
+    (job,) = report["jobs"]
+    assert (job["gpus_used"], job["busy_seconds"], job["gpu_seconds"]) == (1, 8, 8)
+    assert job["energy_joules"] == 2400 and job["energy_note"] is None
+    assert job["shared_gpus"] == [{"uuid": "GPU-shared", "workers": ["w-a", "w-b"]}]
+    assert report["session"]["gpu_count"] == 1
+    assert "seen by 2 workers (w-a, w-b): counted once" in render_text(report)
 
 
 def test_the_shipped_gpu_table_and_the_smallest_fitting_model() -> None:

@@ -95,7 +95,9 @@ def _time(ms: int | None) -> str | None:
 def _peak(p: Peak) -> dict[str, Any]:
     return {"worker": p.worker, "gpu": p.gpu, "uuid": p.uuid, "peak_bytes": _num(p.peak_bytes),
             "capacity_bytes": _num(p.total_bytes), "peak_percent": p.peak_percent,
-            "time": format_rfc3339(p.time)}
+            "time": format_rfc3339(p.time), "exact": p.exact,
+            "upper_bound_bytes": None if p.upper_bytes is None or math.isinf(p.upper_bytes)
+            else _num(p.upper_bytes), "caveat": p.caveat() or None}
 
 
 def _energy(usages: Sequence[Usage], gpus: int) -> dict[str, Any]:
@@ -113,15 +115,46 @@ def _energy(usages: Sequence[Usage], gpus: int) -> dict[str, Any]:
             "energy_note": note}
 
 
+def by_device(usages: Mapping[tuple[str, str, str], Usage]
+              ) -> tuple[dict[str, Usage], dict[str, list[str]]]:
+    """{uuid: Usage} and {uuid: workers} of the GPUs that more than one worker saw.
+
+    One GPU is one GPU: two workers whose exporters see the same device (same UUID, or the
+    same MIG instance) each report the whole device's busy time and energy, so their sums
+    would count it twice. Each figure is the largest of the workers' views: the device's
+    use over the longest of their stretches (a lower bound where their stretches differ;
+    the report says which GPUs were shared)."""
+    groups: dict[str, list[tuple[str, Usage]]] = {}
+    for (worker, gpu, uuid), u in usages.items():
+        groups.setdefault(uuid or f"{worker}/{gpu}", []).append((worker, u))
+    merged: dict[str, Usage] = {}
+    shared: dict[str, list[str]] = {}
+    for device, seen in groups.items():
+        if len(seen) == 1:
+            merged[device] = seen[0][1]
+            continue
+        views = [u for _, u in seen]
+        merged[device] = Usage(
+            max(u.seconds for u in views), max(u.busy for u in views),
+            max(u.idle for u in views), max(u.energy for u in views),
+            max(u.energy_intervals for u in views),
+            min((u.first for u in views if u.first is not None), default=None),
+            max((u.last for u in views if u.last is not None), default=None))
+        shared[device] = sorted({w for w, _ in seen})
+    return merged, shared
+
+
 def _use(usages: Mapping[tuple[str, str, str], Usage]) -> dict[str, Any]:
     """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
-    (``usages`` keyed by (worker, gpu, uuid))."""
-    whole = total(usages)
+    (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``)."""
+    devices, shared = by_device(usages)
+    whole = total(devices)
     mean = whole.busy / whole.seconds * 100 if whole.seconds else None
-    return {"gpus_used": len(usages), "gpu_seconds": _num(whole.seconds),
+    return {"gpus_used": len(devices), "gpu_seconds": _num(whole.seconds),
             "busy_seconds": _num(whole.busy), "mean_utilization_percent": _num(mean, 2),
             "idle_gpu_seconds": _num(whole.idle),
-            **_energy(list(usages.values()), len(usages)),
+            **_energy(list(devices.values()), len(devices)),
+            "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
             "seen_first": _time(whole.first), "seen_last": _time(whole.last)}
 
 
@@ -190,13 +223,22 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
     the export has none; ``activities``/``gpu_by_prefix``: those files' rows, or None."""
     workers = [{"worker": f.info.name, "hosts": f.info.hosts, "addresses": f.info.addresses,
                 "gpus": _gpus(f, gpu_labels)} for f in facts]
-    gpus = [g for w in workers for g in w["gpus"]]
+    seen_by: dict[str, list[str]] = {}
+    devices: dict[str, dict[str, Any]] = {}  # one GPU is one GPU, however many workers see it
+    for w in workers:
+        for g in w["gpus"]:
+            device = g["uuid"] or f"{w['worker']}/{g['gpu']}"
+            devices.setdefault(device, g)
+            seen_by.setdefault(device, []).append(w["worker"])
+    gpus = list(devices.values())
     simulated = sum(g["simulated"] for g in gpus)
     jobs = _jobs(facts, jobs_rows)
     body: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "session": {**session, "workers": workers, "worker_count": len(workers),
                     "gpu_count": len(gpus),
+                    "shared_gpus": [{"uuid": d, "workers": ws} for d, ws in seen_by.items()
+                                    if len(ws) > 1] or None,
                     "simulated": "all" if gpus and simulated == len(gpus)
                     else "some" if simulated else "none",
                     "jobs_source": "jobs.csv" if jobs_rows is not None else None},
@@ -215,10 +257,15 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
 
 
 def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
-    """Per GPU over the whole session: its peak and how busy it was (for the advice)."""
+    """Per GPU over the whole session: its peak and how busy it was (for the advice); a
+    device that several workers see once, as the first of them in worker order sees it."""
     out = []
+    seen: set[str] = set()
     for f in facts:
         for p in f.gpu_peaks:
+            if p.uuid in seen:
+                continue
+            seen.add(p.uuid or f"{f.info.name}/{p.gpu}")
             mine = {k: u for k, u in f.usage.items() if (k[2], k[3]) == (p.gpu, p.uuid)}
             whole = total(mine)
             out.append({**_peak(p), "gpu_seconds": _num(whole.seconds),

@@ -105,6 +105,9 @@ def _session(report: Mapping[str, Any]) -> Section:
     notes = [f"Cluster {cluster}, {s['since']} to {s['until']} ({seconds(s['duration_seconds'])}); "
              f"{s['worker_count']} worker(s), {s['gpu_count']} GPU(s); "
              f"data from {s['prometheus']}."]
+    notes += [f"GPU {g['uuid']} is seen by {len(g['workers'])} workers "
+              f"({', '.join(g['workers'])}): counted once in every figure, each the largest "
+              "of their views." for g in s.get("shared_gpus") or ()]
     notes += [f"Warning: {w}" for w in s.get("warnings") or ()]
     rows = [[w["worker"], " ".join(w["hosts"]) or NONE, g["gpu"], g["model"] or NONE,
              gib(g["capacity_bytes"]), "yes" if g["simulated"] else "no"]
