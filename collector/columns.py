@@ -62,6 +62,7 @@ _UNITS: dict[str, tuple[str, float, bool]] = {  # name: (unit, scale, per_total)
     "temperature": ("°C", 1.0, False),
     "sm-clock": ("MHz", 1e-6, False),
     "energy": ("J", 1.0, False),
+    "busy-seconds": ("s", 1.0, False),
     "worker-mem": ("bytes", 1.0, False),
     "worker-spilled": ("bytes", 1.0, False),
     "worker-cpu": ("% of one core", 100.0, False),  # 100 = one core busy, as top shows
@@ -70,14 +71,17 @@ _UNITS: dict[str, tuple[str, float, bool]] = {  # name: (unit, scale, per_total)
 GPU_COLUMNS: tuple[Column, ...] = tuple(
     Column(name, metric, *_UNITS[name]) for name, metric in contract.CSV_METRICS.items()
 )
+COUNTER_COLUMNS: tuple[Column, ...] = tuple(
+    Column(name, metric, *_UNITS[name]) for name, metric in contract.COUNTER_CSV_METRICS.items()
+)
 WORKER_COLUMNS: tuple[Column, ...] = tuple(
     Column(name, metric, *_UNITS[name], per_worker=True)
     for name, metric in contract.WORKER_CSV_METRICS.items()
 )
-COLUMNS: tuple[Column, ...] = GPU_COLUMNS + WORKER_COLUMNS
+COLUMNS: tuple[Column, ...] = GPU_COLUMNS + COUNTER_COLUMNS + WORKER_COLUMNS
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 # What an export writes when no column is named: the GPU columns, so that the files of the
-# original workflow keep their columns; the worker's columns are asked for by name.
+# original workflow keep their columns; the counters' and the worker's are asked for by name.
 DEFAULT_NAMES: tuple[str, ...] = tuple(c.name for c in GPU_COLUMNS)
 
 

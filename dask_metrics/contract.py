@@ -400,6 +400,11 @@ CSV_METRICS: dict[str, str] = {
     "sm-clock": SM_CLOCK.name,
     "energy": ENERGY.name,
 }
+# GPU columns an export writes only when asked for by name: counters whose increase between
+# two rows is what a row adds (the session report reads them).
+COUNTER_CSV_METRICS: dict[str, str] = {
+    "busy-seconds": BUSY.name,
+}
 # Columns from the worker's resources (per worker, not per GPU: joined to each of the
 # worker's GPU samples as-of, like job and dag).
 WORKER_CSV_METRICS: dict[str, str] = {

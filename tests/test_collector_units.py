@@ -212,9 +212,10 @@ def test_gpu_tables_keep_gaps_and_join_restarted_series() -> None:
 
 def test_columns() -> None:
     assert NAMES == ("total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util",
-                     "power", "temperature", "sm-clock", "energy", "worker-mem",
-                     "worker-spilled", "worker-cpu", "worker-tasks")
-    assert [c.name for c in select(None)] == list(NAMES[:9])  # the worker's columns by name
+                     "power", "temperature", "sm-clock", "energy", "busy-seconds",
+                     "worker-mem", "worker-spilled", "worker-cpu", "worker-tasks")
+    # the counters' and the worker's columns by name
+    assert [c.name for c in select(None)] == list(NAMES[:9])
     assert [c.name for c in select(["energy", "mem-util"])] == ["mem-util", "energy"]
     assert source_metrics(select(["mem-util"])) == ["dask_gpu_memory_used_bytes",
                                                      "dask_gpu_memory_total_bytes"]

@@ -80,6 +80,24 @@ def test_an_interval_belongs_to_the_dag_at_its_end_and_gaps_count_nothing() -> N
     assert (idle.seconds, idle.busy, idle.idle, idle.energy) == (5, 2, 0, 500)
 
 
+def test_busy_seconds_come_from_the_counter_where_it_is() -> None:
+    """A 5 s interval whose utilisation was sampled at 0 % at its end but whose busy
+    counter rose 4 s: the counter's 4 s (80 %, not idle); after a counter reset, the
+    sampled utilisation x length."""
+    times = [0, 5000, 10000, 15000]
+    columns = [*COLUMNS, "busy-seconds"]
+    busy = [100.0, 104.0, 104.5, 1.0]  # reset between 10 and 15 s
+    util = [0.0, 0.0, 10.0, 60.0]
+    n = len(times)
+    gpu = GpuTable("0", "GPU-x", times, [[1.0] * n, [1.0] * n, util, [1.0] * n, [None] * n,
+                                         busy])
+    states = [("1", "0")] * n
+    found = gpu_usage(WorkerTable([gpu], times, states, states), columns, 120_000)
+    u = found[("1", "0", "0", "GPU-x")]
+    assert u.busy == 4.0 + 0.5 + 3.0 and u.seconds == 15
+    assert u.idle == 0  # 80 %, 10 % and 60 % in the three intervals
+
+
 def test_no_utilisation_or_energy_column_counts_time_only() -> None:
     times = [0, 5000]
     found = gpu_usage(table(times, [None, None], [None, None], [("2", "0")] * 2), COLUMNS,
@@ -289,9 +307,10 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
     kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000),
                  keep=True)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
-        full = export(client, since, until, tmp_path / "full", metrics=COLUMNS, cluster="rep")
-        bare = export(client, since, until, tmp_path / "bare", metrics=COLUMNS, cluster="rep",
-                      visit=kept, worker_files=False)
+        full = export(client, since, until, tmp_path / "full", metrics=list(REPORT_METRICS),
+                      cluster="rep")
+        bare = export(client, since, until, tmp_path / "bare", metrics=list(REPORT_METRICS),
+                      cluster="rep", visit=kept, worker_files=False)
     assert (bare.workers, bare.files) == (full.workers, full.files) and len(full.files) == 2
     assert json.loads((tmp_path / "bare" / "export.json").read_text())["files"] == []
     assert not any((tmp_path / "bare" / name).exists() for name in full.files)

@@ -6,10 +6,13 @@ Attribution: the interval between two consecutive samples of a GPU belongs to wh
 worker ran at the later sample (its ``worker_job``/``worker_dag``, the as-of join of the
 export); an interval longer than ``max_age`` is a gap and counts for nothing. In it:
 
-- GPU seconds: its length; busy seconds: its length x the utilisation sampled at its end
-  (the exporter's utilisation covers the period before the sample);
-- idle seconds: its length when that utilisation is below ``IDLE_PERCENT``, while the worker
-  held tasks of the job (dask_job_worker_tasks counts processing tasks: running or waiting);
+- GPU seconds: its length; busy seconds: the increase of the exporter's busy-seconds
+  counter over it (``dask_gpu_busy_seconds_total``: utilisation integrated over every
+  internal sample, so exact whatever the scrape interval); where the counter is missing or
+  went back (a restart), its length x the utilisation sampled at its end;
+- idle seconds: its length when its mean utilisation (busy / length) is below
+  ``IDLE_PERCENT``, while the worker held tasks of the job (dask_job_worker_tasks counts
+  processing tasks: running or waiting);
 - energy: the increase of the energy counter over it (an interval with a counter reset, or
   without both samples, adds nothing: the energy is then a lower bound).
 """
@@ -24,7 +27,7 @@ from dask_metrics.collector.series import WorkerTable
 
 IDLE_PERCENT = 5.0
 """Utilisation (%) below which a GPU counts as idle."""
-UTIL, ENERGY = "compute-util", "energy"
+UTIL, ENERGY, BUSY = "compute-util", "energy", "busy-seconds"
 
 UsageKey = tuple[str, str, str, str]
 """(job, dag, gpu, uuid); job "" is the time the worker ran nothing."""
@@ -70,6 +73,7 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
     a report's time."""
     util_at = columns.index(UTIL) if UTIL in columns else None
     energy_at = columns.index(ENERGY) if ENERGY in columns else None
+    busy_at = columns.index(BUSY) if BUSY in columns else None
     found: dict[UsageKey, Usage] = {}
     for g in table.gpus:
         times = g.times
@@ -81,19 +85,20 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
         none = [None] * len(times)
         utils = g.columns[util_at] if util_at is not None else none
         energies = g.columns[energy_at] if energy_at is not None else none
+        busy = g.columns[busy_at] if busy_at is not None else none
         cuts = [i for i in range(2, len(times)) if states[i] != states[i - 1]]
         for lo, hi in zip([1, *cuts], [*cuts, len(times)], strict=True):
             if lo >= hi:
                 continue
             job, dag = states[lo]
-            _add_run(found, (job, dag, g.gpu, g.uuid), times, utils, energies, lo, hi,
+            _add_run(found, (job, dag, g.gpu, g.uuid), times, utils, energies, busy, lo, hi,
                      max_age)
     return found
 
 
 def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
-             utils: Sequence[float | None], energies: Sequence[float | None], lo: int,
-             hi: int, max_age: int) -> None:
+             utils: Sequence[float | None], energies: Sequence[float | None],
+             busy: Sequence[float | None], lo: int, hi: int, max_age: int) -> None:
     """Add the intervals ending at lo..hi-1 (gaps longer than ``max_age`` left out)."""
     dts = list(map(sub, times[lo:hi], times[lo - 1:hi - 1]))
     keep = [d <= max_age for d in dts]
@@ -103,20 +108,30 @@ def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
         return
     u = found.setdefault(key, Usage())
     u.seconds += sum(dts) / 1000
+    # busy seconds of each interval: the counter's increase, else utilisation x length
+    counted = _increases(dts, busy, lo, hi)
     us = [x if x is not None and x == x else None for x in utils[lo:hi]]  # NaN: no reading
-    u.busy += sum(d * x for d, x in zip(dts, us, strict=True) if x is not None) / 100_000
+    busies = [c if c is not None else (d * x / 100_000 if x is not None else None)
+              for d, c, x in zip(dts, counted, us, strict=True)]
+    u.busy += sum(b for b in busies if b is not None)
     if key[0]:  # a job ran
-        u.idle += sum(d for d, x in zip(dts, us, strict=True)
-                      if x is not None and x < IDLE_PERCENT) / 1000
-    rises = [e1 - e0 for d, e0, e1 in zip(dts, energies[lo - 1:hi - 1], energies[lo:hi],
-                                          strict=True)
-             if d and e0 is not None and e1 is not None and e1 >= e0]
+        u.idle += sum(d for d, b in zip(dts, busies, strict=True)
+                      if d and b is not None and b * 100_000 < IDLE_PERCENT * d) / 1000
+    rises = [r for r in _increases(dts, energies, lo, hi) if r is not None]
     u.energy += sum(rises)
     u.energy_intervals += len(rises)
     first = next(i for i, d in enumerate(dts) if d)
     last = max(i for i, d in enumerate(dts) if d)
     u.first = _min(u.first, times[lo + first - 1])
     u.last = _max(u.last, times[lo + last])
+
+
+def _increases(dts: Sequence[int], counter: Sequence[float | None], lo: int, hi: int
+               ) -> list[float | None]:
+    """A counter's increase over each interval ending at lo..hi-1; None where the interval is
+    a gap, a sample is missing or NaN, or the counter went back (a reset)."""
+    return [c1 - c0 if d and c0 is not None and c1 is not None and c1 >= c0 else None
+            for d, c0, c1 in zip(dts, counter[lo - 1:hi - 1], counter[lo:hi], strict=True)]
 
 
 def total(usages: Mapping[object, Usage]) -> Usage:
