@@ -19,7 +19,7 @@ from typing import Any
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.series import WorkerTable
-from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.collector.timespec import format_rfc3339, parse_rfc3339
 from dask_metrics.contract import JOBS_CSV
 
 FIXED = ("timestamp", "time", "worker", "gpu", "uuid", "job", "dag", "worker_job", "worker_dag")
@@ -192,7 +192,8 @@ def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
         worker = start = ""
         for row in reader:
             t = float(row[0])
-            worker, start = worker or row[2], start or row[1]
+            # the export's start, which every timestamp counts from (not this worker's first)
+            worker, start = worker or row[2], start or _start_of(row[1], t)
             trace = gpus.get(row[3])
             if trace is None:
                 trace = gpus[row[3]] = GpuTrace(row[3], row[4], [], {m: [] for m in metrics})
@@ -204,6 +205,14 @@ def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
     return WorkerTrace(worker or path.stem, path.stem, start, metrics,
                        sorted(gpus.values(), key=lambda g: _gpu_key(g.gpu)),
                        phases(mine), phases(cluster))
+
+
+def _start_of(time: str, timestamp: float) -> str:
+    """The export's start from one row: its time less its seconds since the start."""
+    try:
+        return format_rfc3339(round((parse_rfc3339(time) - timestamp) * 1000))
+    except ValueError:
+        return time
 
 
 def trace_of_table(worker: str, stem: str, table: WorkerTable, metrics: Sequence[str],
@@ -218,7 +227,7 @@ def trace_of_table(worker: str, stem: str, table: WorkerTable, metrics: Sequence
     at = seconds(table.times)
     gpus = [GpuTrace(g.gpu, g.uuid, seconds(g.times), dict(zip(metrics, g.columns, strict=True)))
             for g in sorted(table.gpus, key=lambda g: _gpu_key(g.gpu))]
-    return WorkerTrace(worker, stem, format_rfc3339(table.times[0]) if table.times else "",
+    return WorkerTrace(worker, stem, format_rfc3339(start) if table.times else "",
                        list(metrics), gpus,
                        phases((t, *s) for t, s in zip(at, table.worker, strict=True)),
                        phases((t, *s) for t, s in zip(at, table.cluster, strict=True)))

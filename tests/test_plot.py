@@ -125,7 +125,7 @@ def test_envelope_keeps_the_min_and_max_of_every_bucket():
 
 def test_read_worker_file(export_dir):
     a = read_worker_file(export_dir / "a.csv")
-    assert (a.worker, a.stem, a.start) == ("a", "a", "2026-01-01T00:00:00Z")
+    assert (a.worker, a.stem, a.start) == ("a", "a", "2026-01-01T00:00:00.000Z")
     assert [g.gpu for g in a.gpus] == ["0", "1"] and a.gpus[0].uuid == "GPU-a-0"
     assert a.gpus[0].times == list(range(14))
     assert a.gpus[0].capacity() == pytest.approx(16 * GiB)
@@ -136,6 +136,14 @@ def test_read_worker_file(export_dir):
     assert b.phases == [] and b.cluster_phases[0] == Phase(2, 4, "0", "0")
     times, mean = b.mean("compute-util")
     assert mean[times.index(5)] is None and mean[0] == 20
+
+
+def test_a_worker_that_joined_late_counts_from_the_exports_start(tmp_path):
+    """Its first row is 7 s into the export: the axis says the export's start, as every
+    timestamp counts from it, not the worker's first sample."""
+    late = write_export(tmp_path / "late", {"c": [row(t, "c", 0) for t in (7, 8, 9)]})
+    c = read_worker_file(late / "c.csv")
+    assert c.start == "2026-01-01T00:00:00.000Z" and c.gpus[0].times == [7, 8, 9]
 
 
 def test_read_export_refuses_what_is_not_a_tidy_export(tmp_path, export_dir):
