@@ -124,6 +124,24 @@ def test_one_gpu_seen_by_two_workers_is_counted_once() -> None:
     assert "seen by 2 workers (w-a, w-b): counted once" in render_text(report)
 
 
+def test_a_job_without_energy_on_metered_gpus_says_it_was_too_short() -> None:
+    """Job 1 had no interval with two energy readings, on a GPU whose counter job 0 read:
+    not 'these GPUs report no energy counter', which job 0's figure beside it contradicts."""
+    session = {"cluster": "c", "since": "s", "until": "u", "duration_seconds": 30.0,
+               "prometheus": "p"}
+    metered = Usage(seconds=20.0, busy=10.0, idle=0.0, energy=900.0, energy_intervals=4)
+    short = Usage(seconds=4.0, busy=4.0, idle=0.0)
+    info = WorkerInfo("w-a", gpus=[("0", "GPU-a")])
+    usage = {("0", "0", "0", "GPU-a"): metered, ("1", "0", "0", "GPU-a"): short}
+    jobs = build(session, [WorkerFacts(info, usage, [], [], [], frozenset({("0", "GPU-a")}))],
+                 {}, None, load_models(), 1.2)["jobs"]
+    assert jobs[0]["energy_joules"] == 900
+    assert jobs[1]["energy_joules"] is None and "shorter than a scrape" in jobs[1]["energy_note"]
+    unmetered = build(session, [WorkerFacts(info, usage, [], [], [])], {}, None,
+                      load_models(), 1.2)["jobs"]
+    assert "report no energy counter" in unmetered[1]["energy_note"]
+
+
 def test_the_shipped_gpu_table_and_the_smallest_fitting_model() -> None:
     models = {m.name: m.memory_bytes / GIB for m in load_models()}
     assert {"NVIDIA T4": 16, "NVIDIA L4": 24, "NVIDIA A10": 24, "NVIDIA A100 40GB": 40,
@@ -170,7 +188,7 @@ def test_pool_and_workers_per_gpu_where_the_numbers_say_so() -> None:
     job = {"job": "0", "job_name": None, "peak": None, "per_gpu": []}
     texts = [r["text"] for r in recommendations(report_of([job], gpus), gpus, [], 1.2)]
     assert any("RMM pool of 3.75 GiB" in t for t in texts)  # 3 GiB x 1.2, 256 MiB steps
-    assert any("at most 20.0 % mean utilisation" in t and "4 workers per GPU" in t
+    assert any("busy 20.0 % of its sampled time" in t and "4 workers per GPU" in t
                for t in texts)
     busy = [gpu("w-0", 3 * GIB, 80 * GIB, 60.0)]
     assert not any("workers per GPU" in r["text"]

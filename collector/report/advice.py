@@ -152,10 +152,11 @@ def _sharing(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[st
     if busiest >= SHARE_BELOW_PERCENT or fit < 2:
         return []
     per_gpu = min(fit, 4)
-    return [{"kind": "dask-setting", "text": f"The GPUs were lightly used (at most "
-             f"{busiest:.1f} % mean utilisation) and each peak x {headroom:g} fits "
-             f"{fit} times into its GPU: {per_gpu} workers per GPU (or {per_gpu} threads per "
-             "worker) would use them better.",
+    return [{"kind": "dask-setting", "text": f"The GPUs were lightly used over the session "
+             f"(the busiest was busy {busiest:.1f} % of its sampled time, idle time between "
+             f"jobs included, where the job tables count only each job's own time) and each "
+             f"peak x {headroom:g} fits {fit} times into its GPU: {per_gpu} workers per GPU "
+             f"(or {per_gpu} threads per worker) would use them better.",
              "based_on": {"max_mean_utilization_percent": busiest, "fits_times": fit,
                           "headroom": headroom, "workers_per_gpu": per_gpu}}]
 

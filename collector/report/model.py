@@ -16,7 +16,14 @@ from typing import Any
 
 from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
-from dask_metrics.collector.report.usage import IDLE_PERCENT, Usage, UsageKey, gpu_usage, total
+from dask_metrics.collector.report.usage import (
+    ENERGY,
+    IDLE_PERCENT,
+    Usage,
+    UsageKey,
+    gpu_usage,
+    total,
+)
 from dask_metrics.collector.series import IDLE, Series, Timeline, WorkerInfo, WorkerTable, id_key
 from dask_metrics.collector.timespec import format_rfc3339
 
@@ -34,6 +41,7 @@ class WorkerFacts:
     job_peaks: list[Peak]
     dag_peaks: list[Peak]
     gpu_peaks: list[Peak]
+    metered: frozenset[tuple[str, str]] = frozenset()  # (gpu, uuid) with an energy counter
 
 
 def dag_timeline(activity: Timeline) -> Timeline:
@@ -74,8 +82,12 @@ class Gatherer:
                              **window_keywords(self.windows.get(info.name, (self.peak_window, 0))))
 
         by_dag = peaks(dag_timeline(activity), True)
+        energy = list(self.columns).index(ENERGY) if ENERGY in self.columns else None
+        metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
+            v is not None and v == v for v in g.columns[energy]))
         self.workers.append(WorkerFacts(info, gpu_usage(table, self.columns, self.max_age),
-                                        job_peaks(by_dag), by_dag, peaks(activity, False)))
+                                        job_peaks(by_dag), by_dag, peaks(activity, False),
+                                        metered))
 
 
 # ---- numbers for JSON ------------------------------------------------------------------------
@@ -100,12 +112,16 @@ def _peak(p: Peak) -> dict[str, Any]:
             else _num(p.upper_bytes), "caveat": p.caveat() or None}
 
 
-def _energy(usages: Sequence[Usage], gpus: int) -> dict[str, Any]:
-    """Energy of these GPU intervals; None (and a note saying why) where no GPU measured it."""
+def _energy(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str, Any]:
+    """Energy of these GPU intervals; None (and a note saying why) where no GPU measured it.
+    ``metered``: some of these GPUs have an energy counter (then a missing figure is the
+    range's fault, not the GPUs')."""
     measured = [u for u in usages if u.energy_intervals]
     if not measured:
-        return {"energy_joules": None, "energy_kwh": None,
-                "energy_note": "not reported: these GPUs report no energy counter"}
+        note = ("not measured: no two energy readings of its GPUs fall within it (shorter "
+                "than a scrape interval)" if metered
+                else "not reported: these GPUs report no energy counter")
+        return {"energy_joules": None, "energy_kwh": None, "energy_note": note}
     joules = sum(u.energy for u in measured)
     note = None
     if len(measured) < gpus:
@@ -144,16 +160,18 @@ def by_device(usages: Mapping[tuple[str, str, str], Usage]
     return merged, shared
 
 
-def _use(usages: Mapping[tuple[str, str, str], Usage]) -> dict[str, Any]:
+def _use(usages: Mapping[tuple[str, str, str], Usage],
+         metered: frozenset[tuple[str, str, str]] = frozenset()) -> dict[str, Any]:
     """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
-    (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``)."""
+    (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``);
+    ``metered``: the (worker, gpu, uuid) with an energy counter."""
     devices, shared = by_device(usages)
     whole = total(devices)
     mean = whole.busy / whole.seconds * 100 if whole.seconds else None
     return {"gpus_used": len(devices), "gpu_seconds": _num(whole.seconds),
             "busy_seconds": _num(whole.busy), "mean_utilization_percent": _num(mean, 2),
             "idle_gpu_seconds": _num(whole.idle),
-            **_energy(list(devices.values()), len(devices)),
+            **_energy(list(devices.values()), len(devices), not metered.isdisjoint(usages)),
             "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
             "seen_first": _time(whole.first), "seen_last": _time(whole.last)}
 
@@ -277,6 +295,7 @@ def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
 
 def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
           ) -> list[dict[str, Any]]:
+    metered = frozenset((f.info.name, *g) for f in facts for g in f.metered)
     usage: dict[tuple[str, str], dict[tuple[str, str, str], Usage]] = {}
     for f in facts:
         for (job, dag, gpu, uuid), u in f.usage.items():
@@ -296,19 +315,20 @@ def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
         for d in mine:
             for key, u in usage.get((job, d), {}).items():
                 merged.setdefault(key, Usage()).add(u)
-        use = _use(merged)
+        use = _use(merged, metered)
         entry = {"job": job, "job_name": next((r.get("job_name") for r in job_rows
                                                if r.get("job_name")), None),
                  "status": _status(r.get("status", "") for r in job_rows) if job_rows
                  else "unknown", **_wall(job_rows, use), **use,
                  "peaks": [_peak(p) for p in job_peaks if p.job == job],
-                 "per_gpu": [{"worker": w, "gpu": g, "uuid": u, **_use({(w, g, u): one})}
+                 "per_gpu": [{"worker": w, "gpu": g, "uuid": u,
+                              **_use({(w, g, u): one}, metered)}
                              for (w, g, u), one in merged.items()]}
         entry["peak"] = max(entry["peaks"], key=lambda p: p["peak_bytes"] or 0, default=None)
         entry["dags"] = []
         for d in mine:
             row = by_dag_rows.get((job, d))
-            dag_use = _use(usage.get((job, d), {}))
+            dag_use = _use(usage.get((job, d), {}), metered)
             peaks = [_peak(p) for p in dag_peaks if p.job == f"{job}{DAG_SEPARATOR}{d}"]
             entry["dags"].append({
                 "dag": d, "status": (row or {}).get("status") or "unknown",

@@ -176,14 +176,25 @@ def _where(report: Mapping[str, Any]) -> list[Section]:
         notes = [] if len(rows) <= MAX_ROWS else [
             f"The {MAX_ROWS} largest of {len(rows)} rows; all are in report.json."]
         if not rows:
-            notes.append("No rows: the scheduler preload exported no fine performance "
-                         "metrics for this range (a preload older than them, or no task "
-                         "ran).")
+            notes.append(_no_rows(key, bool(where.get("activities"))))
         headers = [c.replace("_", " ") for c in columns]
         out.append(Section(title, notes=notes, table=Table(
             headers, [[_cell(c, r) for c in columns]
                       for r in sorted(rows, key=rank)[:MAX_ROWS]], numeric)))
     return out
+
+
+def _no_rows(key: str, activities: bool) -> str:
+    """Why a summary has no rows, without contradicting the other one."""
+    if key == "activities":
+        return ("No rows: the scheduler preload exported no fine performance metrics for "
+                "this range (a preload older than them, or no task ran).")
+    if activities:
+        return ("No rows: no task prefix ran on a worker with GPU samples in this range "
+                "(GPU time is split by dask_job_worker_prefix_tasks, which only workers "
+                "that executed tasks have).")
+    return ("No rows: no task prefix executed in this range (or the scheduler preload is "
+            "older than dask_job_worker_prefix_tasks).")
 
 
 def _cell(column: str, row: Mapping[str, Any]) -> str:
