@@ -7,11 +7,12 @@ query engine finds too big (timeout, too many samples) is split in halves and as
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
-from dask_metrics.collector.jobs import JobRow, job_rows
+from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -224,13 +225,17 @@ def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
 
 def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookback: int,
                scope: Scope = UNSCOPED) -> list[JobRow]:
-    """The DAGs seen in [start, end] (ms), with their job's name, client and outcome: the raw
-    samples of dask_job_dag_status, from ``lookback`` ms before ``start`` to tell a DAG that
-    ended before the range, and only the label sets of dask_job_dag_info (see
-    jobs.job_rows)."""
-    status = fetch_raw(client, scope.of(DAG_STATUS.name), start - lookback, end, chunk, scope)
+    """The DAGs of [start, end] (ms), with their job's name, client, outcome and edges: the
+    raw samples of dask_job_dag_status and the DAG timestamp gauges, from ``lookback`` ms
+    before ``start`` (a DAG that ended before the range) to as much after ``end`` (never
+    past now: the outcome of a DAG that ended just before the end is scraped after it), and
+    only the label sets of dask_job_dag_info (see jobs.job_rows)."""
+    after = min(end + lookback, max(round(time.time() * 1000), end))
+    found = by_metric(fetch_raw(client, selector([DAG_STATUS.name, *DAG_TIMES], scope=scope),
+                                start - lookback, after, chunk, scope))
     info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, end, chunk, scope)
-    return job_rows(info, status, start, end)
+    times = {m: found[m] for m in DAG_TIMES if m in found}
+    return job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None)
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,

@@ -2,14 +2,16 @@
 peaks table and the plots. Pure logic over fetched series (``fetch.fetch_jobs`` fetches them),
 so export, peaks, plots, the report and ``Monitor`` share one way to name a job.
 
-A DAG's row comes from the scheduler preload's ``dask_job_dag_status`` (its outcome and
-times) and ``dask_job_dag_info`` (its job's name and client). Times are scrape times:
-``first_seen`` is the first scrape in the range that showed the DAG, ``last_seen`` the first
-one that showed its final status (finished or erred), or its last scrape in the range when
-it had none yet: the DAG's life at scrape resolution. A finished DAG stays in the series for
-a while (``finished-dag-ttl``), so the later scrapes say nothing new and are not counted. A
-DAG whose final status was already scraped before the range (the previous session's, kept)
-is no row of this range.
+A DAG's row comes from the scheduler preload's ``dask_job_dag_status`` (its outcome),
+``dask_job_dag_info`` (its job's name and client) and its times: the scheduler's own,
+``dask_job_dag_submitted_timestamp_seconds`` and ``..._finished_timestamp_seconds``, so a
+DAG shorter than a scrape interval has its real edges and its outcome (read from the first
+scrape after it ended, which may come after the range). ``first_seen``/``last_seen`` are
+those edges within the range. From an older preload without the times, they are scrape
+times: the first scrape in the range that showed the DAG, and the first one that showed its
+final status (finished or erred), or its last scrape in the range when it had none yet. A
+finished DAG stays in the series for a while (``finished-dag-ttl``). A DAG that ended
+before the range (the previous session's, kept) is no row of this range.
 """
 
 from __future__ import annotations
@@ -19,9 +21,19 @@ from dataclasses import dataclass
 
 from dask_metrics.collector.series import Series, id_key
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import CLIENT, DAG_ID, JOB_ID, JOB_NAME, DagStatus
+from dask_metrics.contract import (
+    CLIENT,
+    DAG_FINISHED,
+    DAG_ID,
+    DAG_STARTED,
+    DAG_SUBMITTED,
+    JOB_ID,
+    JOB_NAME,
+    DagStatus,
+)
 
 FINAL = frozenset({DagStatus.FINISHED, DagStatus.ERRED})
+DAG_TIMES = (DAG_SUBMITTED.name, DAG_STARTED.name, DAG_FINISHED.name)
 
 
 @dataclass(frozen=True)
@@ -58,37 +70,81 @@ def _statuses(status: Iterable[Series]) -> dict[tuple[str, str], list[tuple[int,
 
 
 def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start: int,
-             end: int) -> list[JobRow]:
-    """The DAGs seen in [start, end] (ms), by job then DAG id (pure).
+             end: int, times: Mapping[str, Iterable[Series]] | None = None) -> list[JobRow]:
+    """The DAGs of [start, end] (ms), by job then DAG id (pure).
 
-    ``status``: raw dask_job_dag_status samples, fetched from a little before ``start`` so
-    that a DAG that had already ended is recognised; they place the DAG in time (the
-    preload exports it with dask_job_dag_info, scrape by scrape). ``info``: the label sets
-    of dask_job_dag_info in the range, for the names (their samples would only repeat the
-    status series' times). Series of one DAG from several scheduler addresses or HA replicas
-    are one DAG. A DAG without a status series is no row. A restarted scheduler numbers its
-    jobs from 0 again: such ids' samples are one row, with their names joined by " / ".
+    ``status``: raw dask_job_dag_status samples, fetched from a little before ``start`` (to
+    recognise a DAG that had already ended) to a little after ``end`` (the outcome of one
+    that ended just before it). ``times``: {metric: series} of the DAG timestamp gauges
+    (``DAG_TIMES``), where the preload exports them. ``info``: the label sets of
+    dask_job_dag_info, for the names. Series of one DAG from several scheduler addresses or
+    HA replicas are one DAG. A restarted scheduler numbers its jobs from 0 again: such ids'
+    samples are one row, with their names joined by " / ".
     """
     named: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
     for labels in info:
         key = (labels.get(JOB_ID, ""), labels.get(DAG_ID, ""))
         named.setdefault(key, {})[labels.get(JOB_NAME, ""), labels.get(CLIENT, "")] = None
+    edges = _edges(times or {})
     rows = []
     for (job, dag), samples in _statuses(status).items():
-        inside = [t for t, _ in samples if start <= t <= end]
-        if not inside:
+        found = (_timed(samples, edges[job, dag], start, end) if (job, dag) in edges
+                 else _scraped(samples, start, end))
+        if found is None:
             continue
-        ended = next((t for t, v in samples if v in FINAL and t <= end), None)
-        if ended is not None and ended < start:
-            continue  # over before the range: a DAG of an earlier session, still kept
-        last = ended if ended is not None else inside[-1]
-        final = [v for t, v in samples if t <= last][-1]
+        word, first, last = found
         pairs = sorted(named.get((job, dag), {}))
         rows.append(JobRow(job, " / ".join(dict.fromkeys(n for n, _ in pairs)), dag,
-                           " / ".join(dict.fromkeys(c for _, c in pairs)),
-                           status_word(final), inside[0], last))
+                           " / ".join(dict.fromkeys(c for _, c in pairs)), word, first, last))
     rows.sort(key=lambda r: (id_key(r.job), id_key(r.dag)))
     return rows
+
+
+Edges = tuple[int, int | None, int | None]
+"""A DAG's (submitted, started, finished) in ms, by the scheduler's clock."""
+
+
+def _edges(times: Mapping[str, Iterable[Series]]) -> dict[tuple[str, str], Edges]:
+    """Each DAG's edges from its timestamp gauges (the last value of each series)."""
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    for metric, series in times.items():
+        for s in series:
+            if s.values and s.values[-1] > 0:
+                key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""))
+                found.setdefault(key, {})[metric] = round(s.values[-1] * 1000)
+    return {key: (t[DAG_SUBMITTED.name], t.get(DAG_STARTED.name), t.get(DAG_FINISHED.name))
+            for key, t in found.items() if DAG_SUBMITTED.name in t}
+
+
+def _timed(samples: list[tuple[int, float]], edges: Edges, start: int, end: int
+           ) -> tuple[str, int, int] | None:
+    """(status, first, last) of a DAG whose edges the scheduler exported; None when it does
+    not overlap [start, end]."""
+    submitted, started, finished = edges
+    if submitted > end or (finished is not None and finished < start):
+        return None
+    if finished is not None and finished <= end:
+        final = next((v for t, v in samples if v in FINAL and t >= finished - 1000), None)
+        word = status_word(final) if final is not None else "unknown"
+    else:  # still going at the end: what the scheduler said last, else its own times
+        before = [v for t, v in samples if t <= end]
+        word = (status_word(before[-1]) if before
+                else "running" if started is not None and started <= end else "waiting")
+    return word, max(submitted, start), min(finished if finished is not None else end, end)
+
+
+def _scraped(samples: list[tuple[int, float]], start: int, end: int
+             ) -> tuple[str, int, int] | None:
+    """(status, first, last) at scrape resolution (a preload without the DAG times)."""
+    inside = [t for t, _ in samples if start <= t <= end]
+    if not inside:
+        return None
+    ended = next((t for t, v in samples if v in FINAL and t <= end), None)
+    if ended is not None and ended < start:
+        return None  # over before the range: a DAG of an earlier session, still kept
+    last = ended if ended is not None else inside[-1]
+    final = [v for t, v in samples if t <= last][-1]
+    return status_word(final), inside[0], last
 
 
 def jobs_csv_rows(rows: Iterable[JobRow], start: int) -> list[list[str]]:

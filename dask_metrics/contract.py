@@ -225,6 +225,28 @@ DAG_STATUS = MetricSpec(
     (DASK_CLUSTER, "job_id", "dag_id"),
     "0 waiting, 1 running, 2 finished, 3 erred (a task erred or a result was cancelled).",
 )
+DAG_SUBMITTED = MetricSpec(
+    "dask_job_dag_submitted_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (DASK_CLUSTER, "job_id", "dag_id"),
+    "Unix time the scheduler received the DAG: its edges are the scheduler's own times, "
+    "not the scrape that first saw it.",
+)
+DAG_STARTED = MetricSpec(
+    "dask_job_dag_started_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (DASK_CLUSTER, "job_id", "dag_id"),
+    "Unix time the DAG's first task started processing; absent until then.",
+)
+DAG_FINISHED = MetricSpec(
+    "dask_job_dag_finished_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (DASK_CLUSTER, "job_id", "dag_id"),
+    "Unix time the DAG finished or erred (dask_job_dag_status says which); absent until then.",
+)
 DAGS_COMPLETED = MetricSpec(
     "dask_job_dags_completed_total",
     "counter",
@@ -371,6 +393,9 @@ SCHEDULER_SPECS: list[MetricSpec] = [
     WORKER_TASKS,
     DAG_INFO,
     DAG_STATUS,
+    DAG_SUBMITTED,
+    DAG_STARTED,
+    DAG_FINISHED,
     DAGS_COMPLETED,
     MONITOR_START,
     MONITOR_STOP,

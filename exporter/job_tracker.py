@@ -141,6 +141,9 @@ class Snapshot:
     gpus: list[tuple[str, str, int, str]]  # worker label, address, gpu index, uuid
     session: tuple[float, float] | None  # start, stop (0 while running)
     completed: dict[str, int] = field(default_factory=dict)  # final status -> DAG count
+    # job id, dag id, submitted, first task started, finished (unix seconds; None: not yet)
+    dag_times: list[tuple[int, int, float, float | None, float | None]] = field(
+        default_factory=list)
 
 
 def clean_label(value: object, max_length: int) -> str:
@@ -493,4 +496,5 @@ class JobTracker:
             ],
             session=None if session is None else (session.start, session.stop or 0.0),
             completed={status.name.lower(): n for status, n in self.completed.items()},
+            dag_times=[(d.job.id, d.id, d.submitted, d.started, d.finished) for d in dags],
         )

@@ -45,6 +45,32 @@ def test_a_dag_over_before_the_range_is_no_row_one_running_into_it_is() -> None:
     assert rows == [JobRow("1", "etl", "0", "c", "erred", 20 * S, 40 * S)]
 
 
+def stamp(metric: str, job: str, dag: str, at: float, scrapes: list[int]) -> Series:
+    """A DAG timestamp gauge (unix seconds ``at``) as scraped at ``scrapes`` (seconds)."""
+    return Series({"__name__": metric, "job_id": job, "dag_id": dag, "instance": "s:1"},
+                  [t * S for t in scrapes], [at] * len(scrapes))
+
+
+def test_the_schedulers_own_times_place_a_dag_shorter_than_a_scrape() -> None:
+    """15 s scrapes: DAG 0 ran from 31 to 36 s, between two scrapes; no scrape inside the
+    range [20, 40] s showed it finished (the one at 45 s did). Its edges are the
+    scheduler's, its outcome the first scrape's after it ended."""
+    times = {"dask_job_dag_submitted_timestamp_seconds":
+             [stamp("dask_job_dag_submitted_timestamp_seconds", "0", "0", 31.0, [45, 60])],
+             "dask_job_dag_finished_timestamp_seconds":
+             [stamp("dask_job_dag_finished_timestamp_seconds", "0", "0", 36.0, [45, 60])]}
+    statuses = [status("0", "0", [(45, 2.0), (60, 2.0)])]
+    rows = job_rows([info("0", "0", "etl")], statuses, 20 * S, 40 * S, times)
+    assert rows == [JobRow("0", "etl", "0", "c", "finished", 31 * S, 36 * S)]
+    assert job_rows([], statuses, 0, 30 * S, times) == []  # submitted after the range
+    assert job_rows([], statuses, 37 * S, 90 * S, times) == []  # over before the range
+    # still running at the range's end: what the last scrape before it said
+    running = {k: v for k, v in times.items() if "finished" not in k}
+    rows = job_rows([], [status("0", "0", [(30, 1.0), (45, 1.0)])], 0, 40 * S, running)
+    assert (rows[0].status, rows[0].first_seen, rows[0].last_seen) == ("running", 31 * S,
+                                                                        40 * S)
+
+
 def test_series_of_one_dag_from_two_scheduler_addresses_are_one_row() -> None:
     rows = job_rows([info("0", "0", "etl", instance="a:8787"),
                      info("0", "0", "etl", instance="b:8787")],

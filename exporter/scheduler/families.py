@@ -16,8 +16,11 @@ from dask_metrics.contract import (
     CLUSTER_ACTIVITY_FAMILY,
     CURRENT_DAG,
     CURRENT_JOB,
+    DAG_FINISHED,
     DAG_INFO,
+    DAG_STARTED,
     DAG_STATUS,
+    DAG_SUBMITTED,
     DAGS_COMPLETED,
     MONITOR_START,
     MONITOR_STOP,
@@ -63,6 +66,13 @@ def families(snap: Snapshot, errors: dict[str, int], cluster: str,
     for job_id, dag_id, job_name, client, status in snap.dags:
         add(DAG_INFO, [str(job_id), str(dag_id), job_name, client], 1)
         add(DAG_STATUS, [str(job_id), str(dag_id)], status)
+    for job_id, dag_id, submitted, started, finished in snap.dag_times:
+        ids = [str(job_id), str(dag_id)]
+        add(DAG_SUBMITTED, ids, submitted)
+        if started is not None:
+            add(DAG_STARTED, ids, started)
+        if finished is not None:
+            add(DAG_FINISHED, ids, finished)
     for status, count in snap.completed.items():
         add(DAGS_COMPLETED, [status], count)
     if snap.session is not None:
