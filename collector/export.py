@@ -28,12 +28,6 @@ from dask_metrics import __version__
 from dask_metrics.collector.activities import activity_rows, increases
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
-    NEXT_PEAK_METRIC,
-    NEXT_PEAK_TIME_METRIC,
-    PEAK_METRIC,
-    PEAK_TIME_METRIC,
-    ROUND_TIME_METRIC,
-    SAMPLES_METRIC,
     Column,
     select,
     source_metrics,
@@ -138,7 +132,8 @@ class WorkerData(NamedTuple):
 
 def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
                  timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
-                 age: int, scope: Scope, executed: bool) -> WorkerData:
+                 age: int, scope: Scope, executed: bool, extra: Sequence[str] = ()
+                 ) -> WorkerData:
     """One worker's series: its GPUs' columns and its scheduler series (tasks, the worker
     columns', prefix tasks), one query each.
 
@@ -147,18 +142,18 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     counters not among the columns' in a third query sent at the same time as the columns'
     (in a thread: the server answers both at once), raw also with ``step``. A worker without
     them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
-    no more series."""
-    metrics = source_metrics(columns)
-    if PEAK_METRIC in metrics and step is None:  # date the peaks (peaks.gpu_peaks): no columns
-        metrics += [PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC, SAMPLES_METRIC,
-                    ROUND_TIME_METRIC]
-    extra = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if executed else []
+    no more series. ``extra``: more series of the worker, raw, fetched with the columns'
+    (without ``step``)."""
+    metrics = source_metrics(columns) + [m for m in extra if step is None]
+    apart_metrics = ([m for m in ATTRIBUTION_METRICS if m not in metrics or step]
+                     if executed else [])
     raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
-                                                      age, scope), extra) if extra else None
+                                                      age, scope),
+                      apart_metrics) if apart_metrics else None
     gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
     apart = raw.result() if raw is not None else {}
     attribution = {m: source[m] for m in ATTRIBUTION_METRICS
-                   if m in (source := apart if m in extra else gpu)} if executed else {}
+                   if m in (source := apart if m in apart_metrics else gpu)} if executed else {}
     resources = worker_metrics(columns)
     sched = [*resources, WORKER_TASKS.name, *([WORKER_PREFIX_TASKS.name] if executed else [])]
     found = by_metric(fetch_worker_series(client, worker, sched, lo - age, hi, chunk, scope))
@@ -308,7 +303,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            progress: Progress | None = None, asked: Mapping[str, Any] | None = None,
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
            any_cluster: bool = False, visit: Visit | None = None,
-           worker_files: bool = True) -> ExportResult:
+           worker_files: bool = True, visit_metrics: Sequence[str] = ()) -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -317,7 +312,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
     ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
-    ``Visit``); ``worker_files`` False writes no per-worker CSV file (the session report,
+    ``Visit``) and, with ``visit_metrics``, those series' raw samples too (no column);
+    ``worker_files`` False writes no per-worker CSV file (the session report,
     which keeps the tables its plots need from ``visit``: export.json then lists no
     files). Raises ValueError for bad arguments and
     CollectorError (PrometheusError included) when the export fails.
@@ -348,7 +344,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         if progress:
             progress(i, len(chosen), worker)
         return fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
-                            scope, worker in executed)
+                            scope, worker in executed, visit_metrics)
 
     rows_written = 0
     uses: dict[PrefixKey, PrefixUse] = {}

@@ -65,8 +65,10 @@ DEFAULT_PEAK_WINDOW = 30.0
 exporters that do not say theirs (dask_gpu_exporter_peak_window_seconds)."""
 LONGEST_PEAK_WINDOW = 3600.0
 """Seconds: the longest window a range is fetched past its end for (the exporter's limit)."""
-PEAK_METRICS = (PEAK_METRIC, PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC,
-                USED_METRIC, TOTAL_METRIC, SAMPLES_METRIC, ROUND_TIME_METRIC)
+PEAK_DATING = (PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC, SAMPLES_METRIC,
+               ROUND_TIME_METRIC)
+"""The series that date the peak gauge's samples and bound what they hide (peaktime)."""
+PEAK_METRICS = (PEAK_METRIC, USED_METRIC, TOTAL_METRIC, *PEAK_DATING)
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,7 @@ def test_auth_headers_and_post_form(tmp_path: Path) -> None:
     assert headers["authorization"] == "Bearer tok-123"
     assert headers["x-scope-orgid"] == "team-a"
     assert headers["content-type"] == "application/x-www-form-urlencoded"
-    assert request["form"]["query"][0].startswith("last_over_time(dask_gpu_info[")
+    assert request["form"]["query"][0].startswith("max by (worker) (max_over_time(dask_gpu_")
 
 
 @pytest.mark.parametrize(("args", "message"), [
