@@ -15,6 +15,7 @@ import platform
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -303,7 +304,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            progress: Progress | None = None, asked: Mapping[str, Any] | None = None,
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
            any_cluster: bool = False, visit: Visit | None = None,
-           worker_files: bool = True, visit_metrics: Sequence[str] = ()) -> ExportResult:
+           worker_files: bool = True, visit_metrics: Sequence[str] = (),
+           visit_tail: float = 0.0) -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -312,7 +314,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
     ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
-    ``Visit``) and, with ``visit_metrics``, those series' raw samples too (no column);
+    ``Visit``) and, with ``visit_metrics``, those series' raw samples too (no column), and
+    ``visit_tail`` seconds more of its GPU series past ``until`` (never past now: the
+    first scrape after the end dates a peak just before it), which no file holds;
     ``worker_files`` False writes no per-worker CSV file (the session report,
     which keeps the tables its plots need from ``visit``: export.json then lists no
     files). Raises ValueError for bad arguments and
@@ -339,22 +343,30 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     executed = prefix_workers(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
-    def fetch(i: int) -> WorkerData:
+    tail_end = max(hi, min(end + to_ms(visit_tail), to_ms(time.time()))) if visit else hi
+
+    def fetch(i: int) -> tuple[WorkerData, dict[str, list[Series]]]:
         worker = chosen[i].name
         if progress:
             progress(i, len(chosen), worker)
-        return fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
+        data = fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
                             scope, worker in executed, visit_metrics)
+        if tail_end <= hi:
+            return data, data.gpu
+        more = fetch_gpu_series(client, worker, [*source_metrics(columns), *visit_metrics],
+                                hi, tail_end, chunk_ms, None, age, scope)
+        return data, {m: [*data.gpu.get(m, []), *more.get(m, [])]
+                      for m in data.gpu.keys() | more.keys()}
 
     rows_written = 0
     uses: dict[PrefixKey, PrefixUse] = {}
     with _staging(target) as stage, _files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
-        for info, data in zip(chosen, fetched, strict=True):
+        for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
             add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
             if visit:
-                visit(info, data.gpu, data.ran, table)
+                visit(info, visited, data.ran, table)
             rows_written += table.rows
             if not worker_files:
                 continue

@@ -257,6 +257,13 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     return peaks
 
 
+def tail_of(windows: Mapping[str, tuple[int, int]], default: int) -> int:
+    """How far (ms) past a range's end its peak samples are fetched: the longest reach of
+    the exporters' windows (``fetch.peak_windows``), ``default`` where none says."""
+    longest = max((reach for reach, _ in windows.values()), default=default)
+    return min(longest, to_ms(LONGEST_PEAK_WINDOW))
+
+
 def window_keywords(window: tuple[int, int]) -> dict[str, int]:
     """gpu_peaks' keywords for a worker's (reach, sampling interval), in ms."""
     return {"peak_window": window[0], "sample_interval": window[1]}
@@ -317,9 +324,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     windows = peak_windows(client, begin, until_ms, named)
     default = (to_ms(peak_window), 0)
-    tail = min(max((w for w, _ in windows.values()), default=default[0]),
-               to_ms(LONGEST_PEAK_WINDOW))
-    reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
+    reach = min(until_ms + tail_of(windows, default[0]), max(to_ms(time.time()), until_ms))
     start, end = data_span(client, begin, reach, chunk_ms, None, named)  # the data
     # the tail too: a session shorter than a scrape has its first samples there
     scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,

@@ -26,7 +26,7 @@ from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
 from dask_metrics.collector.fetch import Scope, peak_windows
-from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING
+from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
 from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
@@ -131,8 +131,10 @@ def make_report(client: PrometheusClient, since: float, until: float,
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    windows = peak_windows(client, to_ms(since), to_ms(until), named)
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(until),
-                      to_ms(peak_window), peak_windows(client, to_ms(since), to_ms(until), named))
+                      to_ms(peak_window), windows)
+    tail = tail_of(windows, to_ms(peak_window)) / 1000
     kept = _Kept(gather, keep=fmt == "html" and plots > 0)
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
@@ -140,7 +142,7 @@ def make_report(client: PrometheusClient, since: float, until: float,
                         max_age=max_age, workers=workers, chunk=chunk, progress=progress,
                         cluster=cluster, replica_labels=replica_labels,
                         any_cluster=any_cluster, visit=kept,
-                        worker_files=False, visit_metrics=PEAK_DATING)
+                        worker_files=False, visit_metrics=PEAK_DATING, visit_tail=tail)
         labels = {(w.name, *gpu): info for w in result.inventory
                   for gpu, info in w.gpu_labels.items()}
         record = json.loads((data / "export.json").read_text(encoding="utf-8"))
