@@ -378,8 +378,9 @@ class Monitor:
 
     def _range(self, prom: PrometheusClient, session: dict[str, Any], gpu: bool = True
                ) -> tuple[float, float]:
-        """The session's [start, stop] (now while it runs), once Prometheus has scraped up to
-        its end: results asked for right after ``stop`` are then complete.
+        """The session's [start, stop] (now while it runs), once Prometheus has scraped every
+        GPU and the scheduler past its end: results asked for right after ``stop`` are then
+        complete (a GPU not yet scraped since would be missing, or read an earlier window).
 
         ``gpu``: a session between two scrapes (shorter than one scrape interval) holds no
         GPU sample; its range then ends once every GPU has been scraped after the stop
@@ -415,8 +416,8 @@ class Monitor:
 
     @staticmethod
     def _scraped_past(prom: PrometheusClient, until: float, scope: Scope) -> bool:
-        for metric in _FRESHNESS:
-            newest = prom.query(f"max(timestamp({scope.of(metric)}))", time.time())
+        for metric in _FRESHNESS:  # every GPU and the scheduler, each scraped past it
+            newest = prom.query(f"min(timestamp({scope.of(metric)}))", time.time())
             if newest and newest[0].values and newest[0].values[-1] < until:
                 return False
         return True

@@ -209,6 +209,14 @@ def test_a_session_shorter_than_a_scrape_still_has_its_peaks(cluster, session):
             peaks = monitor.peak_memory()  # no sample inside: the window's bound, said so
         assert [len(p) for p in peaks] == [1, 1]  # a peak per worker and GPU
         assert all(isinstance(v, int) for p in peaks for v in p)
+        # the command line finds the same session and the same peaks (it said "no GPU
+        # series" where Monitor answered)
+        run = collector_process("peaks", "--since", "monitor", "--json",
+                                "--prometheus", stack.prometheus_url)
+        assert run.returncode == 0, run.stderr
+        listed = json.loads(run.stdout)
+        assert [[round(p["peak_percent"])] for p in listed] == peaks
+        assert all(p["exact"] is False for p in listed) and "at most" in run.stderr
         (tmp / "afile").write_text("not a folder\n")
         with pytest.raises(MonitorError) as caught:
             monitor.to_csv(tmp / "afile" / "sub")
