@@ -207,6 +207,7 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
     lo = -(2**62) if since is None else since
     hi = 2**62 if until is None else until
+    job_spans = _spans(activity, max_age, lo, hi) if by_job else {}
     peaks = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
         if not gpu and not uuid:
@@ -249,7 +250,7 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
             t, v, (job, dag) = times[i], values[i], states[i]
             upper = None
             if dated and known:
-                spans = [(lo, hi)] if not by_job else _spans(activity, key, max_age, lo, hi)
+                spans = [(lo, hi)] if not by_job else job_spans.get(key, [])
                 bound = max((upper_bound(known, a, b, v) for a, b in spans), default=v)
                 upper = bound if bound > v else None
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
@@ -285,19 +286,22 @@ def _undated(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
     return [t for t, _ in kept], [v for _, v in kept]
 
 
-def _spans(activity: Timeline, job: str, max_age: int, lo: int, hi: int
-           ) -> list[tuple[int, int]]:
-    """The stretches of [lo, hi] the timeline gives to ``job``: from each scheduler scrape
-    that saw it to the next scrape (at most ``max_age`` later)."""
+def _spans(activity: Timeline, max_age: int, lo: int, hi: int
+           ) -> dict[str, list[tuple[int, int]]]:
+    """{job: the stretches of [lo, hi] the timeline gives it}: from each scheduler scrape
+    that saw it to the next scrape (at most ``max_age`` later), adjacent ones joined."""
     times = activity.times
-    spans = []
+    spans: dict[str, list[tuple[int, int]]] = {}
     for k, (state, t) in enumerate(zip(activity.states, times, strict=True)):
-        if state[0] != job:
-            continue
         a = max(t, lo)
         b = min(times[k + 1] if k + 1 < len(times) else hi, t + max_age, hi)
-        if a < b:
-            spans.append((a, b))
+        if not state[0] or a >= b:
+            continue
+        mine = spans.setdefault(state[0], [])
+        if mine and mine[-1][1] == a:
+            mine[-1] = (mine[-1][0], b)
+        else:
+            mine.append((a, b))
     return spans
 
 

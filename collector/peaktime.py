@@ -96,6 +96,7 @@ class Cover(NamedTuple):
     times: list[int]
     reach: list[int]
     stretches: list[tuple[Stretch, ...]]
+    longest: int  # the longest reach
 
 
 def cover(metrics: Mapping[str, Samples], reach: list[int]) -> Cover:
@@ -113,7 +114,7 @@ def cover(metrics: Mapping[str, Samples], reach: list[int]) -> Cover:
             out.append(((t - r, d, v, d), (d, t, after, round(when * 1000))))
         else:
             out.append(((t - r, t, v, d),))
-    return Cover(times, reach, out)
+    return Cover(times, reach, out, max(reach, default=0))
 
 
 def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
@@ -130,7 +131,7 @@ def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
     if lo >= hi:
         return found
     # the scrapes whose windows can reach into the range: a job's span costs its own scrapes
-    first, last = bisect_left(times, lo), bisect_right(times, hi + max(reach))
+    first, last = bisect_left(times, lo), bisect_right(times, hi + known.longest)
     spans = [(max(a, lo), min(b, hi), v, d is not None and lo <= d <= hi)
              for stretches in known.stretches[first:last] for a, b, v, d in stretches]
     spans = [x for x in spans if x[0] < x[1]]
