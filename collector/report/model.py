@@ -131,6 +131,12 @@ def _energy(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str, Any]
             "energy_note": note}
 
 
+def device_key(worker: str, gpu: str, uuid: str) -> str:
+    """Which physical GPU (or MIG instance) a worker's GPU is: its UUID, else the worker's
+    own GPU (no UUID to match another worker's by)."""
+    return uuid or f"{worker}/{gpu}"
+
+
 def by_device(usages: Mapping[tuple[str, str, str], Usage]
               ) -> tuple[dict[str, Usage], dict[str, list[str]]]:
     """{uuid: Usage} and {uuid: workers} of the GPUs that more than one worker saw.
@@ -142,7 +148,7 @@ def by_device(usages: Mapping[tuple[str, str, str], Usage]
     the report says which GPUs were shared)."""
     groups: dict[str, list[tuple[str, Usage]]] = {}
     for (worker, gpu, uuid), u in usages.items():
-        groups.setdefault(uuid or f"{worker}/{gpu}", []).append((worker, u))
+        groups.setdefault(device_key(worker, gpu, uuid), []).append((worker, u))
     merged: dict[str, Usage] = {}
     shared: dict[str, list[str]] = {}
     for device, seen in groups.items():
@@ -245,9 +251,9 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
     devices: dict[str, dict[str, Any]] = {}  # one GPU is one GPU, however many workers see it
     for w in workers:
         for g in w["gpus"]:
-            device = g["uuid"] or f"{w['worker']}/{g['gpu']}"
-            devices.setdefault(device, g)
-            seen_by.setdefault(device, []).append(w["worker"])
+            key = device_key(w["worker"], g["gpu"], g["uuid"])
+            devices.setdefault(key, g)
+            seen_by.setdefault(key, []).append(w["worker"])
     gpus = list(devices.values())
     simulated = sum(g["simulated"] for g in gpus)
     jobs = _jobs(facts, jobs_rows)
@@ -281,9 +287,10 @@ def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     for f in facts:
         for p in f.gpu_peaks:
-            if p.uuid in seen:
+            key = device_key(f.info.name, p.gpu, p.uuid)
+            if key in seen:
                 continue
-            seen.add(p.uuid or f"{f.info.name}/{p.gpu}")
+            seen.add(key)
             mine = {k: u for k, u in f.usage.items() if (k[2], k[3]) == (p.gpu, p.uuid)}
             whole = total(mine)
             out.append({**_peak(p), "gpu_seconds": _num(whole.seconds),
