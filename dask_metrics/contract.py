@@ -139,6 +139,52 @@ SM_CLOCK = MetricSpec(
     "dask_gpu_sm_clock_hertz", "gauge", "hertz", GPU_LABELS,
     "Current streaming-multiprocessor clock.",
 )
+# What the GPU's own counters say (NVML's GPM: Hopper and newer), unlike "utilisation",
+# which is the share of time any kernel ran however few SMs it used.
+_GPM = " NVML GPM mean over the last sampling interval (Hopper and newer; on MIG, the MIG " \
+    "device's GPU instance); absent where GPM is not supported."
+SM_ACTIVE = MetricSpec(
+    "dask_gpu_sm_active_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of the SMs that had a warp resident, averaged over time (0-1)." + _GPM,
+)
+SM_OCCUPANCY = MetricSpec(
+    "dask_gpu_sm_occupancy_ratio", "gauge", "ratio", GPU_LABELS,
+    "Resident warps against the SMs' maximum (0-1)." + _GPM,
+)
+TENSOR_ACTIVE = MetricSpec(
+    "dask_gpu_tensor_active_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of time the SMs' tensor cores were busy, any precision (0-1)." + _GPM,
+)
+DRAM_ACTIVE = MetricSpec(
+    "dask_gpu_dram_active_ratio", "gauge", "ratio", GPU_LABELS,
+    "Device memory bandwidth used against its maximum (0-1)." + _GPM,
+)
+FP64_ACTIVE = MetricSpec(
+    "dask_gpu_fp64_active_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of time the SMs did non-tensor FP64 math (0-1)." + _GPM,
+)
+FP32_ACTIVE = MetricSpec(
+    "dask_gpu_fp32_active_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of time the SMs did non-tensor FP32 math (0-1)." + _GPM,
+)
+FP16_ACTIVE = MetricSpec(
+    "dask_gpu_fp16_active_ratio", "gauge", "ratio", GPU_LABELS,
+    "Share of time the SMs did non-tensor FP16 math (0-1)." + _GPM,
+)
+SM_ACTIVE_SECONDS = MetricSpec(
+    "dask_gpu_sm_active_seconds_total", "counter", "seconds", GPU_LABELS,
+    "Integral of dask_gpu_sm_active_ratio over time, from every GPM interval: rate() over "
+    "any window is the mean SM activity, whatever the scrape interval.",
+)
+TENSOR_ACTIVE_SECONDS = MetricSpec(
+    "dask_gpu_tensor_active_seconds_total", "counter", "seconds", GPU_LABELS,
+    "Integral of dask_gpu_tensor_active_ratio over time, from every GPM interval: rate() "
+    "over any window is the mean tensor activity.",
+)
+GPM_ACTIVITIES = (SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE, FP64_ACTIVE,
+                  FP32_ACTIVE, FP16_ACTIVE)
+# The activities whose integral is a counter too (what per-job means are read from).
+GPM_COUNTERS = {SM_ACTIVE.name: SM_ACTIVE_SECONDS, TENSOR_ACTIVE.name: TENSOR_ACTIVE_SECONDS}
 PROCESS_MEMORY = MetricSpec(
     "dask_gpu_process_memory_used_bytes", "gauge", "bytes", (*GPU_LABELS, "pid"),
     "GPU memory used by a process of this worker, when its pid is known and visible to NVML.",
@@ -179,7 +225,7 @@ EXPORTER_NVML_ERRORS = MetricSpec(
 PER_GPU_VALUES = (
     MEMORY_USED, MEMORY_TOTAL, MEMORY_RESERVED, MEMORY_PEAK, MEMORY_PEAK_TIME,
     MEMORY_NEXT_PEAK, MEMORY_NEXT_PEAK_TIME, UTILIZATION, BUSY, MEMORY_BANDWIDTH, POWER, ENERGY,
-    TEMPERATURE, SM_CLOCK,
+    TEMPERATURE, SM_CLOCK, *GPM_ACTIVITIES, *GPM_COUNTERS.values(),
 )
 GPU_SPECS: list[MetricSpec] = [
     INFO, UP, *PER_GPU_VALUES, PROCESS_MEMORY,

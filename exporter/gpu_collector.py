@@ -25,6 +25,9 @@ _VALUES: tuple[tuple[m.MetricSpec, Callable[[Reading], float | None]], ...] = (
 )
 
 
+_ACTIVITY = {spec.name: spec for spec in m.GPM_ACTIVITIES}
+
+
 class GpuCollector(Collector):
     """Serves the latest snapshot of one or more samplers (several workers may share a
     process, e.g. ``LocalCluster(processes=False)``, and so one registry)."""
@@ -71,6 +74,8 @@ def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
                      snap.hostname, simulated], 1.0)
         add(m.UP, labels, 1.0 if g.up else 0.0)
         add(m.BUSY, labels, g.busy_seconds)
+        for name, seconds in g.active_seconds.items():
+            add(m.GPM_COUNTERS[name], labels, seconds)
         if g.reading is None:
             continue  # a GPU that did not answer: no stale values
         for spec, value_of in _VALUES:
@@ -84,5 +89,7 @@ def _add_snapshot(f: dict[str, Metric], snap: Snapshot) -> None:
             if g.next_peak is not None:
                 add(m.MEMORY_NEXT_PEAK, labels, g.next_peak[0])
                 add(m.MEMORY_NEXT_PEAK_TIME, labels, g.next_peak[1])
+        for name, value in g.reading.activity.items():
+            add(_ACTIVITY[name], labels, value)
         for pid, used in sorted(g.reading.processes.items()):
             add(m.PROCESS_MEMORY, [*labels, str(pid)], used)

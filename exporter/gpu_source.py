@@ -8,12 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dask_metrics import contract as m
 from dask_metrics.exporter.selection import Candidate
+
+# The GPM metrics read each round (NVML metric ids, pynvml's NVML_GPM_METRIC_*), by the
+# series they feed. PCIe and NVLink throughput are left out: on an H200 they made a round
+# cost 1.8 ms of CPU instead of 0.05 ms (docs/benchmarks.md).
+GPM_METRIC_IDS: dict[str, int] = {
+    m.SM_ACTIVE.name: 2,  # SM_UTIL
+    m.SM_OCCUPANCY.name: 3,  # SM_OCCUPANCY
+    m.TENSOR_ACTIVE.name: 5,  # ANY_TENSOR_UTIL
+    m.DRAM_ACTIVE.name: 10,  # DRAM_BW_UTIL
+    m.FP64_ACTIVE.name: 11,  # FP64_UTIL
+    m.FP32_ACTIVE.name: 12,  # FP32_UTIL
+    m.FP16_ACTIVE.name: 13,  # FP16_UTIL
+}
 
 
 class SourceUnavailable(RuntimeError):
@@ -29,6 +44,7 @@ class DeviceInfo:
     uuid: str
     name: str
     pci_bus_id: str
+    gpm: bool = False  # the GPU's activity counters (SM, tensor, DRAM) can be read
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,10 @@ class Reading:
     temperature_celsius: float | None = None
     sm_clock_hertz: float | None = None
     processes: dict[int, float] = field(default_factory=dict)
+    # GPM means (0-1) by series name, over the last ``activity_seconds`` (empty on the
+    # first sample of a device: a mean needs two)
+    activity: dict[str, float] = field(default_factory=dict)
+    activity_seconds: float = 0.0
 
 
 class GpuSource(Protocol):
@@ -75,6 +95,8 @@ class NvmlSource:
         self._nvml: Any = None
         self._handles: dict[str, Any] = {}
         self._unsupported: set[tuple[str, str]] = set()
+        self._gpm_devices: dict[str, bool] = {}  # uuid -> GPM supported (from describe)
+        self._gpm: dict[str, _GpmReader] = {}
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -95,6 +117,8 @@ class NvmlSource:
 
     def close(self) -> None:
         if self._nvml is not None:
+            for uuid in list(self._gpm):
+                self._drop_gpm(uuid)
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
             self._nvml = None
@@ -154,10 +178,28 @@ class NvmlSource:
             ) or handle
         pci = self._call("pci_info", lambda: nv.nvmlDeviceGetPciInfo(pci_handle), uuid)
         bus_id = _text(pci.busId) if pci is not None else ""
-        return DeviceInfo(uuid, name, bus_id)
+        return DeviceInfo(uuid, name, bus_id, self._gpm_supported(uuid, pci_handle))
+
+    def _gpm_supported(self, uuid: str, parent: Any) -> bool:
+        """Whether the device's activity counters can be read: a MIG device is read
+        through its parent and its GPU instance id (NVML has no GPM sample of a MIG
+        handle); the sample buffers are set up at the first read."""
+        self._drop_gpm(uuid)
+        nv = self._nvml
+        support = self._call("gpm_support", lambda: nv.nvmlGpmQueryDeviceSupport(parent), uuid)
+        supported = bool(support is not None and support.isSupportedDevice)
+        self._gpm_devices[uuid] = supported
+        return supported
 
     # -- sampling --------------------------------------------------------------------------
     def read(self, uuid: str, pids: Collection[int], energy: bool = True) -> Reading:
+        try:
+            return self._read(uuid, pids, energy)
+        except DeviceFailed:
+            self._drop_gpm(uuid)  # a mean across a lost or reset device would be wrong
+            raise
+
+    def _read(self, uuid: str, pids: Collection[int], energy: bool) -> Reading:
         nv = self._nvml
         handle = self._handle(uuid)
         memory = self._memory(handle, uuid)
@@ -177,6 +219,7 @@ class NvmlSource:
         clock = self._call(
             "sm_clock", lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM), uuid
         )
+        activity, span = self._activity(uuid, handle)
         processes: dict[int, float] = {}
         if pids:
             running = self._call(
@@ -196,7 +239,33 @@ class NvmlSource:
             temperature_celsius=None if temp is None else float(temp),
             sm_clock_hertz=None if clock is None else clock * 1e6,
             processes=processes,
+            activity=activity,
+            activity_seconds=span,
         )
+
+    def _activity(self, uuid: str, handle: Any) -> tuple[dict[str, float], float]:
+        if not self._gpm_devices.get(uuid):
+            return {}, 0.0
+        reader = self._gpm.get(uuid)
+        if reader is None:
+            reader = self._call("gpm_setup", lambda: self._new_gpm_reader(uuid, handle), uuid)
+            if reader is None:
+                return {}, 0.0
+            self._gpm[uuid] = reader
+        return self._call("gpm", reader.read, uuid) or ({}, 0.0)
+
+    def _new_gpm_reader(self, uuid: str, handle: Any) -> _GpmReader:
+        nv = self._nvml
+        instance = None
+        if nv.nvmlDeviceIsMigDeviceHandle(handle):
+            instance = nv.nvmlDeviceGetGpuInstanceId(handle)
+            handle = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        return _GpmReader(nv, handle, instance)
+
+    def _drop_gpm(self, uuid: str) -> None:
+        reader = self._gpm.pop(uuid, None)
+        if reader is not None:
+            reader.free()
 
     def _memory(self, handle: Any, uuid: str) -> tuple[int, int, int | None] | None:
         nv = self._nvml
@@ -262,6 +331,54 @@ class NvmlSource:
 
     def _count_error(self, call: str, exc: Any) -> None:
         self.errors[(call, error_name(self._nvml, exc.value))] += 1
+
+
+class _GpmReader:
+    """Two GPM sample buffers of one device, taken in turn: each read gives the means
+    since the previous one (counters kept by the GPU, so nothing between is missed)."""
+
+    def __init__(self, nv: Any, handle: Any, instance: int | None) -> None:
+        self._nv = nv
+        self._handle = handle
+        self._instance = instance
+        first = nv.nvmlGpmSampleAlloc()
+        try:
+            self._samples = (first, nv.nvmlGpmSampleAlloc())
+        except nv.NVMLError:
+            nv.nvmlGpmSampleFree(first)
+            raise
+        self._taken_at: float | None = None  # monotonic time of the older sample
+
+    def read(self) -> tuple[dict[str, float], float]:
+        nv = self._nv
+        older, newer = self._samples
+        if self._instance is None:
+            nv.nvmlGpmSampleGet(self._handle, newer)
+        else:
+            nv.nvmlGpmMigSampleGet(self._handle, self._instance, newer)
+        now = time.monotonic()
+        then, self._taken_at = self._taken_at, now
+        self._samples = (newer, older)
+        if then is None:
+            return {}, 0.0
+        get = nv.c_nvmlGpmMetricsGet_t()
+        get.version = nv.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(GPM_METRIC_IDS)
+        get.sample1, get.sample2 = older, newer
+        for i, metric in enumerate(GPM_METRIC_IDS.values()):
+            get.metrics[i].metricId = metric
+        nv.nvmlGpmMetricsGet(get)
+        means = {
+            name: min(max(get.metrics[i].value / 100.0, 0.0), 1.0)
+            for i, name in enumerate(GPM_METRIC_IDS)
+            if get.metrics[i].nvmlReturn == nv.NVML_SUCCESS
+        }
+        return means, now - then
+
+    def free(self) -> None:
+        for sample in self._samples:
+            with contextlib.suppress(self._nv.NVMLError):
+                self._nv.nvmlGpmSampleFree(sample)
 
 
 def error_name(nv: Any, value: int) -> str:

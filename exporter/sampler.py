@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from dask_metrics import contract as m
 from dask_metrics.exporter.energy import EnergyCounter
 from dask_metrics.exporter.gpu_source import (
     DeviceFailed,
@@ -40,6 +41,8 @@ class GpuSnapshot:
     busy_seconds: float
     peak_time: float = 0.0  # unix time of the sample that set peak_bytes
     next_peak: tuple[float, float] | None = None  # (bytes, unix time): the max after it
+    # series name -> seconds: the integral of each GPM activity that has a counter
+    active_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class _GpuState:
     busy_seconds: float = 0.0
     last_t: float | None = None
     energy: EnergyCounter = field(default_factory=EnergyCounter)
+    active_seconds: dict[str, float] = field(default_factory=dict)
     rounds_to_energy: int = 0  # rounds until NVML's energy counter is read again
 
     def gap(self) -> None:
@@ -217,7 +221,17 @@ class Sampler:
             (GpuRef(i, c.uuid), self._describe(c.uuid)) for i, c in enumerate(selection.devices)
         )
         self._devices_for = target
+        self._note_without_gpm()
         return self._devices
+
+    def _note_without_gpm(self) -> None:
+        """Say once per GPU why it has no SM or tensor activity series."""
+        for ref, info in self._devices or ():
+            if not info.gpm and f"gpm:{ref.uuid}" not in self._warned:
+                self._warned.add(f"gpm:{ref.uuid}")
+                logger.info("GPU %d (%s%s) does not offer NVML's GPM counters (Hopper or newer "
+                            "needed): no SM, tensor or DRAM activity series for it", ref.index,
+                            f"{info.name}, " if info.name else "", ref.uuid)
 
     def _describe(self, uuid: str) -> DeviceInfo:
         try:
@@ -237,7 +251,8 @@ class Sampler:
                 logger.warning("GPU %d (%s) is not answering: %s", ref.index, ref.uuid, exc)
                 self._warned.add(ref.uuid)
             state.gap()  # the gap is not credited as busy or idle time
-            return GpuSnapshot(ref, info, False, None, None, state.busy_seconds)
+            return GpuSnapshot(ref, info, False, None, None, state.busy_seconds,
+                               active_seconds=dict(state.active_seconds))
         if ref.uuid in self._warned:
             logger.warning("GPU %d (%s) is back", ref.index, ref.uuid)
             self._warned.discard(ref.uuid)
@@ -250,9 +265,14 @@ class Sampler:
         state.rounds_to_energy = (self._energy_every if read_energy else state.rounds_to_energy) - 1
         energy = state.energy.update(now, reading.power_watts,
                                      reading.energy_joules if read_energy else None)
+        if info.gpm:
+            for name in m.GPM_COUNTERS:  # from 0 at the first sample, like busy time
+                state.active_seconds[name] = state.active_seconds.get(name, 0.0) + (
+                    reading.activity.get(name, 0.0) * reading.activity_seconds)
         reading = replace(reading, energy_joules=energy)
         peak, peak_time, after = None, 0.0, None
         if reading.memory_used is not None:
             peak, peak_time = state.peak.add(now, reading.memory_used, time.time())
             after = state.peak.after()
-        return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds, peak_time, after)
+        return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds, peak_time, after,
+                           dict(state.active_seconds))

@@ -3,7 +3,8 @@
 Attached to a worker (its pid from the worker-info file, the worker preload or ``--pids``),
 each simulated GPU mirrors that worker process: utilisation is the process's CPU use and
 memory used is its resident memory, so a task that computes or allocates shows up the way
-it would on a GPU (an idle GPU once the process is gone). With no process to mirror they
+it would on a GPU (an idle GPU once the process is gone); their GPM activities are fixed
+shares of that load (no tensor cores: CPU work has none). With no process to mirror they
 follow a slow synthetic wave. Every
 series they produce is labelled ``simulated="true"``.
 
@@ -25,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from dask_metrics import contract as m
 from dask_metrics.exporter.gpu_source import DeviceInfo, Reading
 from dask_metrics.exporter.selection import Candidate
 
@@ -77,6 +79,7 @@ class SimulatedSource:
         self._lock = threading.Lock()
         self._last: dict[str, tuple[float, Usage]] = {}  # per GPU: the previous mirror reading
         self._energy: dict[str, tuple[float, float]] = {}  # per GPU: (time, joules so far)
+        self._activity_at: dict[str, float] = {}  # per GPU: time of the previous reading
 
     def start(self) -> None:
         pass
@@ -101,7 +104,7 @@ class SimulatedSource:
 
     def describe(self, uuid: str) -> DeviceInfo:
         index = self._index(uuid)
-        return DeviceInfo(uuid, "Simulated GPU", f"00000000:{index + 1:02X}:00.0")
+        return DeviceInfo(uuid, "Simulated GPU", f"00000000:{index + 1:02X}:00.0", gpm=True)
 
     def read(self, uuid: str, pids: Collection[int], energy: bool = True) -> Reading:
         now = time.time()
@@ -115,6 +118,8 @@ class SimulatedSource:
                 used = min(usage.rss_bytes, self.memory_total)
             power = 60 + 240 * load
             joules = self._integrate(uuid, now, power)
+            then = self._activity_at.get(uuid)
+            self._activity_at[uuid] = now
         return Reading(
             memory_used=used,
             memory_total=self.memory_total,
@@ -126,6 +131,9 @@ class SimulatedSource:
             temperature_celsius=35 + 40 * load,
             sm_clock_hertz=1.41e9,
             processes={pid: used / len(pids) for pid in pids},
+            activity={} if then is None else {
+                name: load * share for name, share in _ACTIVITY_SHARES.items()},
+            activity_seconds=0.0 if then is None else max(0.0, now - then),
         )
 
     def _cpu_share(self, uuid: str, now: float, usage: Usage) -> float:
@@ -145,6 +153,12 @@ class SimulatedSource:
         return joules
 
 
+# A simulated GPU's GPM activities as shares of its load.
+_ACTIVITY_SHARES = {
+    m.SM_ACTIVE.name: 0.7, m.SM_OCCUPANCY.name: 0.25, m.TENSOR_ACTIVE.name: 0.0,
+    m.DRAM_ACTIVE.name: 0.4, m.FP64_ACTIVE.name: 0.0, m.FP32_ACTIVE.name: 0.5,
+    m.FP16_ACTIVE.name: 0.0,
+}
 _NAMESPACE = uuidlib.UUID("5151a7ed-0000-4000-8000-000000000000")
 SIMULATED_PREFIX = "GPU-5151a7ed-"
 

@@ -170,6 +170,14 @@ class FakeMIG:
     processes: list[tuple[int, int]] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
+    # GPM activities of its GPU instance, in percent (read through the parent's GPM)
+    sm_active: float = 0.0
+    sm_occupancy: float = 0.0
+    tensor_active: float = 0.0
+    dram_active: float = 0.0
+    fp64_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
 
 
 @dataclass
@@ -197,6 +205,16 @@ class FakeGPU:
     lost: bool = False
     mig_mode: int | None = None  # None: enabled when `mig` is not empty
     mig: list[FakeMIG] = field(default_factory=list)
+    # GPM (Hopper and newer): off on the default A100; activities in percent, their exact
+    # means between two samples are what nvmlGpmMetricsGet returns
+    gpm: bool = False
+    sm_active: float = 0.0
+    sm_occupancy: float = 0.0
+    tensor_active: float = 0.0
+    dram_active: float = 0.0
+    fp64_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
 
 
 _GPU_KEYS = frozenset(f.name for f in dataclasses.fields(FakeGPU)) - {"mig"}

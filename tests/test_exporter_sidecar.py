@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from tests.helpers import (
     free_port,
     http_get,
     no_nvml_env,
+    processes,
     promtool_lint,
     scrape,
     sidecar,
@@ -77,10 +79,12 @@ def test_scripted_values_come_out_in_base_units(fake_nvml):
 
 def test_every_exported_name_is_documented_and_promtool_agrees(fake_nvml):
     fake_nvml.gpus[0].processes = [(os.getpid(), GiB)]
+    fake_nvml.gpus[0].gpm = True
     fake_nvml.write()
     with sidecar("--worker", "w0", "--pids", str(os.getpid()), env=fake_nvml.env) as base:
+        names = wait_for(lambda: set(scrape(base + "/metrics").samples),
+                         lambda found: contract.SM_ACTIVE.name in found, what="GPM activity")
         text = http_get(base + "/metrics")[1]
-        names = set(scrape(base + "/metrics").samples)
     documented = {spec.name for spec in contract.GPU_SPECS}
     ours = {n for n in names if n.startswith("dask_")}
     # absent by design here: no NVML error, and memory never fell below its peak
@@ -137,6 +141,58 @@ def test_busy_seconds_rate_is_the_mean_utilisation(fake_nvml):
     # One second at 100 %: exact up to one sampling interval at each edge.
     assert delta("dask_gpu_busy_seconds_total", gpu_labels(fake_nvml, 1)) == pytest.approx(
         1.0, abs=0.21)
+
+
+def test_gpm_activity_exact_on_hopper_absent_with_a_note_elsewhere(fake_nvml):
+    """SM and tensor activity from GPM: the gauges are the exact means of the scripted
+    activity, the counters its exact integral across a step (not a sum of scraped values);
+    a GPU without GPM gets no such series and one line at start-up; a MIG device reads its
+    GPU instance's activity."""
+    h100 = FakeGPU(name="NVIDIA H100 80GB HBM3", gpm=True, sm_active=25.0, sm_occupancy=10.0,
+                   dram_active=5.0, fp32_active=20.0)
+    mig_parent = FakeGPU(name="NVIDIA H100 80GB HBM3", gpm=True,
+                         mig=[FakeMIG(gpu_instance_id=1, sm_active=40.0, tensor_active=30.0)])
+    fake_nvml.gpus = [h100, FakeGPU(), mig_parent]
+    fake_nvml.epoch = time.time() + 8  # the sidecar is up well before t = 0
+    fake_nvml.at(1.0, 0, sm_active=90.0, tensor_active=60.0)
+    fake_nvml.at(2.0, 0, sm_active=25.0, tensor_active=0.0)
+    fake_nvml.write()
+    port = free_port()
+    cmd = [sys.executable, "-m", "dask_metrics.exporter", "--listen", f"127.0.0.1:{port}",
+           "--worker", "w0", "--gpus", f"0,1,{fake_nvml.uuid(2, 0)}", *FAST]
+    base = f"http://127.0.0.1:{port}"
+    with processes((cmd, fake_nvml.env)) as (proc,):
+        wait_for(lambda: http_get(base + "/healthz")[0] == 200, what="the exporter's /healthz")
+        wait_until_scripted(fake_nvml, 0.3)
+        first = scrape(base + "/metrics")
+        assert time.time() < fake_nvml.epoch + 0.9, "the first scrape came after the step"
+        wait_until_scripted(fake_nvml, 2.5)
+        last = scrape(base + "/metrics")
+        promtool_lint(http_get(base + "/metrics")[1])
+    h, a100 = gpu_labels(fake_nvml, 0), gpu_labels(fake_nvml, 1)
+    assert value(first, "dask_gpu_sm_active_ratio", **h) == pytest.approx(0.25, abs=1e-6)
+    assert value(first, "dask_gpu_sm_occupancy_ratio", **h) == pytest.approx(0.10, abs=1e-6)
+    assert value(first, "dask_gpu_tensor_active_ratio", **h) == 0
+    assert value(first, "dask_gpu_dram_active_ratio", **h) == pytest.approx(0.05, abs=1e-6)
+    assert value(first, "dask_gpu_fp32_active_ratio", **h) == pytest.approx(0.20, abs=1e-6)
+    assert value(first, "dask_gpu_fp64_active_ratio", **h) == 0
+
+    def delta(name: str, labels: dict[str, str]) -> float:
+        return value(last, name, **labels) - value(first, name, **labels)
+
+    # one second at 60 %: exact, wherever the samples fell around the steps
+    assert delta("dask_gpu_tensor_active_seconds_total", h) == pytest.approx(0.6, abs=0.01)
+    elapsed = delta("dask_gpu_exporter_last_sample_timestamp_seconds", {"worker": "w0"})
+    assert delta("dask_gpu_sm_active_seconds_total", h) == pytest.approx(
+        0.25 * elapsed + 0.65, abs=0.02)
+    for name in ("dask_gpu_sm_active_ratio", "dask_gpu_tensor_active_seconds_total",
+                 "dask_gpu_sm_active_seconds_total"):
+        assert not values(last, name, **a100), name
+    mig = {"worker": "w0", "uuid": fake_nvml.uuid(2, 0)}
+    assert value(last, "dask_gpu_sm_active_ratio", **mig) == pytest.approx(0.40, abs=1e-6)
+    assert value(last, "dask_gpu_tensor_active_ratio", **mig) == pytest.approx(0.30, abs=1e-6)
+    notes = [line for line in proc.output.splitlines() if "GPM" in line]
+    assert len(notes) == 1 and fake_nvml.uuid(1) in notes[0], proc.output
 
 
 def test_energy_between_counter_reads_advances_by_power_times_time(fake_nvml):

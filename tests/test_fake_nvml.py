@@ -236,6 +236,90 @@ def test_mig_children(fake_nvml: FakeNVML) -> None:
                              "NVMLError_InvalidArgument"]  # fmt: skip
 
 
+GPM_READ = """
+def gpm(first, second, ids):
+    get = nv.c_nvmlGpmMetricsGet_t()
+    get.version = nv.NVML_GPM_METRICS_GET_VERSION
+    get.numMetrics = len(ids)
+    get.sample1, get.sample2 = first, second
+    for i, metric in enumerate(ids):
+        get.metrics[i].metricId = metric
+    nv.nvmlGpmMetricsGet(get)
+    return [[get.metrics[i].nvmlReturn, get.metrics[i].value] for i in range(len(ids))]
+
+def stamped(take):
+    before = time.time() - EPOCH
+    take()
+    return [before, time.time() - EPOCH]
+"""
+
+
+@pytest.mark.integration
+def test_gpm_exact_means(fake_nvml: FakeNVML) -> None:
+    """GPM metrics are the exact mean of the scripted activity between two samples: across a
+    timeline step, per MIG GPU instance; unsupported on the default A100, on MIG handles and
+    for metric ids the fake does not script."""
+    fake_nvml.epoch = time.time()
+    g0, g1 = fake_nvml.gpus
+    g0.gpm, g0.sm_active, g0.tensor_active, g0.fp16_active = True, 20.0, 0.0, 12.5
+    fake_nvml.at(0.6, 0, sm_active=80.0, tensor_active=50.0)
+    g1.gpm = True
+    g1.mig = [FakeMIG(gpu_instance_id=3, sm_active=40.0), FakeMIG(gpu_instance_id=5)]
+    fake_nvml.write()
+    ids = "[nv.NVML_GPM_METRIC_SM_UTIL, nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL, " \
+          "nv.NVML_GPM_METRIC_FP16_UTIL, nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC]"
+    prelude = GPM_READ.replace("EPOCH", repr(fake_nvml.epoch))
+    out = run_pynvml(fake_nvml, prelude + textwrap.dedent(f"""
+        h0, h1 = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(1)
+        a, b, c, d = (nv.nvmlGpmSampleAlloc() for _ in range(4))
+        while time.time() - {fake_nvml.epoch!r} < 0.2:
+            time.sleep(0.01)
+        t1 = stamped(lambda: nv.nvmlGpmSampleGet(h0, a))
+        m1 = stamped(lambda: nv.nvmlGpmMigSampleGet(h1, 3, c))
+        while time.time() - {fake_nvml.epoch!r} < 1.2:
+            time.sleep(0.01)
+        t2 = stamped(lambda: nv.nvmlGpmSampleGet(h0, b))
+        m2 = stamped(lambda: nv.nvmlGpmMigSampleGet(h1, 3, d))
+        mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(h1, 0)
+        out = {{"t": [t1, t2], "m": [m1, m2], "gpu": gpm(a, b, {ids}),
+               "mig": gpm(c, d, {ids}),
+               "support": [nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice
+                           for h in (h0, h1, mig)],
+               "errors": [err(nv.nvmlGpmSampleGet, mig, a),
+                          err(nv.nvmlGpmMigSampleGet, h1, 9, a),
+                          err(nv.nvmlGpmMigSampleGet, h0, 3, a),
+                          err(gpm, a, c, [2])]}}
+        for s in (a, b, c, d):
+            nv.nvmlGpmSampleFree(s)
+        """))
+
+    def mean(rate_before: float, rate_after: float, start: float, end: float) -> float:
+        step = min(max(0.6, start), end)
+        return (rate_before * (step - start) + rate_after * (end - step)) / (end - start)
+
+    (b1, a1), (b2, a2) = out["t"]
+    s1, s2 = (b1 + a1) / 2, (b2 + a2) / 2
+    (sm_rc, sm), (tensor_rc, tensor), (fp16_rc, fp16), (pcie_rc, _) = out["gpu"]
+    assert (sm_rc, tensor_rc, fp16_rc) == (0, 0, 0) and pcie_rc != 0
+    assert sm == pytest.approx(mean(20, 80, s1, s2), abs=0.2)
+    assert tensor == pytest.approx(mean(0, 50, s1, s2), abs=0.2)
+    assert 20 < sm < 80 and 0 < tensor < 50  # the step at 0.6 s fell between the samples
+    assert fp16 == pytest.approx(12.5, abs=1e-9)  # constant: exact whatever the times
+    assert [row[1] for row in out["mig"][:3]] == [pytest.approx(40.0), 0.0, 0.0]
+    assert out["support"] == [1, 1, 1]
+    assert out["errors"] == ["NVMLError_NotSupported", "NVMLError_NotFound",
+                             "NVMLError_InvalidArgument", "NVMLError_InvalidArgument"]
+
+    g0.gpm = False
+    fake_nvml.write()
+    out = run_pynvml(fake_nvml, """
+        h0 = nv.nvmlDeviceGetHandleByIndex(0)
+        out = [nv.nvmlGpmQueryDeviceSupport(h0).isSupportedDevice,
+               err(nv.nvmlGpmSampleGet, h0, nv.nvmlGpmSampleAlloc())]
+        """)
+    assert out == [0, "NVMLError_NotSupported"]
+
+
 @pytest.mark.integration
 def test_unsupported_and_lost(fake_nvml: FakeNVML) -> None:
     """Unsupported calls raise NotSupported on that device only; a lost GPU still counts."""

@@ -32,7 +32,9 @@
  *   power_mw <int>; energy_mj <int>; energy_follows_power <0|1>; temperature_c <int>;
  *   sm_clock_mhz, mem_clock_mhz <int>; processes, graphics_processes <pid:bytes,... or ->;
  *   unsupported <Name,... or ->; lost <0|1>; mig_mode <auto|0|1>;
- *   gpu_instance_id, compute_instance_id <int> (MIG children).
+ *   gpu_instance_id, compute_instance_id <int> (MIG children); gpm <0|1> (GPUs only);
+ *   sm_active, sm_occupancy, tensor_active, dram_active, fp64_active, fp32_active,
+ *   fp16_active <percent, double 0..100> (GPM activities; GPUs and MIG children).
  *
  * Semantics:
  * - memory: memory_used is allocated memory (v2 `used`); v1 reports used = memory_used +
@@ -54,6 +56,13 @@
  *   temperature, clocks, PCI info and MIG mode return NVML_ERROR_NOT_SUPPORTED.
  * - clocks: NVML_CLOCK_GRAPHICS and NVML_CLOCK_SM -> sm_clock_mhz, NVML_CLOCK_MEM ->
  *   mem_clock_mhz, NVML_CLOCK_VIDEO -> NOT_SUPPORTED. Temperature: NVML_TEMPERATURE_GPU only.
+ * - GPM (gpm 1): nvmlGpmQueryDeviceSupport says supported; nvmlGpmSampleGet (a GPU handle)
+ *   and nvmlGpmMigSampleGet (the GPU's handle and a child's gpu_instance_id) record the time
+ *   and the integral of each activity over the timeline (piecewise constant between
+ *   entries); nvmlGpmMetricsGet gives, for SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL,
+ *   DRAM_BW_UTIL and FP64/FP32/FP16_UTIL, the exact mean between the two samples (other
+ *   metric ids: NOT_SUPPORTED in their nvmlReturn). gpm 0: support 0, samples NOT_SUPPORTED;
+ *   a MIG handle in nvmlGpmSampleGet: NOT_SUPPORTED (as real NVML: use the MIG call).
  * - No $FAKE_NVML_STATE or no file: nvmlInit* returns NVML_ERROR_DRIVER_NOT_LOADED.
  *   Malformed file: nvmlInit* returns NVML_ERROR_UNKNOWN, one line on stderr per bad file
  *   version. Calls after a successful init return NVML_ERROR_UNKNOWN while either lasts.
@@ -80,6 +89,21 @@
 #define MAX_MIG 7
 #define MAX_PROCS 64
 #define MIG_SLOTS 7 /* what nvmlDeviceGetMaxMigDeviceCount reports with MIG enabled */
+
+/* GPM activities: state file key and NVML metric id, in the order of dev.act */
+static const struct {
+    const char *key;
+    unsigned metric;
+} activities[] = {
+    {"sm_active", NVML_GPM_METRIC_SM_UTIL},
+    {"sm_occupancy", NVML_GPM_METRIC_SM_OCCUPANCY},
+    {"tensor_active", NVML_GPM_METRIC_ANY_TENSOR_UTIL},
+    {"dram_active", NVML_GPM_METRIC_DRAM_BW_UTIL},
+    {"fp64_active", NVML_GPM_METRIC_FP64_UTIL},
+    {"fp32_active", NVML_GPM_METRIC_FP32_UTIL},
+    {"fp16_active", NVML_GPM_METRIC_FP16_UTIL},
+};
+#define N_ACT ((int)(sizeof activities / sizeof activities[0]))
 
 /* ------------------------------------------------------------------------------------------ */
 /* data model                                                                                 */
@@ -139,6 +163,8 @@ struct dev {
     unsigned gpu_util, memory_util, power_mw, temperature_c, sm_clock_mhz, mem_clock_mhz;
     double energy_mj, energy_t0; /* counter value at energy_t0 (seconds after epoch) */
     unsigned energy_follows_power, lost, unsupported, gpu_instance_id, compute_instance_id;
+    unsigned gpm;
+    double act[N_ACT], act_int[N_ACT], act_t0; /* percent; its integral until act_t0 */
     int mig_mode; /* -1 = auto */
     int seen;     /* has a static line */
     struct proclist processes, graphics_processes;
@@ -361,6 +387,10 @@ static int set_dev(struct dev *d, const char *key, const char *val, double t)
     BOOL("lost", lost);
     U32("gpu_instance_id", gpu_instance_id);
     U32("compute_instance_id", compute_instance_id);
+    BOOL("gpm", gpm);
+    for (int k = 0; k < N_ACT; k++)
+        if (!strcmp(key, activities[k].key))
+            return (parse_double(val, &d->act[k]) || d->act[k] < 0 || d->act[k] > 100) ? -1 : 0;
     if (!strcmp(key, "energy_mj")) {
         unsigned long long v;
         if (parse_u64(val, &v))
@@ -422,6 +452,16 @@ static unsigned long long energy_now(const struct dev *d)
     if (d->energy_follows_power && g_rel > d->energy_t0)
         e += (double)d->power_mw * (g_rel - d->energy_t0);
     return (unsigned long long)e;
+}
+
+/* before a timeline entry changes a device at time t, bank the activities until t */
+static void activity_fold(struct dev *d, double t)
+{
+    if (t <= d->act_t0)
+        return;
+    for (int k = 0; k < N_ACT; k++)
+        d->act_int[k] += d->act[k] * (t - d->act_t0);
+    d->act_t0 = t;
 }
 
 static char *next_word(char **p)
@@ -669,6 +709,7 @@ static void apply_entry(struct view *v, const struct entry *e)
     struct gpu *g = &v->gpus[e->gpu];
     struct dev *d = e->mig < 0 ? &g->d : &g->mig[e->mig];
     energy_fold(d, e->t);
+    activity_fold(d, e->t);
     set_dev(d, e->key, e->val, e->t);
 }
 
@@ -1385,4 +1426,119 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
 {
     return instance_id(device, 1, id);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GPM                                                                                        */
+
+struct nvmlGpmSample_st {
+    int filled, gpu, mig; /* mig -1: the whole GPU */
+    double t;
+    double integral[N_ACT];
+};
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
+{
+    if (!gpmSample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *gpmSample = calloc(1, sizeof **gpmSample);
+    return *gpmSample ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
+{
+    if (!gpmSample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    free(gpmSample);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
+{
+    struct ctx c;
+    nvmlReturn_t rc = dev_begin(device, 0, MIG_OK, &c);
+    if (rc != NVML_SUCCESS)
+        return done(rc);
+    if (!gpmSupport)
+        return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION)
+        return done(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = c.g->d.gpm;
+    return done(NVML_SUCCESS);
+}
+
+static void fill_sample(nvmlGpmSample_t s, const struct ctx *c)
+{
+    s->filled = 1;
+    s->gpu = c->gpu;
+    s->mig = c->mig;
+    s->t = g_rel;
+    for (int k = 0; k < N_ACT; k++)
+        s->integral[k] = c->d->act_int[k] + c->d->act[k] * (g_rel - c->d->act_t0);
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
+{
+    struct ctx c;
+    nvmlReturn_t rc = dev_begin(device, 0, NO_MIG, &c);
+    if (rc != NVML_SUCCESS)
+        return done(rc);
+    if (!gpmSample)
+        return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (!c.d->gpm)
+        return done(NVML_ERROR_NOT_SUPPORTED);
+    fill_sample(gpmSample, &c);
+    return done(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                 nvmlGpmSample_t gpmSample)
+{
+    struct ctx c;
+    nvmlReturn_t rc = dev_begin(device, 0, NO_MIG, &c);
+    if (rc != NVML_SUCCESS)
+        return done(rc);
+    if (!gpmSample || c.mig >= 0 || !mig_enabled(c.g))
+        return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (!c.d->gpm)
+        return done(NVML_ERROR_NOT_SUPPORTED);
+    for (int j = 0; j < c.g->nmig; j++) {
+        if (c.g->mig[j].gpu_instance_id != gpuInstanceId)
+            continue;
+        if (c.g->mig[j].lost)
+            return done(NVML_ERROR_GPU_IS_LOST);
+        c.mig = j;
+        c.d = &c.g->mig[j];
+        fill_sample(gpmSample, &c);
+        return done(NVML_SUCCESS);
+    }
+    return done(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+    nvmlReturn_t rc = sys_begin();
+    if (rc != NVML_SUCCESS)
+        return done(rc);
+    if (!metricsGet)
+        return done(NVML_ERROR_INVALID_ARGUMENT);
+    if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION)
+        return done(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    const struct nvmlGpmSample_st *a = metricsGet->sample1, *b = metricsGet->sample2;
+    if (!a || !b || !a->filled || !b->filled || a->gpu != b->gpu || a->mig != b->mig ||
+        metricsGet->numMetrics > NVML_GPM_METRIC_MAX)
+        return done(NVML_ERROR_INVALID_ARGUMENT);
+    double dt = b->t - a->t;
+    for (unsigned i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &metricsGet->metrics[i];
+        m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        m->value = 0;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        for (int k = 0; k < N_ACT; k++)
+            if (m->metricId == activities[k].metric) {
+                m->value = dt > 0 ? (b->integral[k] - a->integral[k]) / dt : 0.0;
+                m->nvmlReturn = NVML_SUCCESS;
+            }
+    }
+    return done(NVML_SUCCESS);
 }
