@@ -421,6 +421,19 @@ WORKER_STORED = MetricSpec(
     "dask_job_worker_stored_bytes", "gauge", "bytes", WORKER_LABELS,
     "Bytes of task results the scheduler knows the worker holds (memory and disk).",
 )
+# RAPIDS workers usually run an RMM pool, which NVML reports as used from the first task on;
+# Dask's worker heartbeats carry the pool and what is allocated from it when rmm is importable.
+WORKER_RMM_USED = MetricSpec(
+    "dask_job_worker_rmm_used_bytes", "gauge", "bytes", WORKER_LABELS,
+    "GPU memory allocated through RMM on the worker's device, from its heartbeat ('rmm-used'); "
+    "0 unless the resource tracks allocations (dask-cuda --rmm-track-allocations); absent "
+    "without rmm.",
+)
+WORKER_RMM_POOL = MetricSpec(
+    "dask_job_worker_rmm_pool_bytes", "gauge", "bytes", WORKER_LABELS,
+    "Size of the worker's RMM pool (or RMM use, when larger), from its heartbeat "
+    "('rmm-total'); absent without rmm.",
+)
 # What ran where, for GPU time per task prefix: sampled by the same scrapes as the GPUs.
 WORKER_PREFIX_TASKS = MetricSpec(
     "dask_job_worker_prefix_tasks", "gauge", "",
@@ -431,6 +444,7 @@ WORKER_PREFIX_TASKS = MetricSpec(
 WORKER_RESOURCE_SPECS = [
     WORKER_MEMORY, WORKER_MANAGED_MEMORY, WORKER_SPILLED, WORKER_MEMORY_LIMIT, WORKER_CPU,
     WORKER_THREADS, WORKER_EXECUTING, WORKER_PROCESSING, WORKER_OCCUPANCY, WORKER_STORED,
+    WORKER_RMM_USED, WORKER_RMM_POOL,
 ]
 
 SCHEDULER_SPECS: list[MetricSpec] = [

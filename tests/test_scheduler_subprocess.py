@@ -3,6 +3,7 @@ worker clients live in other processes, and a worker can be killed for real."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, worker_client
 
-from tests.helpers import Scrape, free_port, scrape, wait_for
+from tests.helpers import Scrape, free_port, processes, scrape, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +138,44 @@ def test_a_killed_worker_loses_its_series_and_the_dag_finishes_elsewhere(dask_pr
     assert {status for _, status in dags_of(s, "killer").values()} == {FINISHED}
     assert s.value("dask_job_plugin_errors_total", hook="transition") == 0
     assert s.value("dask_job_plugin_errors_total", hook="remove_worker") == 0
+
+
+@pytest.mark.integration
+def test_rmm_pool_and_use_come_from_the_heartbeats_of_workers_that_have_rmm(tmp_path):
+    """A worker that imports rmm (the stand-in) sends its pool and bytes in use with every
+    heartbeat: the scheduler's /metrics follows them; a worker without rmm has no series."""
+    state = tmp_path / "rmm.json"
+    state.write_text(json.dumps({"pool": 16 * 2**30, "used": 3 * 2**30}))
+    port, dashboard = free_port(), free_port()
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with_rmm = {**base, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "standin_rmm"),
+                                                       str(ROOT)]),
+                "STANDIN_RMM_STATE": str(state)}
+    dask_cli = [sys.executable, "-m", "dask"]
+    address = f"tcp://127.0.0.1:{port}"
+    worker = [*dask_cli, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard"]
+    with processes(
+        ([*dask_cli, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+          "--dashboard-address", f"127.0.0.1:{dashboard}", "--preload",
+          "dask_metrics.scheduler"], base),
+        ([*worker, "--name", "rapids"], with_rmm),
+        ([*worker, "--name", "plain"], base),
+    ):
+        def rmm(s: Scrape) -> dict[str, tuple[float, float]]:
+            return {w: (s.value("dask_job_worker_rmm_used_bytes", worker=w),
+                        s.value("dask_job_worker_rmm_pool_bytes", worker=w))
+                    for (w,) in s.rows("dask_job_worker_rmm_pool_bytes", "worker")}
+
+        def page() -> Scrape:
+            return scrape(dashboard).of_cluster()
+
+        s = wait_for(page, lambda s: len(s.rows("dask_job_worker_threads", "worker")) == 2
+                     and rmm(s), timeout=60, what="both workers, one with RMM")
+        assert rmm(s) == {"rapids": (3 * 2**30, 16 * 2**30)}
+        state.write_text(json.dumps({"pool": 16 * 2**30, "used": 5 * 2**30}))
+        wait_for(lambda: rmm(page()), lambda r: r == {"rapids": (5 * 2**30, 16 * 2**30)},
+                 what="the next heartbeat's RMM use")
+        # an untracked pool: Dask sees no bytes in use, only the pool
+        state.write_text(json.dumps({"pool": 16 * 2**30, "used": 5 * 2**30, "tracked": False}))
+        wait_for(lambda: rmm(page()), lambda r: r == {"rapids": (0, 16 * 2**30)},
+                 what="an untracked pool")

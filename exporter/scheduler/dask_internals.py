@@ -290,6 +290,8 @@ class WorkerResources(NamedTuple):
     processing: int
     occupancy: float
     stored: int  # bytes of results the scheduler knows it holds
+    rmm_used: int | None = None  # heartbeat's "rmm-used": None without rmm
+    rmm_pool: int | None = None  # heartbeat's "rmm-total": max(pool size, used)
 
 
 def worker_resources(scheduler: Any) -> list[WorkerResources]:
@@ -297,21 +299,28 @@ def worker_resources(scheduler: Any) -> list[WorkerResources]:
 
     WorkerState.memory is a MemoryState (.process, .managed: in RAM, .spilled: on disk),
     .memory_limit, .nthreads, .processing (set), .occupancy, .nbytes; .metrics is the last
-    heartbeat's metrics: "cpu" (percent of one core) and "task_counts" (worker task state
-    -> count, "executing" among them) (distributed.scheduler, Worker.get_metrics;
-    2024.1.0, 2026.8.0)."""
+    heartbeat's metrics: "cpu" (percent of one core), "task_counts" (worker task state
+    -> count, "executing" among them) and, where the worker imports rmm, "rmm":
+    {"rmm-used", "rmm-total"} (None values when it cannot) (distributed.scheduler,
+    Worker.get_metrics, distributed.diagnostics.rmm.real_time; 2024.1.0, 2026.8.0)."""
     out = []
     for ws in _copied(lambda: list(scheduler.workers.values())):
         mem = ws.memory
         metrics = ws.metrics or {}
         counts = metrics.get("task_counts") or {}
+        rmm = metrics.get("rmm") if isinstance(metrics.get("rmm"), dict) else {}
         out.append(WorkerResources(
             ws.name, ws.address, mem.process, mem.managed, mem.spilled, ws.memory_limit or 0,
             float(metrics.get("cpu") or 0.0) / 100.0, ws.nthreads,
             int(counts.get("executing", 0)), len(ws.processing), float(ws.occupancy),
-            ws.nbytes,
+            ws.nbytes, _bytes(rmm.get("rmm-used")), _bytes(rmm.get("rmm-total")),
         ))
     return out
+
+
+def _bytes(value: Any) -> int | None:
+    """A heartbeat's byte count, or None when absent or not a number."""
+    return int(value) if isinstance(value, int | float) and value >= 0 else None
 
 
 def executing_tasks(scheduler: Any) -> list[tuple[Any, str, list[tuple[Any, str]]]]:

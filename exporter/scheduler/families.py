@@ -35,6 +35,8 @@ from dask_metrics.contract import (
     WORKER_OCCUPANCY,
     WORKER_PREFIX_TASKS,
     WORKER_PROCESSING,
+    WORKER_RMM_POOL,
+    WORKER_RMM_USED,
     WORKER_SPILLED,
     WORKER_STORED,
     WORKER_TASKS,
@@ -113,6 +115,9 @@ def _add_fine(add: Callable[[MetricSpec, list[str], float], None], fine: FineSna
             (WORKER_OCCUPANCY, r.occupancy), (WORKER_STORED, r.stored),
         ):
             add(spec, [worker], value)
+        for spec, maybe in ((WORKER_RMM_USED, r.rmm_used), (WORKER_RMM_POOL, r.rmm_pool)):
+            if maybe is not None:
+                add(spec, [worker], maybe)
     for worker, job_id, dag_id, prefix, tasks in fine.prefix_tasks:
         add(WORKER_PREFIX_TASKS, [worker, job_id, dag_id, prefix], tasks)
 
