@@ -63,13 +63,27 @@ _UNITS: dict[str, tuple[str, float, bool]] = {  # name: (unit, scale, per_total)
     "sm-clock": ("MHz", 1e-6, False),
     "energy": ("J", 1.0, False),
     "busy-seconds": ("s", 1.0, False),
+    "sm-active-seconds": ("s", 1.0, False),
+    "tensor-active-seconds": ("s", 1.0, False),
+    "sm-active": ("%", 100.0, False),
+    "sm-occupancy": ("%", 100.0, False),
+    "tensor-active": ("%", 100.0, False),
+    "dram-active": ("%", 100.0, False),
+    "fp64-active": ("%", 100.0, False),
+    "fp32-active": ("%", 100.0, False),
+    "fp16-active": ("%", 100.0, False),
     "worker-mem": ("bytes", 1.0, False),
     "worker-spilled": ("bytes", 1.0, False),
     "worker-cpu": ("% of one core", 100.0, False),  # 100 = one core busy, as top shows
     "worker-tasks": ("tasks", 1.0, False),
+    "rmm-used": ("bytes", 1.0, False),
+    "rmm-pool": ("bytes", 1.0, False),
 }
 GPU_COLUMNS: tuple[Column, ...] = tuple(
     Column(name, metric, *_UNITS[name]) for name, metric in contract.CSV_METRICS.items()
+)
+ACTIVITY_COLUMNS: tuple[Column, ...] = tuple(
+    Column(name, metric, *_UNITS[name]) for name, metric in contract.ACTIVITY_CSV_METRICS.items()
 )
 COUNTER_COLUMNS: tuple[Column, ...] = tuple(
     Column(name, metric, *_UNITS[name]) for name, metric in contract.COUNTER_CSV_METRICS.items()
@@ -78,11 +92,21 @@ WORKER_COLUMNS: tuple[Column, ...] = tuple(
     Column(name, metric, *_UNITS[name], per_worker=True)
     for name, metric in contract.WORKER_CSV_METRICS.items()
 )
-COLUMNS: tuple[Column, ...] = GPU_COLUMNS + COUNTER_COLUMNS + WORKER_COLUMNS
+COLUMNS: tuple[Column, ...] = GPU_COLUMNS + ACTIVITY_COLUMNS + COUNTER_COLUMNS + WORKER_COLUMNS
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 # What an export writes when no column is named: the GPU columns, so that the files of the
 # original workflow keep their columns; the counters' and the worker's are asked for by name.
 DEFAULT_NAMES: tuple[str, ...] = tuple(c.name for c in GPU_COLUMNS)
+# Added to the default columns where their series have data in the export's range: GPM
+# activity (Hopper and newer GPUs) and RMM (RAPIDS workers); absent, they would be empty.
+WHEN_PRESENT: tuple[Column, ...] = ACTIVITY_COLUMNS + tuple(
+    c for c in WORKER_COLUMNS if c.name in ("rmm-used", "rmm-pool"))
+
+
+def is_default(names: Sequence[str] | None) -> bool:
+    """Whether ``names`` asks for the default columns (None, or exactly those: a monitor
+    session records the default by name)."""
+    return names is None or set(names) == set(DEFAULT_NAMES)
 
 
 def select(names: Iterable[str] | None) -> tuple[Column, ...]:

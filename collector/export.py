@@ -29,7 +29,9 @@ from dask_metrics import __version__
 from dask_metrics.collector.activities import activity_rows, increases
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
+    WHEN_PRESENT,
     Column,
+    is_default,
     select,
     source_metrics,
     worker_metrics,
@@ -48,6 +50,7 @@ from dask_metrics.collector.fetch import (
     fetch_worker_series,
     in_cluster,
     prefix_workers,
+    present,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
 from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
@@ -339,6 +342,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     lo, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data, not the range
     scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
                                  any_cluster)
+    if is_default(metrics):
+        found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
+        columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
     executed = prefix_workers(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)

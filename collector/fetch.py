@@ -156,6 +156,14 @@ TRIM_ABOVE_CHUNKS = 4
 samples: ``--since 1y`` over a week of data costs a week's queries, not a year's."""
 
 
+def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
+            scope: Scope = UNSCOPED) -> set[str]:
+    """The ``metrics`` with a sample in [start, end] (ms): one instant query each."""
+    window = max(end - start, 1) + 1
+    return {m for m in metrics
+            if client.query(f"count(last_over_time({scope.of(m)}[{window}ms]))", end / 1000)}
+
+
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
               step: int | None = None, scope: Scope = UNSCOPED) -> tuple[int, int]:
     """[start, end] (ms) narrowed to the first and last GPU sample in it, give or take a

@@ -485,10 +485,22 @@ CSV_METRICS: dict[str, str] = {
     "sm-clock": SM_CLOCK.name,
     "energy": ENERGY.name,
 }
+# GPM activity columns: a default export adds those with data in its range (Hopper and newer).
+ACTIVITY_CSV_METRICS: dict[str, str] = {
+    "sm-active": SM_ACTIVE.name,
+    "sm-occupancy": SM_OCCUPANCY.name,
+    "tensor-active": TENSOR_ACTIVE.name,
+    "dram-active": DRAM_ACTIVE.name,
+    "fp64-active": FP64_ACTIVE.name,
+    "fp32-active": FP32_ACTIVE.name,
+    "fp16-active": FP16_ACTIVE.name,
+}
 # GPU columns an export writes only when asked for by name: counters whose increase between
 # two rows is what a row adds (the session report reads them).
 COUNTER_CSV_METRICS: dict[str, str] = {
     "busy-seconds": BUSY.name,
+    "sm-active-seconds": SM_ACTIVE_SECONDS.name,
+    "tensor-active-seconds": TENSOR_ACTIVE_SECONDS.name,
 }
 # Columns from the worker's resources (per worker, not per GPU: joined to each of the
 # worker's GPU samples as-of, like job and dag).
@@ -497,6 +509,8 @@ WORKER_CSV_METRICS: dict[str, str] = {
     "worker-spilled": WORKER_SPILLED.name,
     "worker-cpu": WORKER_CPU.name,
     "worker-tasks": WORKER_EXECUTING.name,
+    "rmm-used": WORKER_RMM_USED.name,  # a default export adds these two where they have data
+    "rmm-pool": WORKER_RMM_POOL.name,
 }
 # Key columns of the tidy layout, before the metric columns; the seed layout's (the original
 # tool's worker_<i>.csv files).

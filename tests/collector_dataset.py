@@ -557,6 +557,8 @@ class LabDataset:
                [(w + t, 5 * GiB if worker == "g-0" and 155 <= t <= 245 else used)
                 for t in LAB_TIMES])
         om.add("dask_gpu_memory_total_bytes", labels, [(w + t, float(TOTAL)) for t in LAB_TIMES])
+        if cluster == "lab" and worker == "g-0":  # a Hopper GPU: GPM activity
+            om.add("dask_gpu_sm_active_ratio", labels, [(w + t, 0.25) for t in LAB_TIMES])
         if worker == "g-0":
             om.add("dask_gpu_energy_joules_total", labels,
                    [(w + t, 1000 + 100 * t if t < 200 else 500 + 100 * (t - 200))
@@ -569,6 +571,10 @@ class LabDataset:
         om.add("dask_job_worker_spilled_bytes", labels,
                [(w + s, s * 1024) for s in lab_scrapes()])
         om.add("dask_job_worker_cpu_ratio", labels, [(w + s, 1.5) for s in lab_scrapes()])
+        om.add("dask_job_worker_rmm_used_bytes", labels,
+               [(w + s, GiB + s * MiB) for s in lab_scrapes()])
+        om.add("dask_job_worker_rmm_pool_bytes", labels,
+               [(w + s, 16.0 * GiB) for s in lab_scrapes()])
         om.add("dask_job_worker_executing_tasks", labels,
                [(w + s, sum(n for wk, *_, n in lab_tasks(s) if wk == "g-0"))
                 for s in lab_scrapes()])

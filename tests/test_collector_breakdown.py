@@ -109,6 +109,32 @@ def test_worker_columns_take_the_scheduler_scrape_before_each_gpu_sample(
     assert other and {r["worker-mem"] for r in other} == {""}
 
 
+def test_a_default_export_adds_the_activity_and_rmm_columns_where_they_have_data(
+        prom: PrometheusServer, lab: LabDataset, tmp_path: Path) -> None:
+    """GPM activity and RMM columns join the default ones only where the export's cluster
+    has them: empty cells for the worker without, no such columns for the other cluster."""
+    headers = {}
+    for cluster in ("lab", "other"):
+        out = tmp_path / cluster
+        run = collector("export", *span(lab), "--cluster", cluster, "--out", str(out),
+                        "--prometheus", prom.url)
+        assert run.code == 0, run.err
+        headers[cluster] = list(read_csv(out / "g-0.csv")[0])
+        record = json.loads((out / "export.json").read_text())
+        assert record["metrics"] == headers[cluster][9:]
+    default = ["total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util", "power",
+               "temperature", "sm-clock", "energy"]
+    assert headers["other"][9:] == default
+    assert headers["lab"][9:] == [*default, "sm-active", "rmm-used", "rmm-pool"]
+    rows = read_csv(tmp_path / "lab" / "g-0.csv")
+    for row in rows:
+        s = float(row["timestamp"]) + LAB_RANGE[0] - 1  # the scheduler's scrape before
+        assert row["sm-active"] == "25"
+        assert (float(row["rmm-used"]), float(row["rmm-pool"])) == (GiB + s * MiB, 16 * GiB)
+    assert {(r["sm-active"], r["rmm-used"]) for r in read_csv(tmp_path / "lab" / "g-1.csv")} \
+        == {("", "")}
+
+
 def test_the_monitor_reads_the_same_rows(prom: PrometheusServer, lab: LabDataset,
                                          lab_export: Path) -> None:
     """Monitor.activities()/gpu_by_prefix() are these two functions over the session."""

@@ -17,6 +17,9 @@ from dask_metrics.collector.columns import (
     NAMES,
     PEAK_METRIC,
     USED_METRIC,
+    WHEN_PRESENT,
+    Column,
+    is_default,
     select,
     source_metrics,
 )
@@ -210,12 +213,23 @@ def test_gpu_tables_keep_gaps_and_join_restarted_series() -> None:
 # ---- columns, layouts ----------------------------------------------------------------------
 
 
+def by_name_of(name: str) -> Column:
+    return next(c for c in COLUMNS if c.name == name)
+
+
 def test_columns() -> None:
     assert NAMES == ("total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util",
-                     "power", "temperature", "sm-clock", "energy", "busy-seconds",
-                     "worker-mem", "worker-spilled", "worker-cpu", "worker-tasks")
-    # the counters' and the worker's columns by name
+                     "power", "temperature", "sm-clock", "energy", "sm-active", "sm-occupancy",
+                     "tensor-active", "dram-active", "fp64-active", "fp32-active",
+                     "fp16-active", "busy-seconds", "sm-active-seconds",
+                     "tensor-active-seconds", "worker-mem", "worker-spilled", "worker-cpu",
+                     "worker-tasks", "rmm-used", "rmm-pool")
+    # the activity, counter and worker columns by name (or, some, where present)
     assert [c.name for c in select(None)] == list(NAMES[:9])
+    assert [c.name for c in WHEN_PRESENT] == [*NAMES[9:16], "rmm-used", "rmm-pool"]
+    assert is_default(None) and is_default(list(reversed(NAMES[:9])))
+    assert not is_default(NAMES[:8]) and not is_default([*NAMES[:9], "rmm-used"])
+    assert by_name_of("tensor-active").values([0.6], [None]) == [60]
     assert [c.name for c in select(["energy", "mem-util"])] == ["mem-util", "energy"]
     assert source_metrics(select(["mem-util"])) == ["dask_gpu_memory_used_bytes",
                                                      "dask_gpu_memory_total_bytes"]

@@ -176,6 +176,7 @@ def test_dashboards_and_alerts_filter_on_declared_labels():
 def test_the_code_reads_its_names_from_the_contract():
     assert {c.metric for c in columns.COLUMNS} <= SPEC_NAMES
     assert [c.name for c in columns.COLUMNS] == [*contract.CSV_METRICS,
+                                                 *contract.ACTIVITY_CSV_METRICS,
                                                  *contract.COUNTER_CSV_METRICS,
                                                  *contract.WORKER_CSV_METRICS]
     assert layouts.TIDY_KEYS is contract.TIDY_KEYS
