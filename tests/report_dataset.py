@@ -10,6 +10,8 @@ timestamps, so that each interval (t-5, t] belongs to the state scraped at t):
   "train": DAG 0 on w-0 [350, 500), its GPU idle for the first 50 s, erred; task prefix
   "train" executing on w-0 [400, 500), activities of prefixes "load" and "train". Monitor
   session R+50 to R+550.
+  w-0's GPU 0 has GPM counters: its SMs are active a quarter of its busy time, its tensor
+  cores never; w-1 runs an RMM pool of 8 GiB, 2 GiB of it in use while it runs job 0.
 - ``empty`` [R+1000, R+1300]: one worker, no job at all.
 - ``sim`` [R+2000, R+2300]: one simulated GPU, no energy counter, job 0 "sim-job" [50, 150).
 """
@@ -37,16 +39,26 @@ LEAVES = {"w-0": 600, "w-1": 300}
 ACTIVITIES = {("0", "0", "load", "thread-cpu"): (100, 200, 80.0),
               ("1", "0", "train", "thread-noncpu"): (350, 500, 40.0)}
 
+SM_SHARE = 0.25  # w-0 GPU 0: SM activity / utilisation
+RMM_POOL, RMM_USED = 8 * GiB, 2 * GiB  # w-1's pool, and its use while it runs job 0
+
 # What the report must say, by hand: intervals of 5 s ending at t belong to the DAG at t.
 EXPECTED_JOBS = {
     "0": {"job_name": "etl", "status": "finished", "wall_seconds": 205, "gpu_seconds": 500,
           "busy_seconds": 240, "mean_utilization_percent": 48.0, "idle_gpu_seconds": 200,
           "energy_joules": 47000, "peak_bytes": 30 * GiB, "peak_worker": "w-0",
-          "peak_gpu": "0", "peak_at": 220},
+          "peak_gpu": "0", "peak_at": 220,
+          # w-0 GPU 0 busy 80 s + 60 s of its 200 s: SMs 0.25 x 140 / 200
+          "mean_sm_active_percent": 17.5, "mean_tensor_active_percent": 0.0,
+          "peak_rmm_used_bytes": RMM_USED, "rmm_pool_bytes": RMM_POOL,
+          # w-1 held 2 GiB + (15 - 8) GiB; w-0's 30 GiB (no pool) is larger
+          "peak_held_bytes": 30 * GiB},
     "1": {"job_name": "train", "status": "erred", "wall_seconds": 155, "gpu_seconds": 300,
           "busy_seconds": 100, "mean_utilization_percent": 33.33, "idle_gpu_seconds": 200,
           "energy_joules": 30000, "peak_bytes": 20 * GiB, "peak_worker": "w-0",
-          "peak_gpu": "0", "peak_at": 450},
+          "peak_gpu": "0", "peak_at": 450,
+          "mean_sm_active_percent": 16.67, "mean_tensor_active_percent": 0.0,
+          "peak_rmm_used_bytes": None, "rmm_pool_bytes": None, "peak_held_bytes": None},
 }
 EXPECTED_DAGS = {("0", "0"): {"wall_seconds": 105, "gpu_seconds": 300, "busy_seconds": 180,
                               "energy_joules": 27000, "peak_bytes": 15 * GiB},
@@ -96,7 +108,8 @@ class ReportDataset:
     @staticmethod
     def _gpu(om: OpenMetrics, cluster: str, worker: str, gpu: int, model: str, total: float,
              times: list[float], util: dict[float, float], peaks: dict[float, float],
-             used_bytes: float, watts: float | None, simulated: bool = False) -> None:
+             used_bytes: float, watts: float | None, simulated: bool = False,
+             sm_share: float | None = None) -> None:
         labels = {"dask_cluster": cluster, "worker": worker, "gpu": str(gpu),
                   "uuid": f"GPU-{cluster}-{worker}-{gpu}", "instance": f"{worker}:9446",
                   "job": "dask-gpu"}
@@ -112,6 +125,11 @@ class ReportDataset:
             busy.append(busy[-1] + util[t] * (t - before))
         om.add("dask_gpu_busy_seconds_total", labels, list(zip(times, busy, strict=True)),
                "counter")
+        if sm_share is not None:  # GPM: SM activity a share of utilisation, no tensor work
+            om.add("dask_gpu_sm_active_seconds_total", labels,
+                   [(t, sm_share * b) for t, b in zip(times, busy, strict=True)], "counter")
+            om.add("dask_gpu_tensor_active_seconds_total", labels, [(t, 0.0) for t in times],
+                   "counter")
         if watts is not None:
             om.add("dask_gpu_power_watts", labels, [(t, watts) for t in times])
             om.add("dask_gpu_energy_joules_total", labels,
@@ -157,7 +175,7 @@ class ReportDataset:
                 self._gpu(om, "rep", worker, gpu, model, total, [r + t for t in rel],
                           {r + t: utilisation(worker, gpu, t) for t in rel},
                           {r + t: peak(worker, gpu, t) for t in rel}, used(worker, gpu),
-                          watts[gpu])
+                          watts[gpu], sm_share=SM_SHARE if (worker, gpu) == ("w-0", 0) else None)
         times = [float(t) for t in range(0, 601, STEP)]
         self._scheduler(om, "rep", r, times, RUNS, DAGS, SESSION)
         sched = {"dask_cluster": "rep", "instance": "rep-scheduler:8787", "job": "dask-scheduler"}
@@ -167,6 +185,12 @@ class ReportDataset:
                     "activity": activity},
                    [(r + t, total * min(max(t - lo, 0), hi - lo) / (hi - lo)) for t in times],
                    "counter")
+        rmm = {**sched, "worker": "w-1"}
+        om.add("dask_job_worker_rmm_pool_bytes", rmm, [(r + t, RMM_POOL) for t in times
+                                                        if t <= LEAVES["w-1"]])
+        om.add("dask_job_worker_rmm_used_bytes", rmm,
+               [(r + t, RMM_USED if dag_at("w-1", t) else 0.5 * GiB) for t in times
+                if t <= LEAVES["w-1"]])
         om.add("dask_job_worker_prefix_tasks", {**sched, "worker": "w-0", "job_id": "1",
                                                 "dag_id": "0", "prefix": "train"},
                [(r + t, 1.0) for t in times if 400 <= t < 500])

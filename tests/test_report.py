@@ -9,6 +9,7 @@ import html
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.export import export
+from dask_metrics.collector.peaks import Peak
 from dask_metrics.collector.plotdata import read_worker_file, trace_of_table
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.report.advice import (
@@ -195,6 +197,89 @@ def test_pool_and_workers_per_gpu_where_the_numbers_say_so() -> None:
                    for r in recommendations(report_of([job], busy), busy, [], 1.2))
 
 
+def test_sm_and_tensor_means_come_from_their_counters_and_rmm_peaks_from_heartbeats() -> None:
+    """SM/tensor activity: the counters' increase over the seconds they were measured (an
+    interval without both samples or with a reset is left out of both); RMM: the largest
+    use and pool sampled in the DAG's intervals."""
+    times = [0, 5000, 10000, 15000, 20000]
+    columns = [*COLUMNS, "sm-active-seconds", "tensor-active-seconds", "rmm-used", "rmm-pool"]
+    sm = [10.0, 11.25, 12.5, None, 1.0]  # 25 %, 25 %, then no sample, then a restart
+    tensor = [0.0, 0.0, 0.0, None, 0.0]
+    used = [1.0 * GIB, 3.0 * GIB, 2.0 * GIB, None, 2.5 * GIB]
+    pool = [16.0 * GIB] * 5
+    n = len(times)
+    gpu = GpuTable("0", "GPU-h", times, [[1.0] * n, [1.0] * n, [99.0] * n, [1.0] * n,
+                                         [None] * n, sm, tensor, used, pool])
+    states = [("1", "0")] * 3 + [("1", "1")] * 2
+    found = gpu_usage(WorkerTable([gpu], times, states, states), columns, 120_000)
+    dag0, dag1 = found[("1", "0", "0", "GPU-h")], found[("1", "1", "0", "GPU-h")]
+    assert (dag0.sm_active, dag0.sm_measured, dag0.tensor_active) == (2.5, 10.0, 0.0)
+    assert (dag0.rmm_used, dag0.rmm_pool) == (3 * GIB, 16 * GIB)
+    assert (dag1.sm_active, dag1.sm_measured) == (0.0, 0.0)  # no two samples in a row
+    assert dag1.rmm_used == 2.5 * GIB
+
+
+def hopper_job(**extra: Any) -> dict[str, Any]:
+    peak = {"worker": "w-0", "gpu": "0", "peak_bytes": 16.5 * GIB, "capacity_bytes": 80 * GIB,
+            "peak_percent": 20.6, "time": "t"}
+    return {"job": "0", "job_name": "train", "peak": peak, "per_gpu": [],
+            "mean_utilization_percent": 99.0, "mean_sm_active_percent": 25.0,
+            "mean_tensor_active_percent": 0.0, **extra}
+
+
+def test_a_busy_gpu_with_few_sms_at_work_is_said_in_one_sentence_with_its_numbers() -> None:
+    found = recommendations(report_of([hopper_job()], []), [], load_models(), 1.2)
+    (waiting,) = [r for r in found if r["kind"] == "gpu-waiting"]
+    assert waiting["text"].startswith(
+        "job 0 (train) kept its GPUs 99 % busy by NVML's utilisation, but only 25.0 % of "
+        "their SMs were active on average and its tensor cores 0.0 %: the GPUs mostly "
+        "waited between small kernels.")
+    assert waiting["based_on"] == {"mean_utilization_percent": 99.0,
+                                   "mean_sm_active_percent": 25.0,
+                                   "mean_tensor_active_percent": 0.0}
+    assert any(r["kind"] == "tensor-idle" and "0.0 % active" in r["text"] for r in found)
+    # SMs as busy as NVML says, tensor cores at work: nothing about activity
+    fine = hopper_job(mean_sm_active_percent=93.0, mean_tensor_active_percent=91.0)
+    kinds = {r["kind"] for r in recommendations(report_of([fine], []), [], [], 1.2)}
+    assert not kinds & {"gpu-waiting", "tensor-idle"}
+    # no GPM: no such advice, whatever the utilisation
+    bare = hopper_job(mean_sm_active_percent=None, mean_tensor_active_percent=None)
+    assert not {r["kind"] for r in recommendations(report_of([bare], []), [], [], 1.2)} \
+        & {"gpu-waiting", "tensor-idle"}
+
+
+def test_a_rapids_job_is_sized_by_what_it_held_not_by_its_pool() -> None:
+    """A 16 GiB pool, 3 GiB of it in use at most, 0.5 GiB outside it: the memory advice
+    asks for (3 + 0.5) x 1.2, not NVML's 16.5 GiB; a smaller pool is suggested."""
+    session = {"cluster": "c", "since": "s", "until": "u", "duration_seconds": 10.0,
+               "prometheus": "p"}
+    use = Usage(seconds=10.0, busy=9.9, rmm_used=3 * GIB, rmm_pool=16 * GIB)
+    info = WorkerInfo("w-0", gpus=[("0", "GPU-r")])
+    peak = Peak("w-0", "0", "GPU-r", 16.5 * GIB, 80 * GIB, 1000, "0", "0")
+    report = build(session, [WorkerFacts(info, {("0", "0", "0", "GPU-r"): use}, [peak], [], [])],
+                   {}, None, load_models(), 1.2)
+    (job,) = report["jobs"]
+    assert (job["peak_rmm_used_bytes"], job["rmm_pool_bytes"]) == (3 * GIB, 16 * GIB)
+    assert job["peak_held_bytes"] == 3.5 * GIB
+    memory = next(r for r in report["recommendations"] if r["kind"] == "gpu-memory")
+    assert memory["based_on"]["need_bytes"] == round(3.5 * GIB * 1.2)
+    assert "what it held at most, 3.50 GiB" in memory["text"]
+    pool = next(r for r in report["recommendations"] if r["kind"] == "rmm-pool")
+    assert "held at most 3.00 GiB of its 16.00 GiB RMM pool" in pool["text"]
+    assert pool["based_on"]["rmm_pool_size_bytes"] == round(3.75 * GIB)  # 3.6 GiB up to 256 MiB
+    assert not any("An RMM pool of" in r["text"] for r in report["recommendations"])
+    text = render_text(report)
+    assert "peak RMM in use" in text and "RMM pool" in text and "16.00 GiB" in text
+    # an untracked pool: Dask sees 0 in use; no "held", a note on how to measure it
+    blind = replace(use, rmm_used=0.0)
+    report = build(session, [WorkerFacts(info, {("0", "0", "0", "GPU-r"): blind}, [peak], [],
+                                         [])], {}, None, load_models(), 1.2)
+    (job,) = report["jobs"]
+    assert job["peak_held_bytes"] is None and "does not track" in job["rmm_note"]
+    assert any(r["kind"] == "rmm-untracked" and "--rmm-track-allocations" in r["text"]
+               for r in report["recommendations"])
+
+
 def test_no_jobs_is_advice_about_idle_gpus_only() -> None:
     gpus = [gpu("w-0", 3 * GIB, 80 * GIB, 0.0, job=None)]
     found = recommendations(report_of([], gpus), gpus, load_models(), 1.2)
@@ -294,8 +379,11 @@ def test_report_json_has_the_scripted_numbers(rep: tuple[Path, dict[str, Any], s
         for key in ("job_name", "status", "wall_seconds", "gpu_seconds", "busy_seconds",
                     "idle_gpu_seconds", "energy_joules"):
             assert got[key] == pytest.approx(want[key]), (job, key)
-        assert got["mean_utilization_percent"] == pytest.approx(
-            want["mean_utilization_percent"], abs=0.01)
+        for key in ("mean_utilization_percent", "mean_sm_active_percent",
+                    "mean_tensor_active_percent"):
+            assert got[key] == pytest.approx(want[key], abs=0.01), (job, key)
+        for key in ("peak_rmm_used_bytes", "rmm_pool_bytes", "peak_held_bytes"):
+            assert got[key] == want[key], (job, key)
         assert got["energy_kwh"] == pytest.approx(want["energy_joules"] / 3.6e6, abs=1e-6)
         assert "lower bound" in got["energy_note"]  # w-0's GPU 1 reports no energy
         peak = got["peak"]
@@ -391,6 +479,11 @@ def test_recommendations_of_the_scripted_session(rep: tuple[Path, dict[str, Any]
     assert [(r["worker"], r["based_on"]["peak_percent"]) for r in near] == [("w-1", 93.75)]
     limit = next(r for r in by_kind["dask-setting"] if "device_memory_limit" in r["text"])
     assert limit["based_on"]["device_memory_limit_bytes"] == round(16 * GIB * 0.8)
+    # w-1's 8 GiB pool held 2 GiB at most: 2.4 GiB would do, 2.5 GiB in 256 MiB steps
+    (pool,) = by_kind["rmm-pool"]
+    assert (pool["job"], pool["based_on"]["rmm_pool_size_bytes"]) == ("0", round(2.5 * GIB))
+    # utilisation below 50 % and SMs under 20 %: nothing said of waiting or tensor cores
+    assert not {"gpu-waiting", "tensor-idle"} & set(by_kind)
 
 
 @pytest.mark.integration
@@ -401,7 +494,9 @@ def test_the_page_shows_the_numbers(rep: tuple[Path, dict[str, Any], str]) -> No
     for needle in ("etl", "train", "finished", "erred", "47,000 J (0.0131 kWh)",
                    "30,000 J (0.0083 kWh)", "240 s (4.0 min)", "48.0 %", "33.3 %",
                    "205 s (3.4 min)", "30.00 GiB (37.5 % of 80.00 GiB) on w-0 GPU 0",
-                   "93.8 %", "NVIDIA A100 40GB (40.00 GiB)", "Tesla T4", "2 of 3 GPU(s)"):
+                   "93.8 %", "NVIDIA A100 40GB (40.00 GiB)", "Tesla T4", "2 of 3 GPU(s)",
+                   "SM active", "17.5 %", "16.7 %", "peak RMM in use", "8.00 GiB",
+                   "RMM of job 0: sampled at the workers' heartbeats"):
         assert needle in text, needle
     titles = [t for t in SECTION_TITLES if f">{html.escape(t)}</h" in page]
     assert titles == SECTION_TITLES

@@ -18,6 +18,11 @@ NEAR_CAPACITY_PERCENT = 90.0
 DEVICE_MEMORY_LIMIT_SHARE = 0.8  # of capacity: where dask-cuda should start spilling
 SHARE_BELOW_PERCENT = 50.0  # GPUs busier than this on average are not shared further
 POOL_ROUNDING = 256 * 2**20  # RMM pool sizes are rounded up to this
+BUSY_PERCENT = 50.0  # NVML utilisation at or above which a GPU counts as "busy" ...
+WAITING_SHARE = 0.5  # ... and as mostly waiting when fewer SMs than this share of it worked
+TENSOR_IDLE_PERCENT = 1.0  # tensor activity below this is "idle" ...
+TENSOR_WORTH_PERCENT = 20.0  # ... worth a word when at least this share of SMs was active
+POOL_OVERSIZED = 2.0  # an RMM pool this many times the peak in use x headroom is too big
 
 
 @dataclass(frozen=True)
@@ -58,13 +63,20 @@ def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
     peak = job.get("peak")
     if not peak or not peak.get("peak_bytes"):
         return None
-    need = peak["peak_bytes"] * headroom
+    held = job.get("peak_held_bytes")
+    need = (held or peak["peak_bytes"]) * headroom
     capacity = peak.get("capacity_bytes")
     fits = smallest_fitting(models, need)
     names = " / ".join(m.name for m in fits)
-    text = (f"{_job_label(job)} needs {gib(need)} of GPU memory: its peak, "
-            f"{gib(peak['peak_bytes'])} on {peak['worker']} GPU {peak['gpu']} at "
-            f"{peak['time']}, x {headroom:g} headroom.")
+    if held:
+        text = (f"{_job_label(job)} needs {gib(need)} of GPU memory: what it held at most, "
+                f"{gib(held)} (its RMM peak in use, sampled at heartbeats, and the memory "
+                f"outside the {gib(job['rmm_pool_bytes'])} pool; NVML's peak, "
+                f"{gib(peak['peak_bytes'])}, counts the whole pool), x {headroom:g} headroom.")
+    else:
+        text = (f"{_job_label(job)} needs {gib(need)} of GPU memory: its peak, "
+                f"{gib(peak['peak_bytes'])} on {peak['worker']} GPU {peak['gpu']} at "
+                f"{peak['time']}, x {headroom:g} headroom.")
     if not fits:
         text += " No GPU in the table holds that much: split the work over more GPUs."
     elif capacity and fits[0].memory_bytes < capacity:
@@ -77,7 +89,8 @@ def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
         text += (f" The smallest GPU in the table that holds it: {names} "
                  f"({gib(fits[0].memory_bytes)}).")
     return {"kind": "gpu-memory", "job": job["job"], "text": text,
-            "based_on": {"peak_bytes": peak["peak_bytes"], "headroom": headroom,
+            "based_on": {"peak_bytes": peak["peak_bytes"], "peak_held_bytes": held,
+                         "headroom": headroom,
                          "need_bytes": round(need), "capacity_bytes": capacity,
                          "fits": [m.name for m in fits]}}
 
@@ -98,6 +111,56 @@ def _idle_gpus(job: Mapping[str, Any], idle_percent: float) -> list[dict[str, An
                                      use["mean_utilization_percent"],
                                      "gpu_seconds": use["gpu_seconds"]}})
     return out
+
+
+def _activity(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What GPM's counters say of the job's GPUs that NVML's utilisation cannot: mostly
+    waiting (busy by NVML, few SMs at work), and tensor cores left idle."""
+    util, sm = job.get("mean_utilization_percent"), job.get("mean_sm_active_percent")
+    tensor = job.get("mean_tensor_active_percent")
+    if util is None or sm is None:
+        return []
+    numbers = {"mean_utilization_percent": util, "mean_sm_active_percent": sm,
+               "mean_tensor_active_percent": tensor}
+    tensor_text = "" if tensor is None else f" and its tensor cores {tensor:.1f} %"
+    out = []
+    if util >= BUSY_PERCENT and sm < util * WAITING_SHARE:
+        out.append({"kind": "gpu-waiting", "job": job["job"], "text":
+                    f"{_job_label(job)} kept its GPUs {util:.0f} % busy by NVML's utilisation, "
+                    f"but only {sm:.1f} % of their SMs were active on average{tensor_text}: "
+                    "the GPUs mostly waited between small kernels. Fewer GPUs, MIG slices "
+                    "or more workers (threads) per GPU would do the same work.",
+                    "based_on": numbers})
+    if tensor is not None and tensor < TENSOR_IDLE_PERCENT and sm >= TENSOR_WORTH_PERCENT:
+        out.append({"kind": "tensor-idle", "job": job["job"], "text":
+                    f"{_job_label(job)} left its tensor cores idle ({tensor:.1f} % active) "
+                    f"while {sm:.1f} % of the SMs worked: if that work is matrix math, TF32 or "
+                    "bf16 (torch.backends.cuda.matmul.allow_tf32, torch.autocast; "
+                    "CUPY_TF32=1) runs it on them.", "based_on": numbers})
+    return out
+
+
+def _rmm_pool(job: Mapping[str, Any], headroom: float) -> list[dict[str, Any]]:
+    """An RMM pool far larger than what the job held in it, or one whose use Dask cannot
+    see."""
+    pool, used = job.get("rmm_pool_bytes"), job.get("peak_rmm_used_bytes")
+    if not pool:
+        return []
+    numbers = {"rmm_pool_bytes": pool, "peak_rmm_used_bytes": used, "headroom": headroom}
+    if not used:
+        return [{"kind": "rmm-untracked", "job": job["job"], "text":
+                 f"{_job_label(job)} ran on an RMM pool of {gib(pool)} whose use Dask cannot "
+                 "see: NVML counts the whole pool as used, so the memory figures above are "
+                 "the pool's. Start the workers with dask-cuda's --rmm-track-allocations to "
+                 "measure what the job held.", "based_on": numbers}]
+    size = math.ceil(used * headroom / POOL_ROUNDING) * POOL_ROUNDING
+    if pool < used * headroom * POOL_OVERSIZED:
+        return []
+    return [{"kind": "rmm-pool", "job": job["job"], "text":
+             f"{_job_label(job)} held at most {gib(used)} of its {gib(pool)} RMM pool "
+             f"(sampled at heartbeats: a lower bound): a pool of {gib(size)} "
+             f"(rmm_pool_size, x {headroom:g} headroom) would leave the rest of the GPU free.",
+             "based_on": {**numbers, "rmm_pool_size_bytes": size}}]
 
 
 def _near_capacity(gpu: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -164,18 +227,22 @@ def _sharing(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[st
 def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]],
                     models: Sequence[GpuModel], headroom: float) -> list[dict[str, Any]]:
     """Every recommendation, each with its ``text`` and the numbers it is ``based_on``:
-    memory per job, GPUs idle through a job, GPUs near capacity, Dask settings."""
+    memory per job, GPUs idle through a job, GPUs waiting or tensor cores idle (GPM), RMM
+    pools, GPUs near capacity, Dask settings."""
     idle_percent = report["rules"]["idle_below_percent"]
     out: list[dict[str, Any]] = []
     for job in report["jobs"]:
         if (memory := _memory(job, models, headroom)) is not None:
             out.append(memory)
         out += _idle_gpus(job, idle_percent)
+        out += _activity(job)
+        out += _rmm_pool(job, headroom)
     for gpu in gpus:
         out += _near_capacity(gpu)
     if not report["jobs"]:  # sizes from a session without work would be advice on nothing
         return out + _no_jobs(gpus)
-    out += _pool(gpus, headroom)
+    if not any(job.get("rmm_pool_bytes") for job in report["jobs"]):
+        out += _pool(gpus, headroom)  # with a pool, NVML's peaks are the pool's size
     out += _sharing(gpus, headroom)
     return out
 

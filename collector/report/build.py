@@ -37,7 +37,8 @@ from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTa
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
-REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy", "busy-seconds")
+REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy", "busy-seconds",
+                  "sm-active-seconds", "tensor-active-seconds", "rmm-used", "rmm-pool")
 REPORT_HTML, REPORT_JSON = "report.html", "report.json"
 FORMATS = ("html", "text")
 DEFAULT_PLOTS = 4

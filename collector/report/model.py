@@ -137,6 +137,11 @@ def device_key(worker: str, gpu: str, uuid: str) -> str:
     return uuid or f"{worker}/{gpu}"
 
 
+# Usage's sums: of one device seen by several workers, the largest view of each is kept.
+_SUMMED = ("seconds", "busy", "idle", "energy", "energy_intervals", "sm_active", "sm_measured",
+           "tensor_active", "tensor_measured")
+
+
 def by_device(usages: Mapping[tuple[str, str, str], Usage]
               ) -> tuple[dict[str, Usage], dict[str, list[str]]]:
     """{uuid: Usage} and {uuid: workers} of the GPUs that more than one worker saw.
@@ -157,13 +162,61 @@ def by_device(usages: Mapping[tuple[str, str, str], Usage]
             continue
         views = [u for _, u in seen]
         merged[device] = Usage(
-            max(u.seconds for u in views), max(u.busy for u in views),
-            max(u.idle for u in views), max(u.energy for u in views),
-            max(u.energy_intervals for u in views),
-            min((u.first for u in views if u.first is not None), default=None),
-            max((u.last for u in views if u.last is not None), default=None))
+            **{f: max(getattr(u, f) for u in views) for f in _SUMMED},
+            first=min((u.first for u in views if u.first is not None), default=None),
+            last=max((u.last for u in views if u.last is not None), default=None),
+            rmm_used=max((u.rmm_used for u in views if u.rmm_used is not None), default=None),
+            rmm_pool=max((u.rmm_pool for u in views if u.rmm_pool is not None), default=None))
         shared[device] = sorted({w for w, _ in seen})
     return merged, shared
+
+
+def _activity(whole: Usage) -> dict[str, Any]:
+    """Mean SM and tensor activity over the time GPM measured them (None: no GPM), and the
+    share of the GPU seconds that time covers."""
+    def mean(active: float, measured: float) -> float | int | None:
+        return _num(active / measured * 100, 2) if measured else None
+
+    return {"mean_sm_active_percent": mean(whole.sm_active, whole.sm_measured),
+            "mean_tensor_active_percent": mean(whole.tensor_active, whole.tensor_measured),
+            "activity_measured_seconds": _num(whole.sm_measured) if whole.sm_measured
+            else None}
+
+
+def _rmm(devices: Mapping[str, Usage]) -> dict[str, Any]:
+    """The largest RMM use and pool of these GPUs' workers (sampled at heartbeats, so the
+    peak in use is a lower bound); a note where the pool's use is not tracked."""
+    used = max((u.rmm_used for u in devices.values() if u.rmm_used is not None), default=None)
+    pool = max((u.rmm_pool for u in devices.values() if u.rmm_pool is not None), default=None)
+    note = None
+    if pool and not used:
+        note = ("Dask reported an RMM pool but no bytes in use: the pool's resource does not "
+                "track allocations (dask-cuda --rmm-track-allocations), so what the job held "
+                "in it is unknown")
+    elif used is not None:
+        note = ("sampled at the workers' heartbeats as the scheduler's scrapes saw them: "
+                "the true peak may be higher")
+    return {"peak_rmm_used_bytes": _num(used), "rmm_pool_bytes": _num(pool), "rmm_note": note}
+
+
+def _held(entry: Mapping[str, Any]) -> float | int | None:
+    """What a job on RMM pools held at most: per GPU, its worker's peak RMM use plus what
+    NVML saw outside the pool at the GPU's peak (CUDA context, other allocators), NVML's
+    peak where the worker has no tracked pool; the largest over the job's GPUs. NVML alone
+    counts a whole pool as used. None where no GPU of the job had a tracked pool."""
+    rmm = {(g["worker"], g["gpu"]): (g["peak_rmm_used_bytes"], g["rmm_pool_bytes"])
+           for g in entry["per_gpu"]}
+    held, tracked = [], False
+    for p in entry["peaks"]:
+        if p["peak_bytes"] is None:
+            continue
+        used, pool = rmm.get((p["worker"], p["gpu"]), (None, None))
+        if used and pool:
+            tracked = True
+            held.append(used + max(0.0, p["peak_bytes"] - pool))
+        else:
+            held.append(p["peak_bytes"])
+    return _num(max(held)) if tracked else None
 
 
 def _use(usages: Mapping[tuple[str, str, str], Usage],
@@ -176,6 +229,7 @@ def _use(usages: Mapping[tuple[str, str, str], Usage],
     mean = whole.busy / whole.seconds * 100 if whole.seconds else None
     return {"gpus_used": len(devices), "gpu_seconds": _num(whole.seconds),
             "busy_seconds": _num(whole.busy), "mean_utilization_percent": _num(mean, 2),
+            **_activity(whole), **_rmm(devices),
             "idle_gpu_seconds": _num(whole.idle),
             **_energy(list(devices.values()), len(devices), not metered.isdisjoint(usages)),
             "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
@@ -332,6 +386,7 @@ def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
                               **_use({(w, g, u): one}, metered)}
                              for (w, g, u), one in merged.items()]}
         entry["peak"] = max(entry["peaks"], key=lambda p: p["peak_bytes"] or 0, default=None)
+        entry["peak_held_bytes"] = _held(entry)
         entry["dags"] = []
         for d in mine:
             row = by_dag_rows.get((job, d))

@@ -118,12 +118,32 @@ def _session(report: Mapping[str, Any]) -> Section:
 
 USE_HEADERS = ["wall time", "outcome", "GPUs", "GPU busy", "mean utilisation", "peak memory",
                "energy", "idle GPU time with tasks"]
+# Columns a table has only where some of its rows have the value: GPM activity (Hopper and
+# newer) and RMM (RAPIDS workers); (header, report.json key, format).
+OPTIONAL_USE = (("SM active", "mean_sm_active_percent", percent),
+                ("tensor active", "mean_tensor_active_percent", percent),
+                ("peak RMM in use", "peak_rmm_used_bytes", gib),
+                ("RMM pool", "rmm_pool_bytes", gib))
 
 
-def _use_row(entry: Mapping[str, Any]) -> list[str]:
+def _optional(entries: list[Mapping[str, Any]]) -> list[tuple[str, str, Any]]:
+    return [o for o in OPTIONAL_USE if any(e.get(o[1]) is not None for e in entries)]
+
+
+def _use_row(entry: Mapping[str, Any], optional: list[tuple[str, str, Any]]) -> list[str]:
     return [seconds(entry["wall_seconds"]), entry["status"], str(entry["gpus_used"]),
             seconds(entry["busy_seconds"]), percent(entry["mean_utilization_percent"]),
-            peak_text(entry["peak"]), energy(entry), seconds(entry["idle_gpu_seconds"])]
+            peak_text(entry["peak"]), energy(entry), seconds(entry["idle_gpu_seconds"]),
+            *(show(entry.get(key)) for _, key, show in optional)]
+
+
+def _use_table(keys: list[str], rows: list[tuple[list[str], Mapping[str, Any]]]) -> Table:
+    """A job or DAG table: its key columns, then the use columns (numbers right-aligned)."""
+    optional = _optional([entry for _, entry in rows])
+    first = len(keys)
+    numeric = {first + 2, first + 3, first + 4, *range(first + 8, first + 8 + len(optional))}
+    return Table([*keys, *USE_HEADERS, *(header for header, _, _ in optional)],
+                 [[*cells, *_use_row(entry, optional)] for cells, entry in rows], numeric)
 
 
 def _jobs(report: Mapping[str, Any]) -> list[Section]:
@@ -138,15 +158,21 @@ def _jobs(report: Mapping[str, Any]) -> list[Section]:
     if not report["session"].get("jobs_source"):
         notes.append("Job names and outcomes: not in this export (no jobs.csv); outcomes show "
                      "as unknown and wall times come from the GPU samples.")
+    if any(j.get("mean_sm_active_percent") is not None for j in jobs):
+        notes.append("SM and tensor active: NVML's GPM counters (Hopper and newer), the mean "
+                     "over the time they were measured; utilisation counts a GPU busy "
+                     "whenever any kernel runs, however few SMs it uses.")
     notes += [f"Energy of job {j['job']}: {j['energy_note']}" for j in jobs
               if j.get("energy_note")]
-    out = [Section("Jobs and DAGs", notes=notes, table=Table(
-        ["job", "name", *USE_HEADERS],
-        [[j["job"], _name(j), *_use_row(j)] for j in jobs], {4, 5, 6}))]
-    out.append(Section("Per DAG", level=3, table=Table(
-        ["job", "name", "DAG", *USE_HEADERS],
-        [[j["job"], _name(j), d["dag"], *_use_row(d)] for j in jobs for d in j["dags"]],
-        {5, 6, 7})))
+    notes += [f"RMM of job {j['job']}: {j['rmm_note']}" for j in jobs if j.get("rmm_note")]
+    notes += [f"Memory job {j['job']} held: {gib(j['peak_held_bytes'])} (its RMM peak in use "
+              "and the memory outside its pool; the peak memory column is NVML's, which "
+              "counts the whole pool)" for j in jobs if j.get("peak_held_bytes") is not None]
+    out = [Section("Jobs and DAGs", notes=notes, table=_use_table(
+        ["job", "name"], [([j["job"], _name(j)], j) for j in jobs]))]
+    out.append(Section("Per DAG", level=3, table=_use_table(
+        ["job", "name", "DAG"], [([j["job"], _name(j), d["dag"]], d)
+                                 for j in jobs for d in j["dags"]])))
     out.append(Section("Peak memory per GPU and job", level=3, table=Table(
         ["job", "name", "worker", "GPU", "peak", "of capacity", "capacity", "when"],
         [[j["job"], _name(j), p["worker"], p["gpu"], gib(p["peak_bytes"]),

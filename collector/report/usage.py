@@ -14,7 +14,12 @@ export); an interval longer than ``max_age`` is a gap and counts for nothing. In
   ``IDLE_PERCENT``, while the worker held tasks of the job (dask_job_worker_tasks counts
   processing tasks: running or waiting);
 - energy: the increase of the energy counter over it (an interval with a counter reset, or
-  without both samples, adds nothing: the energy is then a lower bound).
+  without both samples, adds nothing: the energy is then a lower bound);
+- SM and tensor activity (GPM, Hopper and newer): the increase of their exact-integral
+  counters over it, and the seconds those increases cover (their mean is the one over the
+  measured time);
+- RMM: the largest bytes in use and pool size of the worker at the interval's end (its
+  heartbeat's, as the scheduler last heard it: a sample, so the peak is a lower bound).
 """
 
 from __future__ import annotations
@@ -22,13 +27,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import sub
+from typing import NamedTuple, TypeVar
 
 from dask_metrics.collector.series import WorkerTable
 
 IDLE_PERCENT = 5.0
 """Utilisation (%) below which a GPU counts as idle."""
 UTIL, ENERGY, BUSY = "compute-util", "energy", "busy-seconds"
+SM, TENSOR = "sm-active-seconds", "tensor-active-seconds"
+RMM_USED, RMM_POOL = "rmm-used", "rmm-pool"
 
+_N = TypeVar("_N", int, float)
 UsageKey = tuple[str, str, str, str]
 """(job, dag, gpu, uuid); job "" is the time the worker ran nothing."""
 
@@ -44,6 +53,12 @@ class Usage:
     energy_intervals: int = 0  # intervals with an energy increase measured
     first: int | None = None  # ms: start of the first interval
     last: int | None = None  # ms: end of the last one
+    sm_active: float = 0.0  # SM-active seconds (GPM)
+    sm_measured: float = 0.0  # seconds those cover
+    tensor_active: float = 0.0
+    tensor_measured: float = 0.0
+    rmm_used: float | None = None  # bytes: the largest RMM use sampled
+    rmm_pool: float | None = None  # bytes: the largest RMM pool sampled
 
     def add(self, other: Usage) -> None:
         self.seconds += other.seconds
@@ -53,13 +68,19 @@ class Usage:
         self.energy_intervals += other.energy_intervals
         self.first = _min(self.first, other.first)
         self.last = _max(self.last, other.last)
+        self.sm_active += other.sm_active
+        self.sm_measured += other.sm_measured
+        self.tensor_active += other.tensor_active
+        self.tensor_measured += other.tensor_measured
+        self.rmm_used = _max(self.rmm_used, other.rmm_used)
+        self.rmm_pool = _max(self.rmm_pool, other.rmm_pool)
 
 
 def _min(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _max(a: int | None, b: int | None) -> int | None:
+def _max(a: _N | None, b: _N | None) -> _N | None:
     return b if a is None else a if b is None else max(a, b)
 
 
@@ -71,9 +92,8 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
     Works run by run (consecutive intervals of one state), each run's sums taken over whole
     slices: an export has millions of intervals, and a Python step per interval was most of
     a report's time."""
-    util_at = columns.index(UTIL) if UTIL in columns else None
-    energy_at = columns.index(ENERGY) if ENERGY in columns else None
-    busy_at = columns.index(BUSY) if BUSY in columns else None
+    at = {name: columns.index(name) for name in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED,
+                                                 RMM_POOL) if name in columns}
     found: dict[UsageKey, Usage] = {}
     for g in table.gpus:
         times = g.times
@@ -83,22 +103,31 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
             state_at = dict(zip(table.times, table.worker, strict=True))
             states = [state_at[t] for t in times]
         none = [None] * len(times)
-        utils = g.columns[util_at] if util_at is not None else none
-        energies = g.columns[energy_at] if energy_at is not None else none
-        busy = g.columns[busy_at] if busy_at is not None else none
+        cols = _Columns(*(g.columns[at[n]] if n in at else none
+                          for n in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED, RMM_POOL)))
         cuts = [i for i in range(2, len(times)) if states[i] != states[i - 1]]
         for lo, hi in zip([1, *cuts], [*cuts, len(times)], strict=True):
             if lo >= hi:
                 continue
             job, dag = states[lo]
-            _add_run(found, (job, dag, g.gpu, g.uuid), times, utils, energies, busy, lo, hi,
-                     max_age)
+            _add_run(found, (job, dag, g.gpu, g.uuid), times, cols, lo, hi, max_age)
     return found
 
 
+class _Columns(NamedTuple):
+    """One GPU's columns that usage reads (all None where the export has not the column)."""
+
+    utils: Sequence[float | None]
+    energies: Sequence[float | None]
+    busy: Sequence[float | None]
+    sm: Sequence[float | None]
+    tensor: Sequence[float | None]
+    rmm_used: Sequence[float | None]
+    rmm_pool: Sequence[float | None]
+
+
 def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
-             utils: Sequence[float | None], energies: Sequence[float | None],
-             busy: Sequence[float | None], lo: int, hi: int, max_age: int) -> None:
+             cols: _Columns, lo: int, hi: int, max_age: int) -> None:
     """Add the intervals ending at lo..hi-1 (gaps longer than ``max_age`` left out)."""
     dts = list(map(sub, times[lo:hi], times[lo - 1:hi - 1]))
     keep = [d <= max_age for d in dts]
@@ -109,17 +138,25 @@ def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
     u = found.setdefault(key, Usage())
     u.seconds += sum(dts) / 1000
     # busy seconds of each interval: the counter's increase, else utilisation x length
-    counted = _increases(dts, busy, lo, hi)
-    us = [x if x is not None and x == x else None for x in utils[lo:hi]]  # NaN: no reading
+    counted = _increases(dts, cols.busy, lo, hi)
+    us = [x if x is not None and x == x else None for x in cols.utils[lo:hi]]  # NaN: none
     busies = [c if c is not None else (d * x / 100_000 if x is not None else None)
               for d, c, x in zip(dts, counted, us, strict=True)]
     u.busy += sum(b for b in busies if b is not None)
     if key[0]:  # a job ran
         u.idle += sum(d for d, b in zip(dts, busies, strict=True)
                       if d and b is not None and b * 100_000 < IDLE_PERCENT * d) / 1000
-    rises = [r for r in _increases(dts, energies, lo, hi) if r is not None]
+    rises = [r for r in _increases(dts, cols.energies, lo, hi) if r is not None]
     u.energy += sum(rises)
     u.energy_intervals += len(rises)
+    active, measured = _integral(dts, cols.sm, lo, hi)
+    u.sm_active += active
+    u.sm_measured += measured
+    active, measured = _integral(dts, cols.tensor, lo, hi)
+    u.tensor_active += active
+    u.tensor_measured += measured
+    u.rmm_used = _max(u.rmm_used, _largest(cols.rmm_used[lo:hi]))
+    u.rmm_pool = _max(u.rmm_pool, _largest(cols.rmm_pool[lo:hi]))
     first = next(i for i, d in enumerate(dts) if d)
     last = max(i for i, d in enumerate(dts) if d)
     u.first = _min(u.first, times[lo + first - 1])
@@ -132,6 +169,19 @@ def _increases(dts: Sequence[int], counter: Sequence[float | None], lo: int, hi:
     a gap, a sample is missing or NaN, or the counter went back (a reset)."""
     return [c1 - c0 if d and c0 is not None and c1 is not None and c1 >= c0 else None
             for d, c0, c1 in zip(dts, counter[lo - 1:hi - 1], counter[lo:hi], strict=True)]
+
+
+def _integral(dts: Sequence[int], counter: Sequence[float | None], lo: int, hi: int
+              ) -> tuple[float, float]:
+    """A seconds counter's increase over the intervals ending at lo..hi-1, and the seconds
+    of the intervals it was measured over."""
+    rises = _increases(dts, counter, lo, hi)
+    return (sum(r for r in rises if r is not None),
+            sum(d for d, r in zip(dts, rises, strict=True) if r is not None) / 1000)
+
+
+def _largest(values: Sequence[float | None]) -> float | None:
+    return max((v for v in values if v is not None and v == v), default=None)
 
 
 def total(usages: Mapping[object, Usage]) -> Usage:
