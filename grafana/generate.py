@@ -307,6 +307,11 @@ JOB_SHARE = ('sum by (worker, job_id) (dask_job_worker_tasks{job_id=~"$job_id", 
 JOB_BUSY = (f"{JOB_SHARE} * on(worker) group_left() "
             f"sum by (worker) (rate(dask_gpu_busy_seconds_total[{RATE}]))")
 JOB_HELD = f"{JOB_SHARE} * on(worker) group_left() count by (worker) (dask_gpu_info)"
+# The same split of the GPUs' GPM activity: SM- and tensor-busy GPU-equivalents per job.
+JOB_SM = (f"{JOB_SHARE} * on(worker) group_left() "
+          f"sum by (worker) (rate(dask_gpu_sm_active_seconds_total[{RATE}]))")
+JOB_TENSOR = (f"{JOB_SHARE} * on(worker) group_left() "
+              f"sum by (worker) (rate(dask_gpu_tensor_active_seconds_total[{RATE}]))")
 JOB_WORKERS = ('max by (worker, job_id) (dask_job_worker_tasks{job_id=~"$job_id", '
                + W + '}) * 0')
 DAG_NAMED = ("{status} * ignoring(job_name, client) group_left(job_name, client) {info}")
@@ -504,6 +509,40 @@ def worker() -> Dashboard:
                    [target(f"increase(dask_gpu_energy_joules_total{{{GW}}}[{RATE}])",
                            "GPU {{gpu}}")], w=12, h=6),
     )
+    d.row("What the SMs did (NVML GPM: Hopper and newer GPUs)")
+    d.add(
+        timeseries("SM and tensor activity against utilisation", "Mean over "
+                   "$__rate_interval of the share of SMs active and of tensor-core activity "
+                   "(dask_gpu_sm_active_seconds_total, dask_gpu_tensor_active_seconds_total: "
+                   "GPM's own counters), beside NVML's utilisation, which counts a GPU busy "
+                   "whenever any kernel runs, however few SMs it uses. Empty on GPUs "
+                   "without GPM.", "percentunit",
+                   [target(f"rate(dask_gpu_sm_active_seconds_total{{{GW}}}[{RATE}])",
+                           "GPU {{gpu}} SMs active"),
+                    target(f"rate(dask_gpu_tensor_active_seconds_total{{{GW}}}[{RATE}])",
+                           "GPU {{gpu}} tensor cores"),
+                    target(f"rate(dask_gpu_busy_seconds_total{{{GW}}}[{RATE}])",
+                           "GPU {{gpu}} utilisation (NVML)")], min_=0, max_=1),
+        timeseries("Occupancy, memory bandwidth and pipes", "GPM means over the exporter's "
+                   "last sampling interval: resident warps against the maximum, DRAM "
+                   "bandwidth against its peak, and the FP64/FP32/FP16 (non-tensor) pipes.",
+                   "percentunit",
+                   [target(f"dask_gpu_sm_occupancy_ratio{{{GW}}}", "GPU {{gpu}} occupancy"),
+                    target(f"dask_gpu_dram_active_ratio{{{GW}}}", "GPU {{gpu}} DRAM"),
+                    target(f"dask_gpu_fp64_active_ratio{{{GW}}}", "GPU {{gpu}} FP64"),
+                    target(f"dask_gpu_fp32_active_ratio{{{GW}}}", "GPU {{gpu}} FP32"),
+                    target(f"dask_gpu_fp16_active_ratio{{{GW}}}", "GPU {{gpu}} FP16")],
+                   min_=0, max_=1),
+    )
+    d.add(timeseries(
+        "RMM pool and use", "The worker's RMM pool and the bytes allocated from it, from its "
+        "heartbeats (scheduler preload; needs rmm on the worker, and dask-cuda's "
+        "--rmm-track-allocations for the use), beside NVML's used memory, which counts the "
+        "whole pool.", "bytes",
+        [target(f"dask_job_worker_rmm_pool_bytes{{{W}}}", "{{worker}} RMM pool"),
+         target(f"dask_job_worker_rmm_used_bytes{{{W}}}", "{{worker}} RMM in use"),
+         target(f"sum by (worker) (dask_gpu_memory_used_bytes{{{GW}}})",
+                "{{worker}} used (NVML)")], w=24, h=7, min_=0))
     d.row("Exporter health")
     d.add(
         stat("NVML", "dask_gpu_exporter_nvml_up: the exporter could initialise NVML (or "
@@ -601,12 +640,32 @@ def jobs() -> Dashboard:
                    unit_override("GPU-hours held", "suffix: GPU-h", decimals=3),
                    unit_override("peak memory", "bytes"),
                    unit_override("peak / capacity", "percentunit")]))
-    d.add(timeseries(
-        "GPUs busy per job", "Busy GPU-equivalents attributed to each job (the integrand of "
-        "GPU-hours busy): a worker's busy time split among the jobs running tasks on it.",
-        "none",
-        [target(f"sum by (job_id) ({JOB_BUSY})", "job {{job_id}}")], w=24, h=8, stack=True,
-        min_=0))
+    d.add(
+        timeseries("GPUs busy per job", "Busy GPU-equivalents attributed to each job (the "
+                   "integrand of GPU-hours busy): a worker's busy time split among the jobs "
+                   "running tasks on it.", "none",
+                   [target(f"sum by (job_id) ({JOB_BUSY})", "job {{job_id}}")], w=12, h=8,
+                   stack=True, min_=0),
+        timeseries("SMs and tensor cores busy per job", "The same split of the GPUs' GPM "
+                   "activity (Hopper and newer): SM-active and tensor-active GPU-equivalents "
+                   "per job. Far below the busy GPUs beside: the job's kernels leave most "
+                   "SMs idle.", "none",
+                   [target(f"sum by (job_id) ({JOB_SM})", "job {{job_id}} SMs"),
+                    target(f"sum by (job_id) ({JOB_TENSOR})", "job {{job_id}} tensor cores")],
+                   w=12, h=8, min_=0),
+    )
+    d.add(table(
+        "Jobs: RMM", "Per job over the dashboard's time range: the largest RMM use and pool "
+        "of a worker while it ran the job's tasks (worker heartbeats, so the use is sampled: "
+        "a lower bound). NVML's peak memory counts a whole pool as used.", "bytes",
+        [target(f"max by (job_id) (max_over_time(({JOB_WORKERS} + on(worker) group_left() "
+                "max by (worker) (dask_job_worker_rmm_used_bytes))[$__range:$__interval]))",
+                "RMM in use", instant=True, table=True),
+         target(f"max by (job_id) (max_over_time(({JOB_WORKERS} + on(worker) group_left() "
+                "max by (worker) (dask_job_worker_rmm_pool_bytes))[$__range:$__interval]))",
+                "RMM pool", instant=True, table=True)],
+        w=24, h=6, order=("job_id",),
+        rename={"job_id": "job", "Value #A": "peak RMM in use", "Value #B": "RMM pool"}))
     d.row("Where the time went")
     d.add(
         timeseries("Time per activity", "Dask's fine performance metrics of the selected "
@@ -653,6 +712,12 @@ def jobs() -> Dashboard:
                    [target(f"avg by (worker) ({BUSY})", "{{worker}}")], w=8, h=8, min_=0,
                    max_=1),
     )
+    d.add(timeseries(
+        "RMM per worker", "Each worker's RMM pool and the bytes in use in it (heartbeats; "
+        "absent on workers without rmm).", "bytes",
+        [target(f"dask_job_worker_rmm_pool_bytes{{{W}}}", "{{worker}} pool"),
+         target(f"dask_job_worker_rmm_used_bytes{{{W}}}", "{{worker}} in use")],
+        w=24, h=7, min_=0))
     d.row("DAGs")
     d.add(
         table("DAGs", "Every DAG seen in the time range with its last status "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import operator
+import os
 import re
 import socket
 import time
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
 DASHBOARD_DIR = GRAFANA / "dashboards"
 CHART_DASHBOARD_DIR = ROOT / "deploy" / "helm" / "dask-metrics" / "dashboards"
+STANDIN_RMM = ROOT / "tests" / "standin_rmm"
 RULES_FILE = ROOT / "deploy" / "helm" / "dask-metrics" / "files" / "prometheus-rules.yaml"
 UIDS = {"dask-metrics-cluster.json": "dask-metrics-cluster",
         "dask-metrics-worker.json": "dask-metrics-worker",
@@ -275,10 +277,16 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
     fake.gpus[0].uuid = SIMULATED_UUID0
     fake.gpus[0].gpu_util, fake.gpus[0].memory_util = 70, 30
     fake.gpus[0].memory_used = 20 * GiB
+    fake.gpus[0].gpm, fake.gpus[0].sm_active, fake.gpus[0].tensor_active = True, 20.0, 5.0
     fake.write()
     fake_env = {k: v for k, v in fake.env.items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
-    options = StackOptions(work / "stack", env=clean_env(), worker_specs=[
-        WorkerSpec("w1", simulate=2), WorkerSpec("w2", env=fake_env)])
+    rmm_state = work / "rmm.json"  # the workers run RMM pools (the stand-in rmm module)
+    rmm_state.write_text(json.dumps({"pool": 2 * GiB, "used": GiB // 2}))
+    base = clean_env()
+    rmm_env = {"STANDIN_RMM_STATE": str(rmm_state), "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(STANDIN_RMM), base.get("PYTHONPATH")]))}
+    options = StackOptions(work / "stack", env=base, worker_specs=[
+        WorkerSpec("w1", simulate=2, env=rmm_env), WorkerSpec("w2", env={**fake_env, **rmm_env})])
     with LocalStack(options) as stack:
         live = Live(stack, start=stack.started)
         # The worker's processes on w2's healthy GPU, as NVML would list them.
@@ -318,6 +326,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
                 "dask_gpu_exporter_nvml_errors_total > 0",
                 'dask_gpu_process_memory_used_bytes{worker="w2"}',
                 'count(count by (worker) (dask_job_worker_gpu_info)) == 2',
+                'count(dask_job_worker_rmm_used_bytes) == 2',
+                'dask_gpu_tensor_active_seconds_total{worker="w2"} > 0',
             ]
             wait_for(lambda: [e for e in ready if not _has(live, e)], lambda x: not x,
                      timeout=60, interval=0.5, what="every series in Prometheus")
