@@ -182,7 +182,8 @@ def make_exporters() -> list[Exporter]:
         Exporter("ours", _ours, "dask_gpu_up", "dask_gpu_exporter_samples_total",
                  "dask_gpu_exporter_last_sample_timestamp_seconds",
                  "dask_gpu_* (info, up, memory used/total/reserved/peak, utilisation, busy "
-                 "seconds, memory bandwidth, power, energy, temperature, SM clock) + "
+                 "seconds, memory bandwidth, power, energy, temperature, SM clock; SM, tensor, "
+                 "DRAM and FP-pipe activity where GPM is) + "
                  "dask_gpu_exporter_* + process_*"),
         Exporter("nvitop-exporter", _nvitop, "gpu_memory_used_MiB", None, "host_uptime_Second",
                  "gpu_* (22 per-GPU gauges: utilisation, encoder/decoder, memory, clocks, "
@@ -195,8 +196,9 @@ def make_exporters() -> list[Exporter]:
 FAKE_GPU0_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
 
-def fake_driver(workdir: Path, gpus: int) -> dict[str, str]:
-    """Write a fake NVML state of ``gpus`` busy-looking A100s; return the environment."""
+def fake_driver(workdir: Path, gpus: int, gpm: bool = False) -> dict[str, str]:
+    """Write a fake NVML state of ``gpus`` busy-looking A100s (H100s with GPM activity when
+    ``gpm``); return the environment."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from tests.fake_nvml import FakeGPU, FakeNVML, GiB, build_fake_nvml
@@ -204,7 +206,9 @@ def fake_driver(workdir: Path, gpus: int) -> dict[str, str]:
     lib_dir = build_fake_nvml(workdir)
     devices = [
         FakeGPU(memory_used=(i % 8 + 1) * GiB, gpu_util=(17 * i) % 101,
-                memory_util=(7 * i) % 101, temperature_c=40 + i % 30)
+                memory_util=(7 * i) % 101, temperature_c=40 + i % 30, gpm=gpm,
+                sm_active=(13 * i) % 101, tensor_active=(5 * i) % 101,
+                name="NVIDIA H100 80GB HBM3" if gpm else "NVIDIA A100-SXM4-80GB")
         for i in range(gpus)
     ]
     fake = FakeNVML(workdir / f"nvml_state_{gpus}", lib_dir, gpus=devices)
@@ -426,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
                         "Prometheus' default Accept headers (OpenMetrics, gzip)")
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--workdir", type=Path, help="fake driver and logs (default: a temp dir)")
+    parser.add_argument("--gpm", action="store_true",
+                        help="fake driver: H100s with GPM (SM/tensor activity read every "
+                        "round) instead of A100s without")
     parser.add_argument("--driver", choices=("fake", "real"), default="fake",
                         help="fake: the test suite's fake NVML with --gpus busy A100s "
                         "(default); real: this machine's NVML and every GPU it has")
@@ -451,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.driver == "real":
                 env, uuid = real_env, real_uuids[0]
             else:
-                env, uuid = fake_driver(workdir, gpus), FAKE_GPU0_UUID
+                env, uuid = fake_driver(workdir, gpus, args.gpm), FAKE_GPU0_UUID
             measure(exporters, gpus, args, workdir, env)
             results[gpus] = [summarize(ex, uuid) for ex in exporters]
             notes += health_notes(exporters, gpus, args.interval)
@@ -459,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     text = (
         f"{table(results, names)}\n\n"
         f"Machine: {versions()}.\n"
-        f"Driver: {args.driver} NVML. Request headers: {args.accept!r}. "
+        f"Driver: {args.driver} NVML{' (fake H100s with GPM)' if args.gpm else ''}. "
+        f"Request headers: {args.accept!r}. "
         f"Interval {args.interval} s for both; "
         f"{args.rounds} rounds x {args.scrapes} scrapes per exporter and GPU count; latency "
         f"over all scrapes, CPU figures medians of rounds; run took "

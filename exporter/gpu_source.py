@@ -348,6 +348,13 @@ class _GpmReader:
             nv.nvmlGpmSampleFree(first)
             raise
         self._taken_at: float | None = None  # monotonic time of the older sample
+        # One request, filled once: a fresh one per round (metrics[] of every metric id
+        # NVML knows, about 20 KB to zero) was most of GPM's cost in Python.
+        self._get = get = nv.c_nvmlGpmMetricsGet_t()
+        get.version = nv.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(GPM_METRIC_IDS)
+        for i, metric in enumerate(GPM_METRIC_IDS.values()):
+            get.metrics[i].metricId = metric
 
     def read(self) -> tuple[dict[str, float], float]:
         nv = self._nv
@@ -361,12 +368,8 @@ class _GpmReader:
         self._samples = (newer, older)
         if then is None:
             return {}, 0.0
-        get = nv.c_nvmlGpmMetricsGet_t()
-        get.version = nv.NVML_GPM_METRICS_GET_VERSION
-        get.numMetrics = len(GPM_METRIC_IDS)
+        get = self._get
         get.sample1, get.sample2 = older, newer
-        for i, metric in enumerate(GPM_METRIC_IDS.values()):
-            get.metrics[i].metricId = metric
         nv.nvmlGpmMetricsGet(get)
         means = {
             name: min(max(get.metrics[i].value / 100.0, 0.0), 1.0)

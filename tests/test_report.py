@@ -278,6 +278,19 @@ def test_a_rapids_job_is_sized_by_what_it_held_not_by_its_pool() -> None:
     assert job["peak_held_bytes"] is None and "does not track" in job["rmm_note"]
     assert any(r["kind"] == "rmm-untracked" and "--rmm-track-allocations" in r["text"]
                for r in report["recommendations"])
+    # the same worker's pool showed use in another job: it tracks allocations, so this
+    # job's 0 is a real 0 (seen on a real H200: PyTorch jobs beside an RMM one)
+    other = Usage(seconds=5.0, rmm_used=1 * GIB, rmm_pool=16 * GIB)
+    report = build(session, [WorkerFacts(info, {("0", "0", "0", "GPU-r"): blind,
+                                                ("1", "0", "0", "GPU-r"): other},
+                                         [peak], [], [])], {}, None, load_models(), 1.2)
+    job0 = next(j for j in report["jobs"] if j["job"] == "0")
+    assert "allocated nothing through RMM" in job0["rmm_note"]
+    assert "does not track" not in job0["rmm_note"]
+    assert job0["peak_held_bytes"] == 0.5 * GIB  # only what NVML saw outside the pool
+    assert report["session"]["rmm"] == {"workers_with_pool": ["w-0"],
+                                        "workers_tracked": ["w-0"]}
+    assert not any(r["kind"] == "rmm-untracked" for r in report["recommendations"])
 
 
 def test_no_jobs_is_advice_about_idle_gpus_only() -> None:

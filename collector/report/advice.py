@@ -141,18 +141,10 @@ def _activity(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _rmm_pool(job: Mapping[str, Any], headroom: float) -> list[dict[str, Any]]:
-    """An RMM pool far larger than what the job held in it, or one whose use Dask cannot
-    see."""
+    """An RMM pool far larger than what the job held in it."""
     pool, used = job.get("rmm_pool_bytes"), job.get("peak_rmm_used_bytes")
-    if not pool:
+    if not pool or not used:
         return []
-    numbers = {"rmm_pool_bytes": pool, "peak_rmm_used_bytes": used, "headroom": headroom}
-    if not used:
-        return [{"kind": "rmm-untracked", "job": job["job"], "text":
-                 f"{_job_label(job)} ran on an RMM pool of {gib(pool)} whose use Dask cannot "
-                 "see: NVML counts the whole pool as used, so the memory figures above are "
-                 "the pool's. Start the workers with dask-cuda's --rmm-track-allocations to "
-                 "measure what the job held.", "based_on": numbers}]
     size = math.ceil(used * headroom / POOL_ROUNDING) * POOL_ROUNDING
     if pool < used * headroom * POOL_OVERSIZED:
         return []
@@ -160,7 +152,25 @@ def _rmm_pool(job: Mapping[str, Any], headroom: float) -> list[dict[str, Any]]:
              f"{_job_label(job)} held at most {gib(used)} of its {gib(pool)} RMM pool "
              f"(sampled at heartbeats: a lower bound): a pool of {gib(size)} "
              f"(rmm_pool_size, x {headroom:g} headroom) would leave the rest of the GPU free.",
-             "based_on": {**numbers, "rmm_pool_size_bytes": size}}]
+             "based_on": {"rmm_pool_bytes": pool, "peak_rmm_used_bytes": used,
+                          "headroom": headroom, "rmm_pool_size_bytes": size}}]
+
+
+def _rmm_untracked(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Workers with RMM pools whose use never showed: nothing allocated through RMM, or a
+    pool that does not track allocations; either way NVML's memory is the pool's."""
+    rmm = report["session"].get("rmm") if "session" in report else None
+    if not rmm or rmm["workers_tracked"]:
+        return []
+    workers = rmm["workers_with_pool"]
+    return [{"kind": "rmm-untracked", "text":
+             f"{len(workers)} worker(s) ran RMM pools ({', '.join(workers[:5])}"
+             f"{', ...' if len(workers) > 5 else ''}) but Dask saw no bytes in use in them all "
+             "session: either nothing was allocated through RMM, or the pools do not track "
+             "allocations. NVML counts a whole pool as used, so the memory figures are the "
+             "pools'. If the work allocates through RMM (cuDF, CuPy or PyTorch with RMM's "
+             "allocator), start the workers with dask-cuda's --rmm-track-allocations.",
+             "based_on": {"workers_with_pool": workers, "workers_tracked": []}}]
 
 
 def _near_capacity(gpu: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -237,6 +247,7 @@ def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]
         out += _idle_gpus(job, idle_percent)
         out += _activity(job)
         out += _rmm_pool(job, headroom)
+    out += _rmm_untracked(report)
     for gpu in gpus:
         out += _near_capacity(gpu)
     if not report["jobs"]:  # sizes from a session without work would be advice on nothing

@@ -183,53 +183,63 @@ def _activity(whole: Usage) -> dict[str, Any]:
             else None}
 
 
-def _rmm(devices: Mapping[str, Usage]) -> dict[str, Any]:
+def _rmm(usages: Mapping[tuple[str, str, str], Usage], tracked: frozenset[str]
+         ) -> dict[str, Any]:
     """The largest RMM use and pool of these GPUs' workers (sampled at heartbeats, so the
-    peak in use is a lower bound); a note where the pool's use is not tracked."""
-    used = max((u.rmm_used for u in devices.values() if u.rmm_used is not None), default=None)
-    pool = max((u.rmm_pool for u in devices.values() if u.rmm_pool is not None), default=None)
+    peak in use is a lower bound), and a note on what they can and cannot say. ``tracked``:
+    the workers whose RMM use Dask saw above 0 at some point of the session (so their pools
+    track allocations)."""
+    used = max((u.rmm_used for u in usages.values() if u.rmm_used is not None), default=None)
+    pool = max((u.rmm_pool for u in usages.values() if u.rmm_pool is not None), default=None)
     note = None
     if pool and not used:
-        note = ("Dask reported an RMM pool but no bytes in use: the pool's resource does not "
-                "track allocations (dask-cuda --rmm-track-allocations), so what the job held "
-                "in it is unknown")
-    elif used is not None:
+        pooled = {w for (w, _, _), u in usages.items() if u.rmm_pool}
+        note = ("no bytes in use in the RMM pool while it ran: it allocated nothing through "
+                "RMM (the same workers' pools show other use, so they track allocations)"
+                if pooled <= tracked else
+                "no bytes in use in the RMM pool while it ran: either it allocated nothing "
+                "through RMM, or the pool does not track allocations (dask-cuda "
+                "--rmm-track-allocations), so what it held in the pool is unknown")
+    elif used:
         note = ("sampled at the workers' heartbeats as the scheduler's scrapes saw them: "
                 "the true peak may be higher")
     return {"peak_rmm_used_bytes": _num(used), "rmm_pool_bytes": _num(pool), "rmm_note": note}
 
 
-def _held(entry: Mapping[str, Any]) -> float | int | None:
+def _held(entry: Mapping[str, Any], tracked: frozenset[str]) -> float | int | None:
     """What a job on RMM pools held at most: per GPU, its worker's peak RMM use plus what
     NVML saw outside the pool at the GPU's peak (CUDA context, other allocators), NVML's
-    peak where the worker has no tracked pool; the largest over the job's GPUs. NVML alone
-    counts a whole pool as used. None where no GPU of the job had a tracked pool."""
+    peak where the worker has no pool that tracks allocations; the largest over the job's
+    GPUs. NVML alone counts a whole pool as used. None where no GPU of the job had a
+    tracked pool."""
     rmm = {(g["worker"], g["gpu"]): (g["peak_rmm_used_bytes"], g["rmm_pool_bytes"])
            for g in entry["per_gpu"]}
-    held, tracked = [], False
+    held, known = [], False
     for p in entry["peaks"]:
         if p["peak_bytes"] is None:
             continue
         used, pool = rmm.get((p["worker"], p["gpu"]), (None, None))
-        if used and pool:
-            tracked = True
-            held.append(used + max(0.0, p["peak_bytes"] - pool))
+        if pool and (used or p["worker"] in tracked):
+            known = True
+            held.append((used or 0) + max(0.0, p["peak_bytes"] - pool))
         else:
             held.append(p["peak_bytes"])
-    return _num(max(held)) if tracked else None
+    return _num(max(held)) if known else None
 
 
 def _use(usages: Mapping[tuple[str, str, str], Usage],
-         metered: frozenset[tuple[str, str, str]] = frozenset()) -> dict[str, Any]:
+         metered: frozenset[tuple[str, str, str]] = frozenset(),
+         tracked: frozenset[str] = frozenset()) -> dict[str, Any]:
     """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
     (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``);
-    ``metered``: the (worker, gpu, uuid) with an energy counter."""
+    ``metered``: the (worker, gpu, uuid) with an energy counter; ``tracked``: the workers
+    whose RMM pools track allocations."""
     devices, shared = by_device(usages)
     whole = total(devices)
     mean = whole.busy / whole.seconds * 100 if whole.seconds else None
     return {"gpus_used": len(devices), "gpu_seconds": _num(whole.seconds),
             "busy_seconds": _num(whole.busy), "mean_utilization_percent": _num(mean, 2),
-            **_activity(whole), **_rmm(devices),
+            **_activity(whole), **_rmm(usages, tracked),
             "idle_gpu_seconds": _num(whole.idle),
             **_energy(list(devices.values()), len(devices), not metered.isdisjoint(usages)),
             "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
@@ -319,7 +329,8 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
                                     if len(ws) > 1] or None,
                     "simulated": "all" if gpus and simulated == len(gpus)
                     else "some" if simulated else "none",
-                    "jobs_source": "jobs.csv" if jobs_rows is not None else None},
+                    "jobs_source": "jobs.csv" if jobs_rows is not None else None,
+                    "rmm": _rmm_session(facts)},
         "rules": {"headroom": headroom, "idle_below_percent": IDLE_PERCENT,
                   "attribution": "a GPU's interval between two samples belongs to what its "
                   "worker ran at the later sample; intervals longer than max_age are gaps"},
@@ -354,9 +365,23 @@ def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
     return out
 
 
+def rmm_tracked(facts: Sequence[WorkerFacts]) -> frozenset[str]:
+    """The workers whose RMM use Dask saw above 0 at some point of the session: their pools
+    track allocations, so a 0 there is a 0 (an untracked pool always reads 0)."""
+    return frozenset(f.info.name for f in facts if any(u.rmm_used for u in f.usage.values()))
+
+
+def _rmm_session(facts: Sequence[WorkerFacts]) -> dict[str, Any] | None:
+    pooled = sorted({f.info.name for f in facts if any(u.rmm_pool for u in f.usage.values())})
+    if not pooled:
+        return None
+    return {"workers_with_pool": pooled, "workers_tracked": sorted(rmm_tracked(facts))}
+
+
 def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
           ) -> list[dict[str, Any]]:
     metered = frozenset((f.info.name, *g) for f in facts for g in f.metered)
+    tracked = rmm_tracked(facts)
     usage: dict[tuple[str, str], dict[tuple[str, str, str], Usage]] = {}
     for f in facts:
         for (job, dag, gpu, uuid), u in f.usage.items():
@@ -376,21 +401,21 @@ def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
         for d in mine:
             for key, u in usage.get((job, d), {}).items():
                 merged.setdefault(key, Usage()).add(u)
-        use = _use(merged, metered)
+        use = _use(merged, metered, tracked)
         entry = {"job": job, "job_name": next((r.get("job_name") for r in job_rows
                                                if r.get("job_name")), None),
                  "status": _status(r.get("status", "") for r in job_rows) if job_rows
                  else "unknown", **_wall(job_rows, use), **use,
                  "peaks": [_peak(p) for p in job_peaks if p.job == job],
                  "per_gpu": [{"worker": w, "gpu": g, "uuid": u,
-                              **_use({(w, g, u): one}, metered)}
+                              **_use({(w, g, u): one}, metered, tracked)}
                              for (w, g, u), one in merged.items()]}
         entry["peak"] = max(entry["peaks"], key=lambda p: p["peak_bytes"] or 0, default=None)
-        entry["peak_held_bytes"] = _held(entry)
+        entry["peak_held_bytes"] = _held(entry, tracked)
         entry["dags"] = []
         for d in mine:
             row = by_dag_rows.get((job, d))
-            dag_use = _use(usage.get((job, d), {}), metered)
+            dag_use = _use(usage.get((job, d), {}), metered, tracked)
             peaks = [_peak(p) for p in dag_peaks if p.job == f"{job}{DAG_SEPARATOR}{d}"]
             entry["dags"].append({
                 "dag": d, "status": (row or {}).get("status") or "unknown",
