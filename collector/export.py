@@ -342,7 +342,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     lo, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data, not the range
     scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
                                  any_cluster)
-    if is_default(metrics):
+    if is_default(metrics) and layout == "tidy":  # the seed layout is the original's files
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)

@@ -133,6 +133,12 @@ def test_a_default_export_adds_the_activity_and_rmm_columns_where_they_have_data
         assert (float(row["rmm-used"]), float(row["rmm-pool"])) == (GiB + s * MiB, 16 * GiB)
     assert {(r["sm-active"], r["rmm-used"]) for r in read_csv(tmp_path / "lab" / "g-1.csv")} \
         == {("", "")}
+    # the seed layout is the original tool's files: never an added column
+    run = collector("export", *span(lab), "--cluster", "lab", "--layout", "seed", "--out",
+                    str(tmp_path / "seed"), "--prometheus", prom.url)
+    assert run.code == 0, run.err
+    record = json.loads((tmp_path / "seed" / "export.json").read_text())
+    assert record["metrics"] == default
 
 
 def test_the_monitor_reads_the_same_rows(prom: PrometheusServer, lab: LabDataset,

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
-from tests.helpers import http_get, promtool_lint, scrape, sidecar, value, values
+from tests.helpers import http_get, promtool_lint, scrape, sidecar, value, values, wait_for
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]  # real NVML, a sidecar process
 
@@ -55,3 +55,41 @@ def test_uuids_match_nvidia_smi(real_gpus):
     out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == real_gpus
+
+
+def test_gpm_series_exactly_where_the_gpu_offers_them(real_gpus):
+    """Hopper and newer: SM/tensor activity gauges in [0, 1] and counters that never go back;
+    a GPU without GPM: none of them (never zeros)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        offers = {uuid: bool(pynvml.nvmlGpmQueryDeviceSupport(
+            pynvml.nvmlDeviceGetHandleByUUID(uuid)).isSupportedDevice) for uuid in real_gpus}
+    finally:
+        pynvml.nvmlShutdown()
+    gpm = ("dask_gpu_sm_active_ratio", "dask_gpu_tensor_active_ratio",
+           "dask_gpu_sm_active_seconds_total", "dask_gpu_tensor_active_seconds_total")
+    with sidecar("--worker", "gpu-test", "--gpus", ",".join(real_gpus), "--interval",
+                 "0.2") as base:
+        def labelled(index: int, uuid: str) -> dict[str, str]:
+            return {"worker": "gpu-test", "gpu": str(index), "uuid": uuid}
+
+        def ready(s) -> bool:
+            return all(values(s, gpm[0], **labelled(i, u)) for i, u in enumerate(real_gpus)
+                       if offers[u])
+
+        first = wait_for(lambda: scrape(base + "/metrics"), ready, what="GPM series")
+        later = wait_for(lambda: scrape(base + "/metrics"),
+                         lambda s: value(s, "dask_gpu_exporter_samples_total",
+                                         worker="gpu-test")
+                         > value(first, "dask_gpu_exporter_samples_total", worker="gpu-test"))
+    for index, uuid in enumerate(real_gpus):
+        labels = labelled(index, uuid)
+        if not offers[uuid]:
+            assert not any(values(later, name, **labels) for name in gpm), uuid
+            continue
+        for name in gpm[:2]:
+            assert 0 <= value(later, name, **labels) <= 1, name
+        for name in gpm[2:]:
+            assert value(later, name, **labels) >= value(first, name, **labels) >= 0, name
