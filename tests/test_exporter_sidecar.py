@@ -264,6 +264,39 @@ def test_gpu_lost_then_back(fake_nvml):
         assert value(back, "dask_gpu_busy_seconds_total", **gpu1) >= busy_down
 
 
+def test_gpm_counters_credit_nothing_while_the_gpu_is_lost(fake_nvml):
+    """A lost GPU keeps its activity counters (never going back) and gains nothing for the
+    time it was away; once back, the means are exact again."""
+    fake_nvml.gpus[1] = FakeGPU(name="NVIDIA H100 80GB HBM3", gpm=True, tensor_active=50.0)
+    fake_nvml.epoch = time.time() + 4  # scripted before start: the activity integrals hold
+    fake_nvml.at(0.5, 1, lost=True).at(2.5, 1, lost=False)
+    fake_nvml.write()
+    gpu1 = gpu_labels(fake_nvml, 1)
+    tensor = "dask_gpu_tensor_active_seconds_total"
+    with sidecar("--worker", "w0", *FAST, env=fake_nvml.env) as base:
+        wait_until_scripted(fake_nvml, 0.0)
+        before = scrape(base + "/metrics")
+        down = wait_for(lambda: scrape(base + "/metrics"),
+                        lambda s: value(s, "dask_gpu_up", **gpu1) == 0, what="GPU 1 down")
+        assert value(down, tensor, **gpu1) >= value(before, tensor, **gpu1)
+        assert not values(down, "dask_gpu_tensor_active_ratio", **gpu1)
+        wait_until_scripted(fake_nvml, 2.4)
+        gone = scrape(base + "/metrics")
+        back = wait_for(lambda: scrape(base + "/metrics"),
+                        lambda s: values(s, "dask_gpu_tensor_active_ratio", **gpu1),
+                        what="GPU 1's activity back")
+        time.sleep(1.0)
+        later = scrape(base + "/metrics")
+    assert value(back, "dask_gpu_tensor_active_ratio", **gpu1) == pytest.approx(0.5, abs=1e-6)
+    # from the last count before the loss to the first mean after it: at most the sampling
+    # rounds at either edge (0.1 s each at 50 %), not the 2 s away
+    assert value(back, tensor, **gpu1) - value(gone, tensor, **gpu1) <= 0.5 * 0.35
+    stamp = "dask_gpu_exporter_last_sample_timestamp_seconds"
+    elapsed = value(later, stamp, worker="w0") - value(back, stamp, worker="w0")
+    assert value(later, tensor, **gpu1) - value(back, tensor, **gpu1) == pytest.approx(
+        0.5 * elapsed, abs=0.06)
+
+
 @pytest.mark.parametrize(
     ("init_error", "needle"),
     [(9, "kernel driver is not loaded"), (18, "versions differ")],
