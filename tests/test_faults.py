@@ -501,3 +501,17 @@ def test_a_bad_preload_setting_stops_the_scheduler_with_one_line(args: list[str]
     assert "stopping the scheduler" in lines[0]
     assert "Closing scheduler. Reason: dask-metrics-bad-setting" in log
     assert "Traceback" not in log
+    assert result.returncode == 2, log  # a supervisor or batch system sees the failure
+
+
+@pytest.mark.integration
+def test_the_dask_command_exits_non_zero_after_a_bad_setting_too():
+    """``python -m dask scheduler`` (what ``dask scheduler`` runs) exits 2 as well."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--dashboard-address", "127.0.0.1:0", "--preload", "dask_metrics.scheduler"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env=clean_env(DASK_DASK_METRICS__SCHEDULER__JOB_MODE="bogus"))
+    log = result.stdout + result.stderr
+    assert result.returncode == 2, log
+    assert "job-mode: 'bogus' is not one of" in log and "Traceback" not in log

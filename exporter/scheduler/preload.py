@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import os
+import sys
 from typing import Any
 
 import click
@@ -15,6 +18,7 @@ from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
 from dask_metrics.exporter.scheduler.settings import CONFIG_SECTION, Settings
 
 logger = logging.getLogger(__name__)
+EXIT_BAD_SETTING = 2  # the scheduler command's exit status after a bad setting stopped it
 
 
 @click.command()
@@ -86,6 +90,28 @@ def _stop(scheduler: Any, exc: BaseException) -> None:
                  reason)
     asyncio.get_running_loop().call_soon(
         lambda: asyncio.ensure_future(scheduler.close(reason="dask-metrics-bad-setting")))
+    if _scheduler_command():
+        atexit.register(_exit_failed)
+
+
+def _scheduler_command() -> bool:
+    """Whether this process is Dask's scheduler command (``dask scheduler``, ``python -m
+    dask scheduler``, ``dask-scheduler``), whose exit status a supervisor or batch system
+    reads; not a program that runs a scheduler in-process (a notebook), which must live on."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    module = spec.name if spec is not None else ""
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if module == "distributed.cli.dask_scheduler" or program == "dask-scheduler":
+        return True
+    return (module == "dask.__main__" or program == "dask") and sys.argv[1:2] == ["scheduler"]
+
+
+def _exit_failed() -> None:
+    """At exit, after the scheduler closed: exit non-zero (Dask's command would exit 0)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(EXIT_BAD_SETTING)
 
 
 async def dask_teardown(scheduler: Any) -> None:
