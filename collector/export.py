@@ -39,7 +39,9 @@ from dask_metrics.collector.columns import (
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.fetch import (
     ATTRIBUTION_METRICS,
+    TRIM_ABOVE_CHUNKS,
     Scope,
+    clusters_in,
     clusters_of,
     data_span,
     discover,
@@ -180,6 +182,27 @@ def cluster_names(clusters: Sequence[str]) -> str:
                      for c in clusters)
 
 
+def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool, span: str,
+                   url: str) -> str | None:
+    """The cluster an export reads, from the clusters ``found`` in its range: the one named,
+    the only one, or None (every cluster) with ``any_cluster``; raises CollectorError or
+    UsageError saying what was found."""
+    if not found:
+        raise CollectorError(f"no GPU series (dask_gpu_info) {span} at {url}: is "
+                             "Prometheus scraping the GPU exporters, and is the time range right?")
+    if any_cluster:
+        return None
+    if cluster is None:
+        if len(found) > 1:
+            raise UsageError(f"Prometheus holds GPU series of {len(found)} Dask clusters {span}: "
+                             f"{cluster_names(found)}; choose one with --cluster NAME")
+        return found[0]
+    if cluster not in found:
+        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
+                             f"{cluster_names(found)})")
+    return cluster
+
+
 def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
                  patterns: Sequence[str] | None, cluster: str | None = None,
                  replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False
@@ -195,22 +218,11 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     Raises UsageError when several clusters are found and none is named (the message lists
     them), CollectorError when there is no GPU series, no such cluster or no such worker.
     """
-    gpus, addresses = discover(client, start, end, chunk, Scope(None, tuple(replica_labels)))
     span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
-    if not gpus:
-        raise CollectorError(f"no GPU series (dask_gpu_info) {span} at {client.url}: is "
-                             "Prometheus scraping the GPU exporters, and is the time range right?")
-    found = clusters_of(gpus)
-    if any_cluster:
-        cluster = None
-    elif cluster is None:
-        if len(found) > 1:
-            raise UsageError(f"Prometheus holds GPU series of {len(found)} Dask clusters {span}: "
-                             f"{cluster_names(found)}; choose one with --cluster NAME")
-        cluster = found[0]
-    elif cluster not in found:
-        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
-                             f"{cluster_names(found)})")
+    if end - start > TRIM_ABOVE_CHUNKS * chunk:  # one query first: the chunks cost one each
+        chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
+    gpus, addresses = discover(client, start, end, chunk, Scope(None, tuple(replica_labels)))
+    cluster = chosen_cluster(clusters_of(gpus), cluster, any_cluster, span, client.url)
     scope = Scope(cluster, tuple(replica_labels))
     workers = worker_inventory(in_cluster(gpus, cluster), in_cluster(addresses, cluster))
     try:

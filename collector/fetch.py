@@ -133,6 +133,8 @@ def fetch_label_sets(client: PrometheusClient, sel: str, start: int, end: int, c
                      scope: Scope = UNSCOPED) -> list[dict[str, str]]:
     """The label sets of the series of ``sel`` with a sample in [start, end], without
     transferring their samples (``last_over_time`` keeps one per series and chunk)."""
+    if end - start > TRIM_ABOVE_CHUNKS * chunk and not any_sample(client, sel, start, end):
+        return []  # one query says so, where the chunks would cost one each: a year, 8,760
     run = _raw_run(client, lambda rng: f"last_over_time({sel}{rng})", start)
     found = merge((s for lo, hi in plan_chunks(start, end, chunk)
                    for s in _attempt(run, lo, hi, halve_range)), scope.replica_labels)
@@ -156,12 +158,25 @@ TRIM_ABOVE_CHUNKS = 4
 samples: ``--since 1y`` over a week of data costs a week's queries, not a year's."""
 
 
+def any_sample(client: PrometheusClient, sel: str, start: int, end: int) -> bool:
+    """Whether the series of ``sel`` have a sample in [start, end] (ms): one instant query."""
+    window = max(end - start, 1) + 1
+    return bool(client.query(f"count(last_over_time({sel}[{window}ms]))", end / 1000))
+
+
+def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:
+    """The dask_cluster values of the GPU series with a sample in [start, end] (ms), sorted
+    ("" for series without one): one instant query, whatever the range."""
+    window = max(end - start, 1) + 1
+    found = client.query(f"count by ({DASK_CLUSTER}) (last_over_time({INFO.name}"
+                         f"[{window}ms]))", end / 1000)
+    return clusters_of([series.labels for series in found])
+
+
 def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
             scope: Scope = UNSCOPED) -> set[str]:
     """The ``metrics`` with a sample in [start, end] (ms): one instant query each."""
-    window = max(end - start, 1) + 1
-    return {m for m in metrics
-            if client.query(f"count(last_over_time({scope.of(m)}[{window}ms]))", end / 1000)}
+    return {m for m in metrics if any_sample(client, scope.of(m), start, end)}
 
 
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,

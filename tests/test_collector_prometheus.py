@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -580,6 +581,36 @@ def test_no_data_and_unknown_workers(prom: PrometheusServer, dataset: Dataset,
                     str(dataset.core), "--out", str(out), *auth(prom, password_file))
     assert "before the end" in one_error_line(run, 2)
     assert not out.exists()
+
+
+def queries_served(prom: PrometheusServer) -> float:
+    """Instant and range queries the store has answered, from its own /metrics."""
+    status, text = prom.get("/metrics")
+    assert status == 200, text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(("prometheus_http_requests_total{", "vm_http_requests_total{")) \
+                and re.search(r'(handler|path)="[^"]*/api/v1/query(_range)?"', line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.parametrize("command", ["export", "peaks", "report"])
+def test_a_long_range_without_data_costs_a_few_queries_not_one_per_chunk(
+        prom: PrometheusServer, dataset: Dataset, password_file: Path, tmp_path: Path,
+        command: str) -> None:
+    """Ten thousand years before the data, or the right years for a cluster that is not
+    there: the one-line error after a handful of queries (chunk by chunk, a year alone was
+    8,760 queries and a minute)."""
+    out = ["--out", str(tmp_path / "out")] if command != "peaks" else []
+    before = queries_served(prom)
+    run = collector(command, "--since", "10000y", "--until", str(dataset.t0 - 60), *out,
+                    *auth(prom, password_file))
+    assert "no GPU series (dask_gpu_info)" in one_error_line(run, 1)
+    run = collector(command, "--since", "1y", "--cluster", "nosuch", *out,
+                    *auth(prom, password_file))
+    assert "no GPU series of Dask cluster 'nosuch'" in one_error_line(run, 1)
+    assert queries_served(prom) - before <= 12
 
 
 def test_tls_with_a_private_ca_and_a_client_certificate(blocks: Path, dataset: Dataset,
