@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     stop = actions.add_parser("stop", parents=[sched],
                               help="stop the session once running DAGs have finished")
     stop.add_argument("--force", action="store_true", help="stop now, without waiting")
+    stop.add_argument("--any-owner", action="store_true",
+                      help="stop the running session even if another user or host started it")
     stop.add_argument("--timeout", metavar="SECONDS", type=float,
                       help="wait at most this long for running DAGs")
     actions.add_parser("status", parents=[sched], help="the session and the current job/DAG")
@@ -530,7 +532,7 @@ def _run_monitor(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--metrics: {exc}") from None
     with _scheduler_client(args) as client:
-        monitor = Monitor(client)
+        monitor = Monitor(client)  # owned, like a Monitor's sessions, by the user on this host
         if args.action == "start":
             running = (monitor.status().get("session") or {})
             if running and not running.get("stop"):  # say it before attach() would
@@ -541,7 +543,8 @@ def _run_monitor(args: argparse.Namespace) -> int:
             reply = monitor.start()
             text = f"started {_describe(reply['session'])}"
         elif args.action == "stop":
-            reply = monitor.stop(force=args.force, timeout=args.timeout)
+            reply = monitor.stop(force=args.force, timeout=args.timeout,
+                                 any_owner=args.any_owner)
             text = f"stopped {_describe(reply['session'])}"
         elif args.action == "new-job":
             job_id = monitor.new_job(args.name)

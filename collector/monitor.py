@@ -9,8 +9,10 @@ else a ``config`` file, else the URL the scheduler preload advertises.
 
 from __future__ import annotations
 
+import getpass
 import math
 import os
+import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -76,7 +78,7 @@ class Monitor:
     def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,
                  scrape_wait: float = 30.0, stop_timeout: float = STOP_TIMEOUT,
                  cluster: str | None = None, replica_labels: Sequence[str] = (),
-                 **connection: Any) -> None:
+                 owner: str | None = None, **connection: Any) -> None:
         unknown = sorted(set(connection) - set(CONNECTION_OPTIONS))
         if unknown:
             raise MonitorUsageError(f"Monitor({unknown[0]}=...): unknown connection option "
@@ -93,6 +95,12 @@ class Monitor:
         self._connection = connection
         self._replica_labels = tuple(dict.fromkeys([*REPLICA_LABELS, *replica_labels]))
         self._scope = None if cluster is None else Scope(cluster, self._replica_labels)
+        # Sessions live on the scheduler, shared by every client: this Monitor stops and reads
+        # the one it started (by id), and the scheduler refuses its stop to other owners. The
+        # owner is the user on this host, not the client: the original workflow stops a
+        # session from a new client (and a new Monitor) of the same user.
+        self.owner = owner or f"{user_name()}@{socket.gethostname()}"
+        self._session_id: int | None = None
 
     # ---- sessions (on the scheduler) -------------------------------------------------------
 
@@ -124,18 +132,27 @@ class Monitor:
         return self
 
     def start(self) -> dict[str, Any]:
-        """Start a monitor session; refused while one runs (from any client)."""
-        return self._checked(self._call(Handler.MONITOR_START, metrics=self.metrics))
+        """Start a monitor session, owned by this Monitor; refused while one runs (from any
+        client)."""
+        reply = self._checked(self._versioned(Handler.MONITOR_START, {"owner": self.owner},
+                                              metrics=self.metrics))
+        self._session_id = int(reply["session"]["id"])
+        return reply
 
-    def stop(self, force: bool = False, timeout: float | None = None) -> dict[str, Any]:
-        """Stop the running session once the DAGs unfinished now have finished; ``force``
-        stops at once. ``timeout``: seconds to wait for them (None: the Monitor's
-        ``stop_timeout``, 60 by default; ``math.inf``: no limit). On a timeout the session
-        keeps running and MonitorError says which jobs and DAGs are still running and how many
-        tasks are in flight."""
+    def stop(self, force: bool = False, timeout: float | None = None,
+             any_owner: bool = False) -> dict[str, Any]:
+        """Stop the session this Monitor started (or, where it started none, the running
+        one) once the DAGs unfinished now have finished; ``force`` stops at once.
+        ``timeout``: seconds to wait for them (None: the Monitor's ``stop_timeout``, 60 by
+        default; ``math.inf``: no limit). On a timeout the session keeps running and
+        MonitorError says which jobs and DAGs are still running and how many tasks are in
+        flight. Another client's session is refused unless ``any_owner``: then whatever
+        session runs is stopped."""
         timeout = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         limit = None if math.isinf(timeout) else float(timeout)
-        reply = self._call(Handler.MONITOR_STOP, wait=not force, timeout=limit)
+        mine = {"owner": self.owner, "any_owner": bool(any_owner),
+                "session_id": None if any_owner else self._session_id}
+        reply = self._versioned(Handler.MONITOR_STOP, mine, wait=not force, timeout=limit)
         if not force and not reply.get("ok") and _timed_out(reply):
             raise MonitorError(self._still_running(reply, timeout))
         return self._checked(reply)
@@ -283,11 +300,21 @@ class Monitor:
         return list(self._call(Handler.MONITOR_SESSIONS))
 
     def session(self) -> dict[str, Any]:
-        """The running or last monitor session: ``{"id", "start", "stop", "metrics"}``."""
+        """The session this Monitor started, else the running or last one: ``{"id",
+        "start", "stop", "metrics", "owner", ...}``. Always the one asked for: a session
+        another client started since is never returned in its place."""
         session = self.status().get("session")
-        if not session:
-            raise MonitorError("no monitor session yet: call Monitor.start() first")
-        return session
+        if self._session_id is None or (session and session["id"] == self._session_id):
+            if not session:
+                raise MonitorError("no monitor session yet: call Monitor.start() first")
+            return session
+        for old in self._call(Handler.MONITOR_SESSIONS, since=self._session_id - 1):
+            if old["id"] == self._session_id:
+                return old
+        raise MonitorError(f"monitor session {self._session_id}, which this Monitor started, is "
+                           "no longer known to the scheduler (restarted, or more sessions since "
+                           "than it keeps): its data is still in Prometheus, e.g. 'collector "
+                           "export --since TIME --until TIME'")
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -320,6 +347,19 @@ class Monitor:
             raise MonitorError("the scheduler has no dask-metrics preload: start it with "
                                "'dask scheduler --preload dask_metrics.scheduler'")
         return reply
+
+    def _versioned(self, handler: str, newer: dict[str, Any], **kwargs: Any) -> Any:
+        """Call ``handler`` with ``newer`` arguments too; a preload older than them (its
+        handler refuses unknown keywords) is called without, with a warning: its sessions
+        have no owner."""
+        try:
+            return self._call(handler, **kwargs, **newer)
+        except TypeError as exc:
+            if not any(name in str(exc) for name in newer):
+                raise
+        warnings.warn("the scheduler's dask-metrics preload is older than this Monitor: its "
+                      "sessions have no owner, so any client may stop them", stacklevel=3)
+        return self._call(handler, **kwargs)
 
     def _still_running(self, reply: dict[str, Any], timeout: float) -> str:
         """The timeout message: what the stop waited for, read from the scheduler now."""
@@ -431,6 +471,14 @@ def _writing(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
     except OSError as exc:
         raise MonitorError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
+
+
+def user_name() -> str:
+    """The user's name for a session's owner (a uid where the system has no name for it)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid{os.getuid()}"
 
 
 def _seconds(value: Any, name: str) -> float:

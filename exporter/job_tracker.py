@@ -94,6 +94,7 @@ class MonitorSession:
     max_jobs: int = 10_000  # jobs recorded; DAGs of further jobs are only counted
     jobs: dict[int, SessionJob] = field(default_factory=dict)  # by job id, first seen first
     unrecorded_dags: int = 0  # DAGs of the jobs beyond max_jobs
+    owner: str | None = None  # who started it (a Monitor's user, host and client id)
 
     def record(self, dag: Dag) -> None:
         """``dag`` was submitted while this session ran."""
@@ -121,7 +122,12 @@ class MonitorSession:
                 for job_id, j in sorted(self.jobs.items())
             ],
             "unrecorded_dags": self.unrecorded_dags,
+            "owner": self.owner,
         }
+
+
+def _by(session: MonitorSession) -> str:
+    return f" (started by {session.owner})" if session.owner else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,11 +409,14 @@ class JobTracker:
         """The running session, else the last one (None before the first)."""
         return self._session
 
-    def start_session(self, metrics: Iterable[str] = ()) -> MonitorSession:
+    def start_session(self, metrics: Iterable[str] = (), owner: str | None = None
+                      ) -> MonitorSession:
         if self._session is not None and self._session.stop is None:
-            raise SessionError(f"monitor session {self._session.id} is already running")
+            raise SessionError(f"monitor session {self._session.id}{_by(self._session)} is "
+                               "already running")
         self._session = MonitorSession(
-            self._session_ids, self._clock(), tuple(metrics), max_jobs=self.max_session_jobs
+            self._session_ids, self._clock(), tuple(metrics), max_jobs=self.max_session_jobs,
+            owner=owner,
         )
         self._session_ids += 1
         return self._session

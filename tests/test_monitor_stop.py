@@ -106,7 +106,7 @@ def test_collector_monitor_stop_timeout_is_one_line_and_exit_1():
         wait_for(lambda: running_dags(client), what="the DAG to run")
         result = subprocess.run(
             [sys.executable, "-m", "dask_metrics.collector", "monitor", "stop",
-             "--scheduler", lc.scheduler_address, "--timeout", "0.3"],
+             "--scheduler", lc.scheduler_address, "--timeout", "0.3"],  # the same user
             capture_output=True, text=True, timeout=60)
         Event("go-cli", client=client).set()
         blocked.result(timeout=30)
@@ -115,3 +115,43 @@ def test_collector_monitor_stop_timeout_is_one_line_and_exit_1():
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert re.search(r"not stopped after 0\.3 s: 1 DAG\(s\) still running: job 0 'carol' "
                      r"DAG 0 \(running.*\); 1 task\(s\) processing on tcp://", lines[0])
+
+
+def test_a_session_belongs_to_the_monitor_that_started_it():
+    """Bob cannot stop Alice's session by mistake; with any_owner he can, and his own
+    session then runs; Alice's stop is refused (hers has ended) and her session() is still
+    hers, with her columns, not Bob's."""
+    with preload_cluster() as lc, Client(lc, name="alice") as a, Client(lc, name="bob") as b:
+        alice = Monitor(a, owner="alice@lab").attach(["mem-util"])
+        bob = Monitor(b, owner="bob@lab").attach(["power"])
+        started = alice.start()["session"]
+        assert started["owner"] == "alice@lab"
+        with pytest.raises(MonitorError, match=rf"monitor session {started['id']} was started "
+                           r"by .*alice.*not by this client: stop\(any_owner=True\)"):
+            bob.stop()
+        with pytest.raises(MonitorError, match="already running"):
+            bob.start()
+        assert bob.stop(any_owner=True)["session"]["id"] == started["id"]
+        theirs = bob.start()["session"]
+        with pytest.raises(MonitorError, match=rf"monitor session {started['id']} is not "
+                           rf"running: session {theirs['id']}, started by .*bob.* is"):
+            alice.stop()
+        mine = alice.session()
+        assert (mine["id"], list(mine["metrics"]), mine["owner"]) == (started["id"], ["mem-util"],
+                                                                alice.owner)
+        assert bob.session()["id"] == theirs["id"] and bob.status()["running"]
+        assert Monitor(a).session()["id"] == theirs["id"]  # a Monitor that started none
+        # the original workflow: a new client and Monitor of the same user stop the session
+        same = Monitor(b, owner="bob@lab")
+        assert same.stop()["session"]["id"] == theirs["id"]
+
+
+def test_the_command_line_stops_the_sessions_it_started():
+    with preload_cluster() as lc:
+        cli = [sys.executable, "-m", "dask_metrics.collector", "monitor"]
+        where = ["--scheduler", lc.scheduler_address]
+        for action in ("start", "stop"):
+            result = subprocess.run([*cli, action, *where], capture_output=True, text=True,
+                                    timeout=60)
+            assert result.returncode == 0, result.stderr
+        assert "stopped monitor session 0" in result.stdout

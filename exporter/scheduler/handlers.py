@@ -48,29 +48,44 @@ class MonitorHandlers:
             Handler.CLUSTER: self.cluster,
         }
 
-    def monitor_start(self, metrics: Iterable[str] | str | None = None) -> dict[str, Any]:
+    def monitor_start(self, metrics: Iterable[str] | str | None = None,
+                      owner: str | None = None) -> dict[str, Any]:
         if isinstance(metrics, str):
             metrics = [metrics]
         if not (metrics is None or (isinstance(metrics, list | tuple)
                 and all(isinstance(m, str) for m in metrics))):
             return self._refusal(SessionError("metrics must be a metric name or a list of them"))
+        if not (owner is None or (isinstance(owner, str) and 0 < len(owner) <= MAX_OWNER)):
+            return self._refusal(SessionError(f"owner must be a string of 1 to {MAX_OWNER} "
+                                              "characters (or None)"))
         names = list(metrics or ())
         try:
-            session = self.tracker.start_session(names)
+            session = self.tracker.start_session(names, owner)
         except SessionError as exc:
             return self._refusal(exc)
         logger.info("dask-metrics: monitor session %d started", session.id)
         return {"ok": True, "session": session.to_dict()}
 
-    async def monitor_stop(self, wait: bool = True, timeout: float | None = None) -> dict[str, Any]:
+    async def monitor_stop(self, wait: bool = True, timeout: float | None = None,
+                           session_id: int | None = None, owner: str | None = None,
+                           any_owner: bool = False) -> dict[str, Any]:
         """Stop the session; with ``wait``, once the DAGs unfinished now have finished.
-        After ``timeout`` seconds of waiting the session is left running and ok is False."""
-        if not isinstance(wait, bool) or not (timeout is None or _seconds(timeout)):
-            return self._refusal(SessionError("wait must be true or false and timeout a "
-                                              "number of seconds (or None)"))
+        After ``timeout`` seconds of waiting the session is left running and ok is False.
+
+        ``session_id``: stop only that session; a session with an owner is stopped only by
+        that ``owner``, or with ``any_owner`` (a caller that names none is another client)."""
+        if not isinstance(wait, bool) or not (timeout is None or _seconds(timeout)) \
+                or not (session_id is None or _whole(session_id)) \
+                or not (owner is None or isinstance(owner, str)) or not isinstance(any_owner, bool):
+            return self._refusal(SessionError("wait and any_owner must be true or false, timeout "
+                                              "a number of seconds (or None), session_id a "
+                                              "session's id and owner a string (or None)"))
         session = self.tracker.session
         if session is None or session.stop is not None:
-            return self._refusal(SessionError("no monitor session is running"))
+            ended = "" if session_id is None else f" (session {session_id} has ended)"
+            return self._refusal(SessionError(f"no monitor session is running{ended}"))
+        if (refused := _not_yours(session, session_id, owner, any_owner)) is not None:
+            return self._refusal(SessionError(refused))
         if wait:
             dags = self.tracker.unfinished()
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -139,6 +154,23 @@ class MonitorHandlers:
     def cluster(self) -> str | None:
         """The dask_cluster label of this cluster's series: what workers and sidecars use."""
         return self._cluster()
+
+
+MAX_OWNER = 200  # characters of a session's owner
+
+
+def _not_yours(session: Any, session_id: int | None, owner: str | None, any_owner: bool
+               ) -> str | None:
+    """Why a caller may not stop the running ``session``, or None when it may."""
+    if session_id is not None and session.id != session_id:
+        by = f", started by {session.owner}" if session.owner else ""
+        return (f"monitor session {session_id} is not running: session {session.id}{by} is, "
+                "and is left running")
+    if session.owner and owner != session.owner and not any_owner:
+        return (f"monitor session {session.id} was started by {session.owner}, not by this "
+                "client: stop(any_owner=True) (collector monitor stop --any-owner) stops it "
+                "anyway")
+    return None
 
 
 def _whole(value: Any) -> bool:
