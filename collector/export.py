@@ -86,6 +86,8 @@ from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
+    CLUSTER_ENV,
+    CLUSTER_OPTION,
     DASK_CLUSTER,
     GPU_BY_PREFIX_COLUMNS,
     GPU_BY_PREFIX_CSV,
@@ -199,7 +201,10 @@ def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool,
         return found[0]
     if cluster not in found:
         raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
-                             f"{cluster_names(found)})")
+                             f"{cluster_names(found)}): if one of those is this cluster, its GPU "
+                             "exporters name it differently from its scheduler; give the "
+                             f"scheduler and every exporter the same {CLUSTER_OPTION} NAME "
+                             f"({CLUSTER_ENV}=NAME)")
     return cluster
 
 

@@ -27,6 +27,7 @@ from dask_metrics.exporter.config import (
 from dask_metrics.exporter.gpu_collector import GpuCollector
 from dask_metrics.exporter.gpu_source import GpuSource, NvmlSource, SourceUnavailable
 from dask_metrics.exporter.http import make_app, serve, tls_context
+from dask_metrics.exporter.learn_cluster import learn_in_background
 from dask_metrics.exporter.sampler import Sampler
 from dask_metrics.exporter.simulated import SimulatedSource
 from dask_metrics.exporter.target import TargetSource
@@ -96,10 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # --simulate N serves N simulated GPUs: the worker-info file's GPU list (the worker's
     # real GPUs, none on a machine without any) gives way; its name and pid still count.
+    scheduler = config.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    start = sidecar_start(config.dask_cluster, config.worker_info_file, scheduler)
     target = TargetSource(worker=config.worker, gpus=config.gpus,
                           pids=frozenset(config.pids), info_file=config.worker_info_file,
-                          file_gpus=not config.simulate,
-                          cluster=sidecar_start(config.dask_cluster, config.worker_info_file))
+                          file_gpus=not config.simulate, cluster=start)
     unnamed = not (config.worker or os.environ.get("DASK_WORKER_NAME")
                    or config.worker_info_file)
     sampler = make_sampler(config, target, unnamed=unnamed)
@@ -142,7 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("serving %d GPU(s) of worker %r on %s://%s:%d/metrics", len(first.gpus),
                 first.worker, "https" if tls else "http",
                 f"[{host}]" if ":" in host else host, httpd.server_port)
-    if first.cluster is None:  # series only once the worker-info file names the cluster
+    if start is None and not config.worker_info_file and scheduler:
+        def learned(name: str) -> None:
+            target.set_cluster(name)
+            logger.info("dask_cluster %r, from the scheduler at %s", name, scheduler)
+
+        learn_in_background(scheduler, learned)
+        logger.info("asking the scheduler at %s for the dask_cluster name: no GPU series "
+                    "until it answers (or give --dask-cluster)", scheduler)
+    elif first.cluster is None:  # series only once the worker-info file names the cluster
         logger.warning("dask_cluster not known yet: no GPU series until the worker-info file "
                        "names it (or give --dask-cluster)")
 

@@ -103,17 +103,15 @@ def worker_fallback(scheduler_address: str) -> str:
     return f"{host}-{port}" if port else host
 
 
-def sidecar_start(option: Any, info_file: str | None,
+def sidecar_start(option: Any, info_file: str | None, scheduler: str | None = None,
                   environ: Mapping[str, str] = os.environ) -> str | None:
-    """The value a sidecar starts with: the user's (``configured``); else None with a
-    worker-info file, whose ``cluster`` the worker preload fills in once the scheduler has
-    told it (no series until then); else, with no worker to learn it from, the scheduler's
-    Kubernetes name from ``DASK_SCHEDULER_ADDRESS`` (which dask-kubernetes sets in every
-    container of a worker pod), else the host name."""
+    """The value a sidecar starts with: the user's (``configured``); else None, to be
+    learned: with a worker-info file, from the ``cluster`` the worker preload writes into
+    it once the scheduler has told it; else, with the scheduler's address (``scheduler``,
+    else ``DASK_SCHEDULER_ADDRESS``, which dask-jobqueue and dask-kubernetes set), from the
+    scheduler itself (``learn_cluster``); no series until then. With neither: the host
+    name."""
     found = configured(option, environ)
-    if found or info_file:
+    if found or info_file or scheduler or environ.get("DASK_SCHEDULER_ADDRESS"):
         return found
-    address = environ.get("DASK_SCHEDULER_ADDRESS")
-    if address:
-        return worker_fallback(address)
     return socket.gethostname()

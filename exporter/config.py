@@ -184,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dask_cluster", _text, "the dask_cluster label of every series (default: "
            "DASK_METRICS_CLUSTER, else Dask config dask-metrics.cluster, else what the "
            "scheduler says, through the worker-info file)", "NAME"),
+    Option("scheduler", _text, "sidecar: the Dask scheduler's address, to learn the "
+           "dask_cluster name from when no worker-info file names it (default: "
+           "DASK_SCHEDULER_ADDRESS)", "ADDRESS"),
     Option("log_level", _level, "debug, info, warning or error (default info)", "LEVEL"),
 )
 
@@ -208,6 +211,7 @@ class ExporterConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connection_timeout: float = DEFAULT_CONNECTION_TIMEOUT
     dask_cluster: str | None = None
+    scheduler: str | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ import dask.config
 from prometheus_client import REGISTRY
 
 from dask_metrics.configfile import ConfigError
-from dask_metrics.contract import CLUSTER_OPTION, DASK_CLUSTER, Handler
+from dask_metrics.contract import DASK_CLUSTER, Handler
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.cli import make_sampler
 from dask_metrics.exporter.config import ENV_PREFIX, OPTIONS, ExporterConfig, resolve
@@ -35,6 +35,7 @@ from dask_metrics.exporter.identity import (
     worker_label,
     write_info_file,
 )
+from dask_metrics.exporter.learn_cluster import scheduler_cluster
 from dask_metrics.exporter.sampler import Sampler
 from dask_metrics.exporter.target import TargetSource
 
@@ -117,7 +118,8 @@ def _learn_cluster(worker: Any, own: str | None, target: TargetSource | None,
     publish(own)
 
     async def ask() -> None:
-        said = await scheduler_cluster(worker)
+        said = await scheduler_cluster(getattr(worker.scheduler, Handler.CLUSTER),
+                                       worker.scheduler.address)
         if own is None:
             if target is not None:
                 target.set_cluster(said)
@@ -134,34 +136,6 @@ def _learn_cluster(worker: Any, own: str | None, target: TargetSource | None,
     _learners[id(worker)] = task
     task.add_done_callback(lambda t: _learners.pop(id(worker), None)
                            if _learners.get(id(worker)) is t else None)
-
-
-async def scheduler_cluster(worker: Any) -> str:
-    """The scheduler's dask_cluster value (its ``dask_metrics_cluster`` handler), asked
-    until it answers; a scheduler without the dask-metrics preload answers nothing, and the
-    value is then derived from the scheduler's address (``cluster.worker_fallback``)."""
-    delay = 0.1
-    while True:
-        try:
-            said = await getattr(worker.scheduler, Handler.CLUSTER)()
-        except (OSError, asyncio.TimeoutError) as exc:  # not reachable yet: ask again
-            logger.debug("dask-metrics: asking the scheduler for %s: %s", DASK_CLUSTER, exc)
-        except Exception as exc:  # an old preload, or none: no such handler
-            said = None
-            logger.debug("dask-metrics: %s: %r", Handler.CLUSTER, exc)
-            break
-        else:
-            break
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
-    if isinstance(said, str) and said:
-        return said
-    fallback = cluster_name.worker_fallback(worker.scheduler.address)
-    logger.warning("dask-metrics: the scheduler does not name its cluster (no "
-                   "dask_metrics.scheduler preload?): labelling this worker's series %s=%r "
-                   "from its address; give %s to every part to choose it", DASK_CLUSTER,
-                   fallback, CLUSTER_OPTION)
-    return fallback
 
 
 def nvml_refusal(config: ExporterConfig) -> str | None:

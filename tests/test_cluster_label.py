@@ -73,11 +73,13 @@ def test_worker_fallback_and_sidecar_start_agree_with_the_scheduler_on_kubernete
     assert cluster.worker_fallback("tcp://my-dask-scheduler:8786") == "my-dask"
     assert cluster.worker_fallback("tcp://10.0.0.5:8786") == "10.0.0.5-8786"
     env = {"DASK_SCHEDULER_ADDRESS": address}
-    assert cluster.sidecar_start(None, None, env) == "analysis"
-    # a worker-info file to learn it from: nothing until the worker writes it there
-    assert cluster.sidecar_start(None, "/shared/worker.json", env) is None
-    assert cluster.sidecar_start("mine", "/shared/worker.json", env) == "mine"
-    assert cluster.sidecar_start(None, None, {}) == socket.gethostname()
+    # the scheduler's address (or a worker-info file): learned from the scheduler (or the
+    # worker), nothing until then
+    assert cluster.sidecar_start(None, None, None, env) is None
+    assert cluster.sidecar_start(None, None, address, {}) is None
+    assert cluster.sidecar_start(None, "/shared/worker.json", None, env) is None
+    assert cluster.sidecar_start("mine", "/shared/worker.json", None, env) == "mine"
+    assert cluster.sidecar_start(None, None, None, {}) == socket.gethostname()
 
 
 def test_the_users_value_option_then_environment_then_dask_config(monkeypatch):
@@ -214,6 +216,45 @@ def test_default_agreed_by_scheduler_worker_and_sidecar_and_a_worker_with_its_ow
     scheduler_log, _, own_log = (p.output for p in procs)
     assert "its own setting" in own_log and repr(derived) in own_log  # logged loudly
     assert "labels its series dask_cluster='its-own'" in scheduler_log
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["environment", "option"])
+def test_a_sidecar_without_a_worker_file_asks_the_scheduler_for_the_name(fake_nvml, how):
+    """A dask-jobqueue job script: a worker without the worker preload and a sidecar that
+    knows only the scheduler's address (DASK_SCHEDULER_ADDRESS, or --scheduler). The sidecar
+    asks the scheduler, so both label with the scheduler's name, not "127.0.0.1-PORT"."""
+    sched_port, dash_port = free_port(), free_port()
+    env = {k: v for k, v in fake_nvml.env.items() if k != CLUSTER_ENV}
+    address = f"tcp://127.0.0.1:{sched_port}"
+    scheduler = [*DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
+                 "--dashboard-address", f"127.0.0.1:{dash_port}",
+                 "--preload", "dask_metrics.scheduler"]
+    side_env = {**env, "DASK_SCHEDULER_ADDRESS": address} if how == "environment" else env
+    side_args = ["--scheduler", address] if how == "option" else []
+    with processes((scheduler, env)):
+        wait_for(lambda: scrape(dash_port), lambda s: s["dask_job_current_job"],
+                 what="the scheduler's series")
+        with sidecar("--worker", "w", "--interval", "0.1", *side_args, env=side_env) as side:
+            at_sidecar = wait_for(lambda: scrape(side + "/metrics"),
+                                  lambda s: s["dask_gpu_up"], what="GPU series at the sidecar")
+    assert at_sidecar.clusters() == {f"{socket.gethostname()}-{sched_port}"}
+
+
+@pytest.mark.integration
+def test_a_sidecar_whose_scheduler_has_no_preload_says_which_name_it_took(fake_nvml):
+    sched_port = free_port()
+    env = {k: v for k, v in fake_nvml.env.items() if k != CLUSTER_ENV}
+    scheduler = [*DASK, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
+                 "--dashboard-address", f"127.0.0.1:{free_port()}"]
+    port = free_port()
+    side = [sys.executable, "-m", "dask_metrics.exporter", "--listen", f"127.0.0.1:{port}",
+            "--worker", "w", "--interval", "0.1", "--scheduler", f"tcp://127.0.0.1:{sched_port}"]
+    with processes((scheduler, env), (side, env)) as (_, proc):
+        found = wait_for(lambda: scrape(port), lambda s: s["dask_gpu_up"],
+                         what="GPU series at the sidecar")
+    assert found.clusters() == {f"127.0.0.1-{sched_port}"}
+    assert "does not name its cluster" in proc.output and "--dask-cluster" in proc.output
 
 
 # -- the local stack: one value on every series Prometheus holds ------------------------------
