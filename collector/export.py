@@ -325,7 +325,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
            any_cluster: bool = False, visit: Visit | None = None,
            worker_files: bool = True, visit_metrics: Sequence[str] = (),
-           visit_tail: float = 0.0) -> ExportResult:
+           visit_tail: float = 0.0, tables: str = "") -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -339,9 +339,13 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     first scrape after the end dates a peak just before it), which no file holds;
     ``worker_files`` False writes no per-worker CSV file (the session report,
     which keeps the tables its plots need from ``visit``: export.json then lists no
-    files). Raises ValueError for bad arguments and
-    CollectorError (PrometheusError included) when the export fails.
+    files); ``tables``: a subfolder of ``out`` for workers.csv, jobs.csv and the summaries
+    ("": beside the worker files), so that ``out``'s own CSV files are the workers' alone.
+    Raises ValueError for bad arguments and CollectorError (PrometheusError included) when
+    the export fails.
     """
+    if tables and (Path(tables).name != tables or tables in (".", "..")):
+        raise ValueError(f"tables {tables!r}: must be a plain folder name")
     check_range(since, until)
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
@@ -400,14 +404,16 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             writer.write(stage / names[info.name], header, lines)
         if progress:
             progress(len(chosen), len(chosen), "")
-        writer.write(stage / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
+        side = stage / tables
+        side.mkdir(exist_ok=True)
+        writer.write(side / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         store = client.store()
         jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
-        writer.write(stage / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
+        writer.write(side / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
-        writer.write(stage / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
+        writer.write(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
             _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
-        writer.write(stage / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
+        writer.write(side / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
                      summary_lines(prefix_rows(uses, names_of_jobs), GPU_BY_PREFIX_COLUMNS))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
@@ -437,6 +443,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "simulated_workers": [w.name for w in chosen if w.simulated],
             "files": files if worker_files else [],
             "summaries": list(SUMMARIES),
+            "tables": tables,
             "rows": rows_written,
             "warnings": warnings,
             "versions": {"dask-metrics": __version__, "python": platform.python_version(),
@@ -549,16 +556,24 @@ def _files_written() -> Iterator[_Writer]:
 
 
 def previous_files(out: Path) -> set[str]:
-    """The files an earlier export wrote into ``out``, as its export.json lists them (plain
-    names only: a name with a path in it is not ours to remove)."""
+    """The files an earlier export wrote into ``out``, as its export.json lists them:
+    plain names, and the tables' in its ``tables`` subfolder (``tables/jobs.csv``); a name
+    with any other path in it is not ours to remove."""
     try:
         record = json.loads((out / "export.json").read_text(encoding="utf-8"))
-        names = [*record.get("files", []), *record.get("summaries", []), "workers.csv",
-                 JOBS_CSV, "export.json"]
+        tables = record.get("tables") or ""
+        names = [*record.get("files", []), "export.json"]
+        beside = [*record.get("summaries", []), "workers.csv", JOBS_CSV]
     except (OSError, ValueError, AttributeError, TypeError):
         return set()
-    return {n for n in names if isinstance(n, str) and n not in ("", ".", "..")
-            and Path(n).name == n}
+
+    def plain(name: object) -> bool:
+        return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+
+    if tables and not plain(tables):
+        return set()
+    return {n for n in names if plain(n)} | {f"{tables}/{n}" if tables else n
+                                             for n in beside if plain(n)}
 
 
 @contextmanager
@@ -582,11 +597,8 @@ def _staging(out: Path) -> Iterator[Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.exists():
             old = previous_files(out)
-            items = sorted(stage.iterdir(), key=lambda item: item.name == "export.json")
-            for item in items:
-                os.replace(item, out / item.name)
-            stage.rmdir()
-            for name in old - {item.name for item in items}:
+            written = _move_into(stage, out)
+            for name in old - written:
                 (out / name).unlink(missing_ok=True)
         else:
             stage.chmod(0o755)  # mkdtemp made it private
@@ -594,3 +606,21 @@ def _staging(out: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _move_into(stage: Path, out: Path) -> set[str]:
+    """Move the staged files into ``out``, each by an atomic rename, a subfolder's files
+    into the same subfolder there, export.json last; returns their relative names."""
+    written = set()
+    for item in sorted(stage.iterdir(), key=lambda item: item.name == "export.json"):
+        if item.is_dir():
+            (out / item.name).mkdir(exist_ok=True)
+            for inner in item.iterdir():
+                os.replace(inner, out / item.name / inner.name)
+                written.add(f"{item.name}/{inner.name}")
+            item.rmdir()
+        else:
+            os.replace(item, out / item.name)
+            written.add(item.name)
+    stage.rmdir()
+    return written

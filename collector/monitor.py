@@ -168,7 +168,8 @@ class Monitor:
 
     def to_csv(self, path: str | os.PathLike[str], *, layout: str = "tidy",
                step: float | None = None, workers: Sequence[str] | None = None) -> ExportResult:
-        """One CSV per worker of the last session, plus workers.csv and export.json."""
+        """One CSV per worker of this Monitor's (or the last) session in ``path``, and
+        export.json; workers.csv, jobs.csv and the summaries in its ``tables`` subfolder."""
         return self.export_session(self.session(), path, layout=layout, step=step,
                                    workers=workers)
 
@@ -183,7 +184,7 @@ class Monitor:
             metrics = [m for m in session.get("metrics") or self.metrics if m in NAMES]
             with _writing(path):
                 return export(prom, since, until, path, metrics=metrics or None, step=step,
-                              layout=layout, workers=workers,
+                              layout=layout, workers=workers, tables=SESSION_TABLES,
                               asked={"monitor_session": session["id"], "layout": layout},
                               **_scoping(scope))
 
@@ -471,6 +472,12 @@ def _writing(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
     except OSError as exc:
         raise MonitorError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}") from None
+
+
+SESSION_TABLES = "tables"
+"""The subfolder of a session's export for workers.csv, jobs.csv, activities.csv and
+gpu_by_prefix.csv: the original ``to_csv`` contract is one CSV file per worker in the
+folder."""
 
 
 def user_name() -> str:

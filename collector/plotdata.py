@@ -289,9 +289,20 @@ def _rows(path: Path) -> list[dict[str, str]]:
         raise CollectorError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
 
 
+def tables_folder(folder: Path) -> Path:
+    """Where an export folder keeps workers.csv and jobs.csv: its export.json's ``tables``
+    subfolder (a Monitor's export), else the folder itself."""
+    try:
+        tables = json.loads((folder / "export.json").read_text(encoding="utf-8")).get("tables")
+    except (OSError, ValueError, AttributeError):
+        return folder
+    return folder / tables if isinstance(tables, str) and tables and \
+        Path(tables).name == tables else folder
+
+
 def read_provenance(folder: str | os.PathLike[str]) -> Provenance:
     """The job names and simulated workers of an export folder."""
-    folder = Path(folder)
+    folder = tables_folder(Path(folder))
     jobs = _rows(folder / JOBS_CSV)
     names = JobNames.of((r.get("job") or "", r.get("job_name") or "", r.get("dag") or "")
                         for r in jobs) if jobs else NO_NAMES

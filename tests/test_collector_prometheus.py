@@ -466,6 +466,28 @@ def test_export_into_an_existing_folder_replaces_its_files(prom: PrometheusServe
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again"]  # no staging folder left
 
 
+def test_a_sessions_tables_go_to_their_subfolder_and_a_second_export_replaces_them(
+        prom: PrometheusServer, dataset: Dataset, tmp_path: Path) -> None:
+    """``tables="tables"`` (what Monitor.to_csv writes): the folder's CSV files are the
+    workers' alone; exported again into it, with one worker fewer, every file of the first
+    export is replaced or removed, and a file of the user's is left."""
+    out = tmp_path / "session"
+    with PrometheusClient(ConnectionSettings(prom.url_with(USER, PASSWORD))) as client:
+        export(client, dataset.core, dataset.core + 60, out, tables="tables")
+        assert sorted(p.name for p in out.glob("*.csv")) == ["w-a.csv", "w-b.csv"]
+        assert sorted(p.name for p in (out / "tables").iterdir()) == sorted(
+            ["workers.csv", "jobs.csv", *SUMMARIES])
+        (out / "tables" / "mine.txt").write_text("mine")
+        export(client, dataset.core, dataset.core + 60, out, tables="tables", workers=["w-b"])
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "tables", "w-b.csv"]
+    assert [r["worker"] for r in read_csv(out / "tables" / "workers.csv")] == ["w-b"]
+    assert (out / "tables" / "mine.txt").read_text() == "mine"
+    assert json.loads((out / "export.json").read_text())["tables"] == "tables"
+    with pytest.raises(ValueError, match="plain folder name"):
+        export(PrometheusClient(ConnectionSettings(prom.url)), dataset.core,
+               dataset.core + 60, out, tables="../elsewhere")
+
+
 # ---- peaks ---------------------------------------------------------------------------------
 
 

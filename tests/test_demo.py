@@ -78,9 +78,12 @@ def test_demo_end_to_end(first_run):
         assert "" in {r["worker_job"] for r in rows} and {"0", "1"} & {r["worker_job"]
                                                                        for r in rows}
     assert {("0", "0"), ("1", "0"), ("", "")} <= jobs_seen  # the DAGs that last 2 s or more
-    for name in ("workers.csv", "jobs.csv", "activities.csv", "gpu_by_prefix.csv",
-                 "export.json"):  # every file of the export is named, and is there
+    for name in ("tables/workers.csv", "tables/jobs.csv", "tables/activities.csv",
+                 "tables/gpu_by_prefix.csv", "export.json"):  # every file is named, and there
         assert f"{out / 'results' / name}  (" in stdout and (out / "results" / name).is_file()
+    # the original to_csv contract: the folder's CSV files are one per worker
+    assert sorted(p.name for p in (out / "results").glob("*.csv")) == [
+        f"{w}.csv" for w in WORKERS]
     # The spike: on worker-0 only, and counted though it fell between scrapes or not.
     peaks = printed(stdout, "monitor.peak_memory()")
     assert len(peaks) == 3 and all(len(p) == 1 for p in peaks), peaks
@@ -90,12 +93,12 @@ def test_demo_end_to_end(first_run):
     assert printed(stdout, "monitor.successful_jobs()") == [[True, True], [True, True, True]]
     assert "$ collector peaks --since monitor" in stdout and "worker-0  0" in stdout
     # Names and provenance: the jobs by name, the simulated GPUs marked in files and plots.
-    with open(out / "results" / "jobs.csv", newline="") as fh:
+    with open(out / "results" / "tables" / "jobs.csv", newline="") as fh:
         dags = [(r["job"], r["job_name"], r["dag"], r["status"]) for r in csv.DictReader(fh)]
     assert dags == [("0", "etl", "0", "finished"), ("0", "etl", "1", "finished"),
                     ("1", "train", "0", "finished"), ("1", "train", "1", "finished"),
                     ("1", "train", "2", "finished")], dags
-    with open(out / "results" / "workers.csv", newline="") as fh:
+    with open(out / "results" / "tables" / "workers.csv", newline="") as fh:
         assert {(r["worker"], r["simulated"]) for r in csv.DictReader(fh)} == {
             (w, "true") for w in WORKERS}
     assert json.loads((out / "results" / "export.json").read_text())["simulated"] is True

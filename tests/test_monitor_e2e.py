@@ -123,13 +123,15 @@ def test_monitor_outlives_its_client_and_exports_per_worker_csv(cluster, session
         [(r["time"], r["job"], r["dag"], r["worker_job"]) for r in rows],
         stack.query("dask_job_worker_tasks[3m]"))  # what the scheduler reported, if it fails
     assert "" in {r["worker_job"] for r in rows[-3:]}  # idle again at the end
-    with open(out / "workers.csv", newline="") as fh:
+    # the original contract: the folder's CSV files are one per worker, the rest in tables/
+    assert sorted(p.name for p in out.glob("*.csv")) == ["gpu-a.csv", "gpu-b.csv"]
+    with open(out / "tables" / "workers.csv", newline="") as fh:
         workers = list(csv.DictReader(fh))
     assert [(w["worker"], w["simulated"]) for w in workers] == [("gpu-a", "false"),
                                                                 ("gpu-b", "false")]
     record = json.loads((out / "export.json").read_text())
     assert record["prometheus"] == stack.prometheus_url and record["simulated"] is False
-    with open(out / "jobs.csv", newline="") as fh:
+    with open(out / "tables" / "jobs.csv", newline="") as fh:
         dags = list(csv.DictReader(fh))
     assert [(d["job"], d["job_name"], d["dag"], d["status"]) for d in dags] == [
         ("0", "job-a", "0", "finished"), ("1", "job-b", "0", "erred")], (

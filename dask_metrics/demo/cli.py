@@ -25,7 +25,7 @@ from dask_metrics.collector.errors import (
     UsageError,
     raise_on_termination,
 )
-from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.monitor import SESSION_TABLES, Monitor
 from dask_metrics.configfile import parse_bytes
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
@@ -114,12 +114,15 @@ def _results(stack: LocalStack, monitor: Monitor, out: Path) -> None:
         f"{exported.rows} rows:")
     for name in sorted(exported.files):
         print(f"  {results / name}")
-    for name, what in (("workers.csv", "the workers and their GPUs"),
-                       (JOBS_CSV, "each job and DAG: name, client, outcome, first/last seen"),
-                       (ACTIVITIES_CSV, "where each job's time went, per task prefix"),
-                       (GPU_BY_PREFIX_CSV, "GPU seconds, peak memory, energy per task prefix"),
-                       ("export.json", "what was exported, from where")):
-        print(f"  {results / name}  ({what})")
+    tables = results / SESSION_TABLES  # the folder's own CSV files are the workers'
+    for path, what in ((tables / "workers.csv", "the workers and their GPUs"),
+                       (tables / JOBS_CSV, "each job and DAG: name, client, outcome, "
+                        "first/last seen"),
+                       (tables / ACTIVITIES_CSV, "where each job's time went, per task prefix"),
+                       (tables / GPU_BY_PREFIX_CSV, "GPU seconds, peak memory, energy per task "
+                        "prefix"),
+                       (results / "export.json", "what was exported, from where")):
+        print(f"  {path}  ({what})")
     say(f"monitor.peak_memory() -> {monitor.peak_memory()} (% of each GPU's memory, per "
         "worker, per GPU)")
     say(f"monitor.successful_jobs() -> {monitor.successful_jobs()} (per job, per DAG)")
