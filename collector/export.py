@@ -55,6 +55,7 @@ from dask_metrics.collector.fetch import (
     present,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
+from dask_metrics.collector.holes import holes, warnings_of
 from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
 from dask_metrics.collector.layouts import (
     LAYOUTS,
@@ -387,10 +388,12 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     rows_written = 0
     uses: dict[PrefixKey, PrefixUse] = {}
+    missing: list[tuple[str, tuple[int, int]]] = []
     with _staging(target) as stage, _files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
         for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
+            missing += [(info.name, hole) for hole in holes(table.times, lo, hi, age)]
             add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
             if visit:
                 visit(info, visited, data.ran, table)
@@ -404,6 +407,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             writer.write(stage / names[info.name], header, lines)
         if progress:
             progress(len(chosen), len(chosen), "")
+        for line in warnings_of(missing, age):
+            client.warn(line)
         side = stage / tables
         side.mkdir(exist_ok=True)
         writer.write(side / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))

@@ -580,7 +580,7 @@ class PrometheusClient:
                               f"API's JSON ({self._snippet(resp.text, 80)!r}): is --prometheus the "
                               "API's base URL, not a UI or a login page?", status)
         for note in list(body.get("warnings") or []) + list(body.get("infos") or []):
-            self._warn(f"Prometheus: {self._snippet(str(note))} (in {_one_line(what, 120)})")
+            self.warn(f"Prometheus: {self._snippet(str(note))} (in {_one_line(what, 120)})")
         if body.get("status") != "success":
             raise self._error(f"Prometheus at {self.url} answered status "
                               f"{body.get('status')!r} for {_one_line(what)}", status)
@@ -608,7 +608,9 @@ class PrometheusClient:
             raise self._error(f"Prometheus at {self.url} answered an unexpected result for "
                               f"{_one_line(expr)} ({type(exc).__name__}: {exc})") from None
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
+        """Keep ``message`` among the warnings (once) and hand it to ``on_warning``: a
+        response's, or the caller's about the data."""
         message = self._scrub(message)
         if message in self.warnings:
             return

@@ -213,13 +213,20 @@ def test_job_and_dag_come_from_the_last_scrape_at_or_before(core_export: tuple[P
 
 def test_a_restart_stays_a_gap_and_a_counter_reset_is_not_smoothed(
         core_export: tuple[Path, Run], prom: PrometheusServer) -> None:
-    out, _ = core_export
+    out, run = core_export
     times = sorted({float(r["timestamp"]) for r in read_csv(out / "w-a.csv")})
     assert not [t for t in times if RESTART[0] < t < RESTART[1]]
     assert _row(out, "w-a", RESTART[0])["energy"] == str(RESTART[0] * 150)
     assert _row(out, "w-a", RESTART[1])["energy"] == "5"
     assert _row(out, "w-a", 50)["power"] == ("NaN" if keeps_nan(prom) else "")  # as stored
     assert _row(out, "w-a", 55, gpu=1)["power"] == ""       # unsupported: empty, not 0
+    # the 125 s without w-a's samples, longer than --max-age (120 s), is said, once, and only
+    # that: on stderr and in export.json
+    (said,) = [w for w in json.loads((out / "export.json").read_text())["warnings"]
+               if "no GPU sample" in w]
+    assert said.startswith(f"no GPU sample of 1 worker(s) (w-a) for up to "
+                           f"{RESTART[1] - RESTART[0]} s between")
+    assert said in run.err
 
 
 def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path, Run],
