@@ -143,34 +143,34 @@ SM_CLOCK = MetricSpec(
 # which is the share of time any kernel ran however few SMs it used.
 _GPM = " NVML GPM mean over the last sampling interval (Hopper and newer; on MIG, the MIG " \
     "device's GPU instance); absent where GPM is not supported."
-SM_ACTIVE = MetricSpec(
-    "dask_gpu_sm_active_ratio", "gauge", "ratio", GPU_LABELS,
-    "Share of the SMs that had a warp resident, averaged over time (0-1)." + _GPM,
-)
-SM_OCCUPANCY = MetricSpec(
-    "dask_gpu_sm_occupancy_ratio", "gauge", "ratio", GPU_LABELS,
-    "Resident warps against the SMs' maximum (0-1)." + _GPM,
-)
-TENSOR_ACTIVE = MetricSpec(
-    "dask_gpu_tensor_active_ratio", "gauge", "ratio", GPU_LABELS,
-    "Share of time the SMs' tensor cores were busy, any precision (0-1)." + _GPM,
-)
-DRAM_ACTIVE = MetricSpec(
-    "dask_gpu_dram_active_ratio", "gauge", "ratio", GPU_LABELS,
-    "Device memory bandwidth used against its maximum (0-1)." + _GPM,
-)
-FP64_ACTIVE = MetricSpec(
-    "dask_gpu_fp64_active_ratio", "gauge", "ratio", GPU_LABELS,
-    "Share of time the SMs did non-tensor FP64 math (0-1)." + _GPM,
-)
-FP32_ACTIVE = MetricSpec(
-    "dask_gpu_fp32_active_ratio", "gauge", "ratio", GPU_LABELS,
-    "Share of time the SMs did non-tensor FP32 math (0-1)." + _GPM,
-)
-FP16_ACTIVE = MetricSpec(
-    "dask_gpu_fp16_active_ratio", "gauge", "ratio", GPU_LABELS,
-    "Share of time the SMs did non-tensor FP16 math (0-1)." + _GPM,
-)
+
+
+def _gpm_ratio(name: str, meaning: str) -> MetricSpec:
+    """A GPM activity: a ratio gauge of every GPU that offers GPM."""
+    return MetricSpec(name, "gauge", "ratio", GPU_LABELS, meaning + _GPM)
+
+
+SM_ACTIVE = _gpm_ratio(
+    "dask_gpu_sm_active_ratio",
+    "Share of the SMs that had a warp resident, averaged over time (0-1).")
+SM_OCCUPANCY = _gpm_ratio(
+    "dask_gpu_sm_occupancy_ratio",
+    "Resident warps against the SMs' maximum (0-1).")
+TENSOR_ACTIVE = _gpm_ratio(
+    "dask_gpu_tensor_active_ratio",
+    "Share of time the SMs' tensor cores were busy, any precision (0-1).")
+DRAM_ACTIVE = _gpm_ratio(
+    "dask_gpu_dram_active_ratio",
+    "Device memory bandwidth used against its maximum (0-1).")
+FP64_ACTIVE = _gpm_ratio(
+    "dask_gpu_fp64_active_ratio",
+    "Share of time the SMs did non-tensor FP64 math (0-1).")
+FP32_ACTIVE = _gpm_ratio(
+    "dask_gpu_fp32_active_ratio",
+    "Share of time the SMs did non-tensor FP32 math (0-1).")
+FP16_ACTIVE = _gpm_ratio(
+    "dask_gpu_fp16_active_ratio",
+    "Share of time the SMs did non-tensor FP16 math (0-1).")
 SM_ACTIVE_SECONDS = MetricSpec(
     "dask_gpu_sm_active_seconds_total", "counter", "seconds", GPU_LABELS,
     "Integral of dask_gpu_sm_active_ratio over time, from every GPM interval: rate() over "

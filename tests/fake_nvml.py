@@ -157,7 +157,21 @@ def _uuid(kind: str, n: int) -> str:
 
 
 @dataclass
-class FakeMIG:
+class _Activities:
+    """GPM activities in percent (a MIG child's: its GPU instance's, read through the parent);
+    nvmlGpmMetricsGet returns their exact means between two samples."""
+
+    sm_active: float = 0.0
+    sm_occupancy: float = 0.0
+    tensor_active: float = 0.0
+    dram_active: float = 0.0
+    fp64_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
+
+
+@dataclass
+class FakeMIG(_Activities):
     """One MIG child (compute instance) of a FakeGPU: own UUID, name and memory."""
 
     uuid: str = ""  # filled from position when empty
@@ -170,18 +184,10 @@ class FakeMIG:
     processes: list[tuple[int, int]] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
-    # GPM activities of its GPU instance, in percent (read through the parent's GPM)
-    sm_active: float = 0.0
-    sm_occupancy: float = 0.0
-    tensor_active: float = 0.0
-    dram_active: float = 0.0
-    fp64_active: float = 0.0
-    fp32_active: float = 0.0
-    fp16_active: float = 0.0
 
 
 @dataclass
-class FakeGPU:
+class FakeGPU(_Activities):
     """One scripted GPU; the defaults are an idle A100 80 GB. Field names are file keys."""
 
     uuid: str = ""  # filled from the index when empty: GPU-00000000-0000-0000-0000-00000000000N
@@ -205,16 +211,8 @@ class FakeGPU:
     lost: bool = False
     mig_mode: int | None = None  # None: enabled when `mig` is not empty
     mig: list[FakeMIG] = field(default_factory=list)
-    # GPM (Hopper and newer): off on the default A100; activities in percent, their exact
-    # means between two samples are what nvmlGpmMetricsGet returns
+    # GPM (Hopper and newer): off on the default A100
     gpm: bool = False
-    sm_active: float = 0.0
-    sm_occupancy: float = 0.0
-    tensor_active: float = 0.0
-    dram_active: float = 0.0
-    fp64_active: float = 0.0
-    fp32_active: float = 0.0
-    fp16_active: float = 0.0
 
 
 _GPU_KEYS = frozenset(f.name for f in dataclasses.fields(FakeGPU)) - {"mig"}
