@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dask_metrics import __version__
+from dask_metrics.collector import session_window
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, WORKER_COLUMNS, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
 from dask_metrics.collector.errors import (
@@ -30,7 +31,7 @@ from dask_metrics.collector.errors import (
     raise_on_termination,
 )
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
-from dask_metrics.collector.fetch import Scope, last_monitor_session
+from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, caveats, format_table, peaks
@@ -44,6 +45,7 @@ from dask_metrics.collector.promapi import (
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM
 from dask_metrics.collector.report.build import DEFAULT_PLOTS, make_report
 from dask_metrics.collector.report.build import FORMATS as REPORT_FORMATS
+from dask_metrics.collector.session_window import last_session
 from dask_metrics.collector.timespec import (
     MONITOR,
     format_duration,
@@ -313,18 +315,26 @@ def _when(text: str | None, option: str, now: float) -> float | str | None:
         raise UsageError(f"{option}: {exc}") from None
 
 
-def _span(client: PrometheusClient, opts: dict[str, Any]) -> tuple[float, float]:
-    """Resolve ``monitor`` in Prometheus (the last session of --cluster, or of the one cluster
-    that has sessions, which --cluster then defaults to) and check that the range is not
-    empty."""
+def _span(client: PrometheusClient, opts: dict[str, Any], ui: Terminal, stretch: bool = True
+          ) -> tuple[float, float]:
+    """Resolve ``monitor`` (the last session of --cluster, or of the one cluster that has
+    sessions, which --cluster then defaults to) as Monitor does (session_window), and check
+    that the range is not empty. ``stretch``: see session_window.window."""
     since, until, now = opts["since"], opts["until"], opts["now"]
     if MONITOR in (since, until):
         scope = Scope(opts["cluster"], opts["replica_labels"])
-        start, stop, cluster = last_monitor_session(client, now, scope)
-        opts["cluster"] = cluster
-        end = stop if stop is not None else now
+        found = last_session(client, now, scope)
+        opts["cluster"] = found.cluster
+        if found.interrupted:
+            ui.warning(found.note())
+        start, stop = found.start, now  # a running session: up to now, as it stands
+        if found.stop is not None:
+            start, stop = session_window.window(
+                client, found.start, found.stop, Scope(found.cluster, opts["replica_labels"]),
+                stretch=stretch and until in (None, MONITOR), patience=session_window.PATIENCE,
+                warn=ui.warning)
         if until == MONITOR or (until is None and since == MONITOR):
-            until = end
+            until = stop
         if since == MONITOR:
             since = start
     begin, end = float(since), float(now if until is None else until)
@@ -337,7 +347,7 @@ def _span(client: PrometheusClient, opts: dict[str, Any]) -> tuple[float, float]
 
 def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
                 ui: Terminal) -> int:
-    since, until = _span(client, opts)
+    since, until = _span(client, opts, ui)
     stamp = format_rfc3339(to_ms(since))[:19].replace("-", "").replace(":", "")
     out = args.out or f"dask-metrics-{stamp}Z"
     asked = {"since": args.since, "until": args.until, "metrics": opts["metrics"],
@@ -358,7 +368,7 @@ def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
 
 def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
                ui: Terminal) -> int:
-    since, until = _span(client, opts)
+    since, until = _span(client, opts, ui, stretch=False)
     found = peaks(client, since, until, workers=opts["workers"], by=args.by,
                   max_age=opts["max_age"], chunk=opts["chunk"], progress=ui.progress,
                   cluster=opts["cluster"], replica_labels=opts["replica_labels"],
@@ -382,7 +392,7 @@ def _plot_files(folder: str | Path, args: argparse.Namespace, workers: list[str]
 def _run_plot(client: PrometheusClient, args: argparse.Namespace, opts: dict[str, Any],
               ui: Terminal) -> int:
     require_matplotlib()  # before an export whose pictures could not be drawn
-    since, until = _span(client, opts)
+    since, until = _span(client, opts, ui)
     with tempfile.TemporaryDirectory(prefix="collector-plot-") as tmp:
         export(client, since, until, Path(tmp) / "export", metrics=list(PLOT_METRICS),
                max_age=opts["max_age"], workers=opts["workers"], chunk=opts["chunk"],
@@ -399,7 +409,7 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
         raise UsageError(f"--headroom {args.headroom:g}: must be from 1 to {MOST_HEADROOM:g}")
     if args.plots < 0:
         raise UsageError(f"--plots {args.plots}: must be 0 or more")
-    since, until = _span(client, opts)
+    since, until = _span(client, opts, ui)
     asked = {"since": args.since, "until": args.until, "workers": opts["workers"],
              "cluster": args.cluster, "headroom": args.headroom, "format": args.format,
              "plots": args.plots}
@@ -522,7 +532,8 @@ def _describe(session: dict[str, Any] | None) -> str:
     start = format_rfc3339(to_ms(session["start"]))
     stop = format_rfc3339(to_ms(session["stop"])) if session.get("stop") else "running"
     metrics = ", ".join(session.get("metrics") or ()) or "the default metrics"
-    return f"monitor session {session['id']}: {start} to {stop} ({metrics})"
+    which = "" if session.get("id") is None else f" {session['id']}"
+    return f"monitor session{which}: {start} to {stop} ({metrics})"
 
 
 def _run_monitor(args: argparse.Namespace) -> int:
@@ -545,7 +556,9 @@ def _run_monitor(args: argparse.Namespace) -> int:
         elif args.action == "stop":
             reply = monitor.stop(force=args.force, timeout=args.timeout,
                                  any_owner=args.any_owner)
-            text = f"stopped {_describe(reply['session'])}"
+            text = (f"{_describe(reply['session'])} ended with its scheduler (interrupted): "
+                    "nothing left to stop; its data: --since monitor" if reply.get("interrupted")
+                    else f"stopped {_describe(reply['session'])}")
         elif args.action == "new-job":
             job_id = monitor.new_job(args.name)
             reply, text = {"ok": True, "job_id": job_id}, f"job {job_id} started"

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
@@ -42,8 +41,6 @@ from dask_metrics.contract import (
     EXPORTER_SAMPLE_INTERVAL,
     INFO,
     MEMORY_USED,
-    MONITOR_START,
-    MONITOR_STOP,
     REPLICA_LABELS,
     WORKER,
     WORKER_GPU_INFO,
@@ -53,7 +50,6 @@ from dask_metrics.contract import (
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
 MAX_SPLITS = 8  # a chunk is halved at most this often (1/256 of it) before giving up
-MONITOR_LOOKBACK = ("1h", "1d", "7d", "31d")
 
 Halver = Callable[[int, int], tuple[tuple[int, int], ...] | None]
 
@@ -339,42 +335,3 @@ def prefix_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     return {labels.get(WORKER, "") for labels in fetch_label_sets(
         client, scope.of(WORKER_PREFIX_TASKS.name), start, end, chunk, scope)}
 
-
-def _without(labels: dict[str, str], names: set[str]) -> dict[str, str]:
-    return {k: v for k, v in labels.items() if k not in names}
-
-
-def last_monitor_session(client: PrometheusClient, now: float, scope: Scope = UNSCOPED
-                         ) -> tuple[float, float | None, str]:
-    """(start, stop, cluster) of the last monitor session in unix seconds; stop is None while
-    it runs; cluster is its scheduler's dask_cluster label ("" without one).
-
-    Looks back further and further (up to 31 days) so a short look-back stays cheap. Unscoped,
-    the sessions found must all be of one cluster, else UsageError lists the clusters.
-    """
-    for window in MONITOR_LOOKBACK:
-        starts = [s for s in client.query(
-            f"last_over_time({scope.of(MONITOR_START.name)}[{window}])", now)
-            if s.values and s.values[-1] > 0]
-        if starts:
-            break
-    else:
-        where = f" of cluster {scope.cluster!r}" if scope.cluster else ""
-        raise CollectorError(f"no monitor session{where} in the last 31 days "
-                             f"({MONITOR_START.name}): give --since a time")
-    found = sorted({s.labels.get(DASK_CLUSTER, "") for s in starts})
-    if scope.cluster is None and len(found) > 1:
-        names = ", ".join(repr(c) if c else "'' (no dask_cluster label)" for c in found)
-        raise UsageError(f"monitor sessions of {len(found)} Dask clusters in the last "
-                         f"{window}: {names}; choose one with --cluster NAME")
-    latest = max(starts, key=lambda s: s.values[-1])
-    start = latest.values[-1]
-    stops = client.query(f"last_over_time({scope.of(MONITOR_STOP.name)}[{window}])", now)
-    # The same scheduler's series; whether last_over_time keeps __name__ differs by version
-    # (and by store), and HA replicas' copies differ by their replica label only.
-    ignore = {"__name__", *scope.replica_labels}
-    same = _without(latest.labels, ignore)
-    stop = max((s.values[-1] for s in stops if _without(s.labels, ignore) == same),
-               default=None)
-    return (start, stop if stop is not None and stop >= start else None,
-            latest.labels.get(DASK_CLUSTER, ""))

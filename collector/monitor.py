@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from dask_metrics.collector import session_window
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
 from dask_metrics.collector.errors import CollectorError, UsageError
@@ -33,12 +34,10 @@ from dask_metrics.collector.peaks import caveats, peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report
+from dask_metrics.collector.session_window import Recorded, last_session, recorded_session
 from dask_metrics.contract import (
-    CURRENT_JOB,
     DAG_STATUS,
-    INFO,
     REPLICA_LABELS,
-    UP,
     DagStatus,
     Handler,
 )
@@ -49,8 +48,6 @@ CONNECTION_OPTIONS = ("user", "password_file", "bearer_token_file", "header", "c
                       "key", "timeout", "retries", "compression")
 STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
 MAX_LISTED = 10  # unfinished DAGs a stop timeout names; the rest are counted
-# Series whose newest sample shows how far Prometheus has scraped the cluster.
-_FRESHNESS = (UP.name, CURRENT_JOB.name)
 
 
 class MonitorError(CollectorError):
@@ -100,7 +97,9 @@ class Monitor:
         # owner is the user on this host, not the client: the original workflow stops a
         # session from a new client (and a new Monitor) of the same user.
         self.owner = owner or f"{user_name()}@{socket.gethostname()}"
-        self._session_id: int | None = None
+        # the session this Monitor started, as start() answered: its id and start time
+        # identify it (a restarted scheduler numbers its sessions from 0 again)
+        self._started: dict[str, Any] | None = None
 
     # ---- sessions (on the scheduler) -------------------------------------------------------
 
@@ -136,7 +135,7 @@ class Monitor:
         client)."""
         reply = self._checked(self._versioned(Handler.MONITOR_START, {"owner": self.owner},
                                               metrics=self.metrics))
-        self._session_id = int(reply["session"]["id"])
+        self._started = dict(reply["session"])
         return reply
 
     def stop(self, force: bool = False, timeout: float | None = None,
@@ -147,14 +146,28 @@ class Monitor:
         default; ``math.inf``: no limit). On a timeout the session keeps running and
         MonitorError says which jobs and DAGs are still running and how many tasks are in
         flight. Another client's session is refused unless ``any_owner``: then whatever
-        session runs is stopped."""
+        session runs is stopped.
+
+        A session that ended with its scheduler (restarted while it ran) has nothing left to
+        stop: it is returned as Prometheus recorded it, ``"interrupted": True``, with a
+        warning (also to a new Monitor, when the scheduler has run no session since)."""
         timeout = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         limit = None if math.isinf(timeout) else float(timeout)
+        if self._started is not None and not any_owner:
+            session, known = self._mine(self._started)
+            if not known and session["stop"] is not None:  # ended with its scheduler
+                return {"ok": True, "session": session,
+                        "interrupted": bool(session["interrupted"])}
         mine = {"owner": self.owner, "any_owner": bool(any_owner),
-                "session_id": None if any_owner else self._session_id}
+                "session_id": None if any_owner or self._started is None
+                else int(self._started["id"])}
         reply = self._versioned(Handler.MONITOR_STOP, mine, wait=not force, timeout=limit)
         if not force and not reply.get("ok") and _timed_out(reply):
             raise MonitorError(self._still_running(reply, timeout))
+        if not reply.get("ok") and self._started is None and not reply.get("session"):
+            interrupted = self._interrupted_last()  # a restart left no session to stop
+            if interrupted is not None:
+                return {"ok": True, "session": interrupted, "interrupted": True}
         return self._checked(reply)
 
     def status(self) -> dict[str, Any]:
@@ -185,7 +198,8 @@ class Monitor:
             with _writing(path):
                 return export(prom, since, until, path, metrics=metrics or None, step=step,
                               layout=layout, workers=workers, tables=SESSION_TABLES,
-                              asked={"monitor_session": session["id"], "layout": layout},
+                              asked={"monitor_session": session["id"], "layout": layout,
+                                     **_interrupted(session)},
                               **_scoping(scope))
 
     def report(self, path: str | os.PathLike[str], *, fmt: str = "html",
@@ -198,7 +212,8 @@ class Monitor:
             since, until = self._range(prom, session)
             with _writing(path):
                 return make_report(prom, since, until, path, fmt=fmt, headroom=headroom,
-                                   asked={"monitor_session": session["id"]}, **_scoping(scope))
+                                   asked={"monitor_session": session["id"],
+                                          **_interrupted(session)}, **_scoping(scope))
 
     def peak_memory(self) -> list[list[int | None]]:
         """Peak memory of the last session, % of capacity: per worker (in name order, as in
@@ -265,7 +280,9 @@ class Monitor:
         scope = self.scope()
         with self._prometheus_client() as prom:
             since, until = self._range(prom, session, gpu=False)
-            settled = _first_scrape_after(prom, until, scope)
+            # an interrupted session's scheduler is gone: its last scrape is the last word
+            settled = (until if session.get("interrupted")
+                       else session_window.first_scrape_after(prom, until, scope))
             window = max(int(settled - since) + 1, 1)
             seen: dict[tuple[int, int], int] = {}
             for series in prom.query(f"last_over_time({scope.of(DAG_STATUS.name)}[{window}s])",
@@ -274,10 +291,13 @@ class Monitor:
                 seen[(job, dag)] = int(series.values[-1])
         recorded = session.get("jobs")
         if recorded is None:
-            warnings.warn("the scheduler's dask-metrics preload is older than this Monitor "
-                          "and does not record which DAGs a session ran: these are all the "
-                          "DAGs Prometheus holds from the session's start, earlier sessions' "
-                          "included", stacklevel=2)
+            why = ("its scheduler restarted, and its record of which DAGs the session ran "
+                   "went with it" if "interrupted" in session else
+                   "the scheduler's dask-metrics preload is older than this Monitor and does "
+                   "not record which DAGs a session ran")
+            warnings.warn(f"{why}: these are all the DAGs that ended in Prometheus from the "
+                          "session's start to its end, earlier sessions' included",
+                          stacklevel=2)
             recorded = _ended_dags(seen)
         if session.get("unrecorded_dags"):
             warnings.warn(f"monitor session {session['id']} ran DAGs of more jobs than the "
@@ -303,19 +323,65 @@ class Monitor:
     def session(self) -> dict[str, Any]:
         """The session this Monitor started, else the running or last one: ``{"id",
         "start", "stop", "metrics", "owner", ...}``. Always the one asked for: a session
-        another client started since is never returned in its place."""
+        another client started since is never returned in its place.
+
+        A session the scheduler no longer knows (it restarted) comes from Prometheus, with
+        a warning: ended at the old scheduler's last scrape, ``"interrupted": True``, its
+        DAGs not recorded (``"jobs": None``)."""
+        if self._started is not None:
+            return self._mine(self._started)[0]
         session = self.status().get("session")
-        if self._session_id is None or (session and session["id"] == self._session_id):
-            if not session:
-                raise MonitorError("no monitor session yet: call Monitor.start() first")
+        if session:
             return session
-        for old in self._call(Handler.MONITOR_SESSIONS, since=self._session_id - 1):
-            if old["id"] == self._session_id:
-                return old
-        raise MonitorError(f"monitor session {self._session_id}, which this Monitor started, is "
-                           "no longer known to the scheduler (restarted, or more sessions since "
-                           "than it keeps): its data is still in Prometheus, e.g. 'collector "
-                           "export --since TIME --until TIME'")
+        interrupted = self._interrupted_last()
+        if interrupted is None:
+            raise MonitorError("no monitor session yet: call Monitor.start() first")
+        return interrupted
+
+    def _mine(self, started: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The session this Monitor started, and whether the scheduler still knows it
+        (running, or remembered since it stopped); from Prometheus where it does not."""
+        current = self.status().get("session")
+        if current and same_session(current, started):
+            return current, True
+        for old in self._call(Handler.MONITOR_SESSIONS, since=int(started["id"]) - 1):
+            if same_session(old, started):
+                return old, True
+        return self.recorded(started), False
+
+    def recorded(self, session: dict[str, Any]) -> dict[str, Any]:
+        """``session`` (as the scheduler gave it once) as Prometheus recorded it: for a
+        session its scheduler no longer knows. Stopped, running, or ended with its scheduler
+        (``"interrupted": True``, with a warning); its DAGs unknown (``"jobs": None``)."""
+        with self._prometheus_client() as prom:
+            found = recorded_session(prom, float(session["start"]), time.time(), self.scope())
+        if found is None:
+            raise MonitorError(
+                f"monitor session {session['id']} is no longer known to the scheduler "
+                "(restarted, or more sessions since than it keeps) and no scrape of "
+                "Prometheus showed it: nothing of it was recorded")
+        return self._as_session(found, session)
+
+    def _interrupted_last(self) -> dict[str, Any] | None:
+        """The cluster's last session as Prometheus recorded it, where it ended with its
+        scheduler (a new Monitor after a restart); None otherwise."""
+        try:
+            with self._prometheus_client() as prom:
+                found = last_session(prom, time.time(), self.scope())
+        except CollectorError:  # no Prometheus to ask, or no session in it: nothing found
+            return None
+        return self._as_session(found, {}) if found.interrupted else None
+
+    def _as_session(self, found: Recorded, started: dict[str, Any]) -> dict[str, Any]:
+        """A session dict (as the scheduler's) of a session Prometheus recorded; its DAGs
+        were recorded on the scheduler only, and are unknown."""
+        what = f"monitor session {started['id']}" if started else "the last monitor session"
+        if found.interrupted:
+            warnings.warn(found.note(what), stacklevel=4)
+        return {"id": started.get("id"), "start": found.start, "stop": found.stop,
+                "metrics": list(started.get("metrics") or self.metrics),
+                "owner": started.get("owner"), "jobs": None, "unrecorded_dags": 0,
+                "interrupted": found.interrupted}
 
     # ---- plumbing --------------------------------------------------------------------------
 
@@ -419,49 +485,14 @@ class Monitor:
 
     def _range(self, prom: PrometheusClient, session: dict[str, Any], gpu: bool = True
                ) -> tuple[float, float]:
-        """The session's [start, stop] (now while it runs), once Prometheus has scraped every
-        GPU and the scheduler past its end: results asked for right after ``stop`` are then
-        complete (a GPU not yet scraped since would be missing, or read an earlier window).
-
-        ``gpu``: a session between two scrapes (shorter than one scrape interval) holds no
-        GPU sample; its range then ends once every GPU has been scraped after the stop
-        (within SCRAPE_GAP; said in a warning): their peak gauges cover the session."""
-        start = float(session["start"])
-        until = float(session["stop"]) if session.get("stop") else time.time()
-        deadline = time.monotonic() + self.scrape_wait
-        while not self._scraped_past(prom, until, self.scope()):
-            if time.monotonic() > deadline:
-                warnings.warn(f"Prometheus has not scraped up to the session's end after "
-                              f"{self.scrape_wait:g} s: the last samples may be missing",
-                              stacklevel=3)
-                break
-            time.sleep(0.5)
-        scope = self.scope()
-        gpus = scope.of(INFO.name)
-        span = max(int((until - start) * 1000), 1)
-        if (gpu and not prom.query(f"count(last_over_time({gpus}[{span}ms]))", until)
-                and prom.query(f"count(last_over_time({gpus}[{SCRAPE_GAP:g}s]))", start)):
-            # scraped just before, not inside: the session fell between two scrapes
-            firsts = _scrapes_after(prom, until, scope, INFO.name)
-            while None in firsts and time.monotonic() < deadline:  # each GPU's next scrape
-                time.sleep(0.5)
-                firsts = _scrapes_after(prom, until, scope, INFO.name)
-            first = max(filter(None, firsts), default=until)
-            if until < first <= until + SCRAPE_GAP:
-                warnings.warn(f"monitor session {session.get('id')} lasted "
-                              f"{until - start:.3g} s, less than one scrape: its range ends "
-                              f"once every GPU was scraped after its stop, {first - until:.3g} "
-                              "s later", stacklevel=3)
-                until = first
-        return start, until
-
-    @staticmethod
-    def _scraped_past(prom: PrometheusClient, until: float, scope: Scope) -> bool:
-        for metric in _FRESHNESS:  # every GPU and the scheduler, each scraped past it
-            newest = prom.query(f"min(timestamp({scope.of(metric)}))", time.time())
-            if newest and newest[0].values and newest[0].values[-1] < until:
-                return False
-        return True
+        """The session's range as every command reads it (session_window.window), waiting
+        at most ``scrape_wait`` for Prometheus to scrape past its end; ``gpu``: stretch a
+        session shorter than a scrape to the GPUs' next scrape."""
+        return session_window.window(
+            prom, float(session["start"]), session.get("stop") or None, self.scope(),
+            stretch=gpu, patience=self.scrape_wait,
+            warn=lambda line: warnings.warn(line, stacklevel=4),
+            what=f"monitor session {session.get('id')}")
 
 
 @contextmanager
@@ -518,24 +549,15 @@ def _describe_dag(dag: dict[str, Any]) -> str:
             f"({', '.join(details)})")
 
 
-#: The longest scrape interval Monitor expects of the GPU exporters (Prometheus' default is
-#: 60 s): a session with no GPU sample inside, but one within this before and after it,
-#: fell between two scrapes; otherwise Prometheus was not scraping the GPUs then.
-SCRAPE_GAP = 60.0
+def _interrupted(session: dict[str, Any]) -> dict[str, Any]:
+    """What export.json and report.json say of a session that ended with its scheduler."""
+    return {"interrupted": True} if session.get("interrupted") else {}
 
 
-def _scrapes_after(prom: PrometheusClient, t: float, scope: Scope, metric: str
-                   ) -> list[float | None]:
-    """Per series of ``metric`` sampled lately: its first sample at or after ``t``, None
-    while it has none yet."""
-    span = max(int(time.time() - t) + 2, 2)
-    return [min((ms / 1000 for ms in series.times if ms / 1000 >= t), default=None)
-            for series in prom.query(f"{scope.of(metric)}[{span}s]", time.time())]
-
-
-def _first_scrape_after(prom: PrometheusClient, t: float, scope: Scope) -> float:
-    """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
-    return min(filter(None, _scrapes_after(prom, t, scope, CURRENT_JOB.name)), default=t)
+def same_session(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two session records are one session: ids count from 0 again when the
+    scheduler restarts, the start time tells them apart."""
+    return a.get("id") == b.get("id") and float(a.get("start") or 0) == float(b.get("start") or 0)
 
 
 def _status_name(value: int | None) -> str:

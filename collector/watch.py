@@ -20,7 +20,7 @@ from typing import Any
 
 from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.errors import CollectorError, Terminated, UsageError
-from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.monitor import Monitor, same_session
 from dask_metrics.collector.promapi import PrometheusError
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
@@ -99,12 +99,35 @@ def _server_trouble(exc: CollectorError) -> bool:
     return isinstance(exc, PrometheusError) and (exc.status is None or exc.status >= 500)
 
 
-def export_pending(monitor: Monitor, options: WatchOptions) -> list[str]:
+def stopped_sessions(monitor: Monitor, seen: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stopped sessions the scheduler remembers, and the one an earlier poll saw running
+    that the scheduler has lost since (it restarted): from Prometheus, ended with its
+    scheduler. ``seen`` carries that running session from poll to poll."""
+    sessions = list(monitor.sessions())
+    status = monitor.status()
+    current = status.get("session") if status.get("running") else None
+    lost = seen.get("running")
+    if lost is not None and not (current and same_session(current, lost)) \
+            and not any(same_session(s, lost) for s in sessions):
+        try:
+            sessions.append(monitor.recorded(lost))
+        except CollectorError as exc:
+            if isinstance(exc, PrometheusError):
+                raise  # kept in ``seen``: asked again at the next poll
+            logger.warning("%s", exc)  # nothing recorded: nothing to export
+    seen["running"] = current
+    return sessions
+
+
+def export_pending(monitor: Monitor, options: WatchOptions,
+                   seen: dict[str, Any] | None = None) -> list[str]:
     """Export every stopped session not exported yet, each on its own: one that fails does
     not hold back the others. Returns the problems (one line each); raises when the
-    scheduler or Prometheus is in trouble, so that the caller retries the whole round."""
+    scheduler or Prometheus is in trouble, so that the caller retries the whole round.
+    ``seen``: what the previous poll saw running (see stopped_sessions)."""
     problems = []
-    for session in pending(monitor.sessions(), options.out):
+    for session in pending(stopped_sessions(monitor, {} if seen is None else seen),
+                           options.out):
         folder = options.out / session_folder(session)
         try:
             monitor.export_session(session, folder, layout=options.layout,
@@ -140,13 +163,14 @@ def watch(connect: Callable[[], Any], make_monitor: Callable[[Any], Monitor],
     prepare_out(options.out)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # our one line says it all
     client = None
+    seen: dict[str, Any] = {}  # the session running at the last poll
     delay, last_problem, failed = options.poll, "", False
     try:
         while not stop.is_set():
             try:
                 if client is None:
                     client = connect()
-                for line in export_pending(make_monitor(client), options):
+                for line in export_pending(make_monitor(client), options, seen):
                     logger.warning("%s", line)
                     failed = True
                 delay, problem = options.poll, ""

@@ -1,0 +1,198 @@
+"""A monitor session's time range: the one place where "session N" or ``--since monitor``
+becomes the [since, until] that every command and every ``Monitor`` method reads.
+
+Sessions live on the scheduler and are recorded in Prometheus by two gauges
+(``dask_job_monitor_start/stop_timestamp_seconds``). A session whose scheduler restarted
+(or stopped, or is no longer scraped) while it ran is not lost: it ended at the old
+scheduler's last scrape that still showed it, and is marked interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.fetch import UNSCOPED, Scope
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.contract import CURRENT_JOB, DASK_CLUSTER, INFO, MONITOR_START, MONITOR_STOP, UP
+
+#: Look-backs for the last session, shortest first, so a recent session stays cheap to find.
+MONITOR_LOOKBACK = ("1h", "1d", "7d", "31d")
+#: The longest scrape interval expected of the exporters (Prometheus' default is 60 s): a
+#: session with no GPU sample inside, but one within this before and after it, fell between
+#: two scrapes; otherwise Prometheus was not scraping the GPUs then.
+SCRAPE_GAP = 60.0
+#: Series whose newest sample shows how far Prometheus has scraped the cluster: every GPU
+#: and the scheduler.
+FRESHNESS = (UP.name, CURRENT_JOB.name)
+#: Seconds to wait for Prometheus to scrape past a session's stop, by default.
+PATIENCE = 30.0
+
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A session as Prometheus recorded it: ``stop`` None while it runs; ``interrupted``:
+    its scheduler went away while it ran, and ``stop`` is that scheduler's last scrape
+    showing it."""
+
+    start: float
+    stop: float | None
+    cluster: str = ""
+    interrupted: bool = False
+
+    def note(self, what: str = "the monitor session") -> str:
+        """The warning an interrupted session comes with ("" for the others)."""
+        if not self.interrupted or self.stop is None:
+            return ""
+        return (f"{what} ended with its scheduler (restarted, stopped or no longer scraped): "
+                f"its last scrape showing the session was {self.stop - self.start:.3g} s after "
+                "the start; the session ends there, marked interrupted")
+
+
+def last_session(client: PrometheusClient, now: float, scope: Scope = UNSCOPED) -> Recorded:
+    """The last monitor session of ``scope``'s cluster (unscoped: of the one cluster that
+    has sessions, else UsageError lists them), stopped, running or interrupted."""
+    for window in MONITOR_LOOKBACK:
+        starts = [s for s in client.query(
+            f"last_over_time({scope.of(MONITOR_START.name)}[{window}])", now)
+            if s.values and s.values[-1] > 0]
+        if starts:
+            break
+    else:
+        where = f" of cluster {scope.cluster!r}" if scope.cluster else ""
+        raise CollectorError(f"no monitor session{where} in the last 31 days "
+                             f"({MONITOR_START.name}): give --since a time")
+    found = sorted({s.labels.get(DASK_CLUSTER, "") for s in starts})
+    if scope.cluster is None and len(found) > 1:
+        names = ", ".join(repr(c) if c else "'' (no dask_cluster label)" for c in found)
+        raise UsageError(f"monitor sessions of {len(found)} Dask clusters in the last "
+                         f"{window}: {names}; choose one with --cluster NAME")
+    latest = max(starts, key=lambda s: s.values[-1])
+    cluster = latest.labels.get(DASK_CLUSTER, "")
+    # the same scheduler's series: its cluster (HA replicas' copies are one session)
+    own = Scope(cluster if scope.cluster is None else scope.cluster, scope.replica_labels)
+    return _as_recorded(client, own, latest.values[-1], now, window) or Recorded(
+        latest.values[-1], None, cluster)
+
+
+def recorded_session(client: PrometheusClient, start: float, now: float,
+                     scope: Scope = UNSCOPED) -> Recorded | None:
+    """The session that started at ``start`` as Prometheus recorded it, None where no
+    scrape showed it (a session the scheduler forgot: it restarted, or kept too few)."""
+    return _as_recorded(client, scope, start, now, f"{max(int(now - start) + 60, 60)}s")
+
+
+def _as_recorded(client: PrometheusClient, scope: Scope, start: float, now: float,
+                 window: str) -> Recorded | None:
+    """The session that started at ``start``: stopped (its stop gauge), running (its
+    scheduler still exports it) or interrupted (at its last scrape that showed it); None
+    where no scrape showed it."""
+    cluster = scope.cluster or ""
+    stop = _stop_of(client, scope, start, now, window)
+    if stop is not None:
+        return Recorded(start, stop, cluster)
+    if client.query(f"{scope.of(MONITOR_START.name)} == {start!r}", now):
+        return Recorded(start, None, cluster)
+    last = _last_shown(client, scope, start, now)
+    if last is None:
+        return None
+    stop = _stop_of(client, scope, start, last, "5m")
+    return Recorded(start, stop, cluster) if stop is not None else \
+        Recorded(start, last, cluster, interrupted=True)
+
+
+def _stop_of(client: PrometheusClient, scope: Scope, start: float, at: float, window: str
+             ) -> float | None:
+    """The stop gauge of the session that started at ``start``, as last scraped before
+    ``at``; None while it ran (0) or where no scrape showed its stop."""
+    started = f"last_over_time({scope.of(MONITOR_START.name)}[{window}]) == {start!r}"
+    stops = client.query(f"last_over_time({scope.of(MONITOR_STOP.name)}[{window}]) "
+                         f"and ignoring(__name__) ({started})", at)
+    stop = max((s.values[-1] for s in stops if s.values), default=0.0)
+    return stop if stop >= start else None
+
+
+def _last_shown(client: PrometheusClient, scope: Scope, start: float, now: float
+                ) -> float | None:
+    """The last scrape whose start gauge showed the session that started at ``start``:
+    looked for in longer and longer stretches back from ``now`` (never before the start),
+    so finding a recent end reads few samples."""
+    span = max(now - start, 1.0)
+    for window in (600.0, 3600.0, 86400.0, 7 * 86400.0, 31 * 86400.0):
+        reach = min(window, span + 60.0)
+        times = [t for s in client.query(f"{scope.of(MONITOR_START.name)}[{int(reach) + 1}s]",
+                                         now)
+                 for t, v in zip(s.times, s.values, strict=True) if v == start]
+        if times:
+            return max(times) / 1000
+        if reach >= span + 60.0:
+            return None
+    return None
+
+
+# ---- the window ----------------------------------------------------------------------------
+
+
+def window(client: PrometheusClient, start: float, stop: float | None, scope: Scope, *,
+           stretch: bool, patience: float, warn: Warn, what: str = "the monitor session"
+           ) -> tuple[float, float]:
+    """The session's [start, stop] (now while it runs), once Prometheus has scraped every
+    GPU and the scheduler past its end (at most ``patience`` seconds of waiting, said in a
+    warning): results read right after a stop are then complete.
+
+    ``stretch``: a session between two scrapes (shorter than one scrape interval) holds no
+    GPU sample; its range then ends once every GPU has been scraped after the stop (within
+    SCRAPE_GAP; said in a warning): what export, report and plots need. Peaks are dated
+    and read past the end by themselves, so they ask without."""
+    until = stop if stop else time.time()
+    deadline = time.monotonic() + patience
+    while not _scraped_past(client, until, scope):
+        if time.monotonic() > deadline:
+            warn(f"Prometheus has not scraped up to the end of {what} after {patience:g} s: "
+                 "the last samples may be missing")
+            break
+        time.sleep(0.5)
+    if not stretch:
+        return start, until
+    gpus = scope.of(INFO.name)
+    span = max(int((until - start) * 1000), 1)
+    if (client.query(f"count(last_over_time({gpus}[{span}ms]))", until)
+            or not client.query(f"count(last_over_time({gpus}[{SCRAPE_GAP:g}s]))", start)):
+        return start, until
+    # scraped just before, not inside: the session fell between two scrapes
+    firsts = scrapes_after(client, until, scope, INFO.name)
+    while None in firsts and time.monotonic() < deadline:  # each GPU's next scrape
+        time.sleep(0.5)
+        firsts = scrapes_after(client, until, scope, INFO.name)
+    first = max(filter(None, firsts), default=until)
+    if until < first <= until + SCRAPE_GAP:
+        warn(f"{what} lasted {until - start:.3g} s, less than one scrape: its range ends once "
+             f"every GPU was scraped after its stop, {first - until:.3g} s later")
+        until = first
+    return start, until
+
+
+def _scraped_past(client: PrometheusClient, until: float, scope: Scope) -> bool:
+    for metric in FRESHNESS:
+        newest = client.query(f"min(timestamp({scope.of(metric)}))", time.time())
+        if newest and newest[0].values and newest[0].values[-1] < until:
+            return False
+    return True
+
+
+def scrapes_after(client: PrometheusClient, t: float, scope: Scope, metric: str
+                  ) -> list[float | None]:
+    """Per series of ``metric`` sampled lately: its first sample at or after ``t``, None
+    while it has none yet."""
+    span = max(int(time.time() - t) + 2, 2)
+    return [min((ms / 1000 for ms in series.times if ms / 1000 >= t), default=None)
+            for series in client.query(f"{scope.of(metric)}[{span}s]", time.time())]
+
+
+def first_scrape_after(client: PrometheusClient, t: float, scope: Scope) -> float:
+    """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
+    return min(filter(None, scrapes_after(client, t, scope, CURRENT_JOB.name)), default=t)
