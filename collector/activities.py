@@ -12,13 +12,13 @@ from itertools import compress
 from operator import gt
 from typing import Any
 
+from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
 from dask_metrics.collector.series import Series, id_key
 from dask_metrics.contract import (
     ACTIVITY,
     ACTIVITY_COLUMNS,
     ACTIVITY_FAMILY,
     DAG_ID,
-    JOB_ID,
     PREFIX,
 )
 
@@ -55,7 +55,7 @@ def increases(series: Iterable[Series], start: int) -> dict[ActivityKey, float]:
     out: dict[ActivityKey, float] = {}
     for s in series:
         labels = s.labels
-        key = (labels.get(JOB_ID, ""), labels.get(DAG_ID, ""), labels.get(PREFIX, ""),
+        key = (job_key(labels), labels.get(DAG_ID, ""), labels.get(PREFIX, ""),
                labels.get(ACTIVITY, ""), unit_of(labels.get("__name__", "")))
         out[key] = out.get(key, 0.0) + increase(s.times, s.values, start)
     return out
@@ -67,7 +67,8 @@ def activity_rows(totals: Mapping[ActivityKey, float], names: Mapping[str, str]
     activity and unit order; keys that did not increase in the range are left out (the
     counters of jobs that ran before it)."""
     keys = sorted((k for k, v in totals.items() if v != 0),
-                  key=lambda k: (id_key(k[0]), id_key(k[1]), *k[2:]))
-    return [dict(zip(ACTIVITY_COLUMNS, (job, names.get(job, ""), dag, prefix, activity, unit,
-                                        totals[job, dag, prefix, activity, unit]), strict=True))
+                  key=lambda k: (job_order(k[0]), id_key(k[1]), *k[2:]))
+    return [dict(zip(ACTIVITY_COLUMNS, (plain(job), names.get(job, ""), dag, prefix, activity,
+                                        unit, totals[job, dag, prefix, activity, unit],
+                                        life(job)), strict=True))
             for job, dag, prefix, activity, unit in keys]

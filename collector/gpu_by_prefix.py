@@ -29,13 +29,13 @@ from math import isnan
 from operator import sub
 from typing import Any
 
+from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
 from dask_metrics.collector.series import Samples, Series, gpu_series, id_key, join
 from dask_metrics.contract import (
     BUSY,
     DAG_ID,
     ENERGY,
     GPU_BY_PREFIX_COLUMNS,
-    JOB_ID,
     MEMORY_USED,
     PREFIX,
 )
@@ -71,7 +71,7 @@ def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: i
     instance label) are joined first, so a key has one count per scrape."""
     pieces: dict[PrefixKey, list[Series]] = {}
     for s in series:
-        key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
+        key = (job_key(s.labels), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
         pieces.setdefault(key, []).append(s)
     executing: dict[int, list[tuple[PrefixKey, float]]] = {}
     for key in sorted(pieces):  # so that each state's items come in key order
@@ -198,9 +198,10 @@ def prefix_rows(uses: Mapping[PrefixKey, PrefixUse], names: Mapping[str, str]
     """gpu_by_prefix.csv's rows (dicts keyed by GPU_BY_PREFIX_COLUMNS) in job, DAG and
     prefix order; every prefix seen executing at a GPU sample has one, 0 seconds if the GPU
     was idle then."""
-    keys = sorted(uses, key=lambda k: (id_key(k[0]), id_key(k[1]), k[2]))
+    keys = sorted(uses, key=lambda k: (job_order(k[0]), id_key(k[1]), k[2]))
     return [dict(zip(GPU_BY_PREFIX_COLUMNS,
-                     (job, names.get(job, ""), dag, prefix, uses[job, dag, prefix].gpu_seconds,
-                      uses[job, dag, prefix].peak_mem, uses[job, dag, prefix].energy),
+                     (plain(job), names.get(job, ""), dag, prefix,
+                      uses[job, dag, prefix].gpu_seconds, uses[job, dag, prefix].peak_mem,
+                      uses[job, dag, prefix].energy, life(job)),
                      strict=True))
             for job, dag, prefix in keys]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
 from dask_metrics.collector.series import Series, id_key
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import (
@@ -27,7 +28,6 @@ from dask_metrics.contract import (
     DAG_ID,
     DAG_STARTED,
     DAG_SUBMITTED,
-    JOB_ID,
     JOB_NAME,
     DagStatus,
 )
@@ -38,7 +38,8 @@ DAG_TIMES = (DAG_SUBMITTED.name, DAG_STARTED.name, DAG_FINISHED.name)
 
 @dataclass(frozen=True)
 class JobRow:
-    """One DAG of one job, as the scheduler preload exported it; times in ms."""
+    """One DAG of one job, as the scheduler preload exported it; times in ms. ``job``: the
+    job's key (its id within its scheduler's life, lifetimes.job_key)."""
 
     job: str
     job_name: str
@@ -62,7 +63,7 @@ def _statuses(status: Iterable[Series]) -> dict[tuple[str, str], list[tuple[int,
     into one list per DAG (the scheduler's series differ by their scrape labels only)."""
     found: dict[tuple[str, str], dict[int, float]] = {}
     for s in status:
-        key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""))
+        key = (job_key(s.labels), s.labels.get(DAG_ID, ""))
         slot = found.setdefault(key, {})
         for t, v in zip(s.times, s.values, strict=True):
             slot.setdefault(t, v)
@@ -78,12 +79,13 @@ def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start:
     that ended just before it). ``times``: {metric: series} of the DAG timestamp gauges
     (``DAG_TIMES``), where the preload exports them. ``info``: the label sets of
     dask_job_dag_info, for the names. Series of one DAG from several scheduler addresses or
-    HA replicas are one DAG. A restarted scheduler numbers its jobs from 0 again: such ids'
-    samples are one row, with their names joined by " / ".
+    HA replicas are one DAG. A restarted scheduler numbers its jobs from 0 again: its
+    ``scheduler_start`` label keeps them apart (lifetimes.job_key); from a preload older than
+    the label, such ids' samples are one row, with their names joined by " / ".
     """
     named: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
     for labels in info:
-        key = (labels.get(JOB_ID, ""), labels.get(DAG_ID, ""))
+        key = (job_key(labels), labels.get(DAG_ID, ""))
         named.setdefault(key, {})[labels.get(JOB_NAME, ""), labels.get(CLIENT, "")] = None
     edges = _edges(times or {})
     rows = []
@@ -96,7 +98,7 @@ def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start:
         pairs = sorted(named.get((job, dag), {}))
         rows.append(JobRow(job, " / ".join(dict.fromkeys(n for n, _ in pairs)), dag,
                            " / ".join(dict.fromkeys(c for _, c in pairs)), word, first, last))
-    rows.sort(key=lambda r: (id_key(r.job), id_key(r.dag)))
+    rows.sort(key=lambda r: (job_order(r.job), id_key(r.dag)))
     return rows
 
 
@@ -110,7 +112,7 @@ def _edges(times: Mapping[str, Iterable[Series]]) -> dict[tuple[str, str], Edges
     for metric, series in times.items():
         for s in series:
             if s.values and s.values[-1] > 0:
-                key = (s.labels.get(JOB_ID, ""), s.labels.get(DAG_ID, ""))
+                key = (job_key(s.labels), s.labels.get(DAG_ID, ""))
                 found.setdefault(key, {})[metric] = round(s.values[-1] * 1000)
     return {key: (t[DAG_SUBMITTED.name], t.get(DAG_STARTED.name), t.get(DAG_FINISHED.name))
             for key, t in found.items() if DAG_SUBMITTED.name in t}
@@ -152,9 +154,9 @@ def jobs_csv_rows(rows: Iterable[JobRow], start: int) -> list[list[str]]:
     files' ``timestamp``), then as RFC 3339 (their ``time``)."""
     out = []
     for r in rows:
-        out.append([r.job, r.job_name, r.dag, r.client, r.status,
+        out.append([plain(r.job), r.job_name, r.dag, r.client, r.status,
                     _seconds(r.first_seen, start), _seconds(r.last_seen, start),
-                    format_rfc3339(r.first_seen), format_rfc3339(r.last_seen)])
+                    format_rfc3339(r.first_seen), format_rfc3339(r.last_seen), life(r.job)])
     return out
 
 
@@ -170,13 +172,15 @@ class JobNames:
     """How to call a job and a DAG on a plot or in a table: by name, with the ids where a
     name alone would be ambiguous. Built from job rows, or from the columns of jobs.csv."""
 
-    names: Mapping[str, str]  # job id -> job name ("" when it has none)
-    dags: Mapping[str, int]  # job id -> how many DAGs it had
-    repeated: frozenset[str]  # names that more than one job id carries
+    names: Mapping[str, str]  # job key -> job name ("" when it has none)
+    dags: Mapping[str, int]  # job key -> how many DAGs it had
+    repeated: frozenset[str]  # names that more than one job key carries
+    twins: frozenset[str] = frozenset()  # keys whose name and id another scheduler life has
 
     @classmethod
     def of(cls, pairs: Iterable[tuple[str, str, str]]) -> JobNames:
-        """From (job, job_name, dag) triples: jobs.csv's rows, or JobRows'."""
+        """From (job key, job_name, dag) triples: JobRows', or jobs.csv's rows (their job
+        qualified by their scheduler_start)."""
         names: dict[str, str] = {}
         dags: dict[str, set[str]] = {}
         for job, name, dag in pairs:
@@ -185,8 +189,12 @@ class JobNames:
         counts: dict[str, int] = {}
         for name in names.values():
             counts[name] = counts.get(name, 0) + 1
+        seen: dict[tuple[str, str], int] = {}
+        for job, name in names.items():
+            seen[name, plain(job)] = seen.get((name, plain(job)), 0) + 1
         return cls(names, {j: len(d) for j, d in dags.items()},
-                   frozenset(n for n, c in counts.items() if n and c > 1))
+                   frozenset(n for n, c in counts.items() if n and c > 1),
+                   frozenset(j for j, n in names.items() if seen[n, plain(j)] > 1))
 
     @classmethod
     def from_rows(cls, rows: Iterable[JobRow]) -> JobNames:
@@ -194,13 +202,17 @@ class JobNames:
 
     def job(self, job: str) -> str:
         """``etl``; ``etl (job 3)`` when another job has that name too; ``job 3`` without a
-        name; "" for no job (idle)."""
+        name; "" for no job (idle). A job whose name and id a restarted scheduler gave
+        another job too: ``etl (job 0, scheduler of 07:12:03)``."""
         if not job:
             return ""
-        name = self.names.get(job, "")
-        if not name:
-            return f"job {job}"
-        return f"{name} (job {job})" if name in self.repeated else name
+        name, ident = self.names.get(job, ""), plain(job)
+        label = (f"{name} (job {ident})" if name in self.repeated else name) if name \
+            else f"job {ident}"
+        if job in self.twins:
+            of = f"scheduler of {format_rfc3339(round(float(life(job)) * 1000))[11:19]}"
+            label = f"{label[:-1]}, {of})" if label.endswith(")") else f"{label} ({of})"
+        return label
 
     def phase(self, job: str, dag: str) -> str:
         """``etl`` for a job of one DAG, ``etl · DAG 2`` for a job of several (or unknown)."""

@@ -20,6 +20,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from dask_metrics.collector.columns import Column
+from dask_metrics.collector.lifetimes import plain
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, SEED_KEYS, TIDY_KEYS
@@ -78,8 +79,9 @@ def csv_line(fields: Iterable[str]) -> str:
 
 def _state_texts(*states: Sequence[tuple[str, str]]) -> list[str]:
     """The CSV text of the job/DAG columns at each time; the few distinct states are
-    quoted once each."""
-    texts = {s: csv_line(chain.from_iterable(s)) for s in set(zip(*states, strict=True))}
+    quoted once each. Job ids as the scheduler numbered them (its life is jobs.csv's)."""
+    texts = {s: csv_line(chain.from_iterable((plain(job), dag) for job, dag in s))
+             for s in set(zip(*states, strict=True))}
     return list(map(texts.__getitem__, zip(*states, strict=True)))
 
 

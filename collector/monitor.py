@@ -38,6 +38,7 @@ from dask_metrics.collector.session_window import Recorded, last_session, record
 from dask_metrics.contract import (
     DAG_STATUS,
     REPLICA_LABELS,
+    SCHEDULER_START,
     DagStatus,
     Handler,
 )
@@ -285,8 +286,11 @@ class Monitor:
                        else session_window.first_scrape_after(prom, until, scope))
             window = max(int(settled - since) + 1, 1)
             seen: dict[tuple[int, int], int] = {}
+            life = session.get("scheduler_start") or ""
             for series in prom.query(f"last_over_time({scope.of(DAG_STATUS.name)}[{window}s])",
                                      settled):
+                if life and series.labels.get(SCHEDULER_START, life) != life:
+                    continue  # a restarted scheduler's DAG of the same ids
                 job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
                 seen[(job, dag)] = int(series.values[-1])
         recorded = session.get("jobs")
@@ -378,7 +382,8 @@ class Monitor:
         what = f"monitor session {started['id']}" if started else "the last monitor session"
         if found.interrupted:
             warnings.warn(found.note(what), stacklevel=4)
-        return {"id": started.get("id"), "start": found.start, "stop": found.stop,
+        return {"id": started.get("id"), "scheduler_start": started.get("scheduler_start"),
+                "start": found.start, "stop": found.stop,
                 "metrics": list(started.get("metrics") or self.metrics),
                 "owner": started.get("owner"), "jobs": None, "unrecorded_dags": 0,
                 "interrupted": found.interrupted}

@@ -53,9 +53,10 @@ from dask_metrics.collector.fetch import (
     peak_windows,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
+from dask_metrics.collector.lifetimes import job_order, life, plain
 from dask_metrics.collector.peaktime import cover, dated_readings, reaches, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.series import Series, Timeline, gpu_series, id_key, join
+from dask_metrics.collector.series import Series, Timeline, gpu_series, join
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import REPLICA_LABELS
 
@@ -137,8 +138,9 @@ class Peak:
                 "peak_bytes": _json_number(self.peak_bytes),
                 "total_bytes": _json_number(self.total_bytes),
                 "peak_percent": self.peak_percent, "time": format_rfc3339(self.time),
-                "job": _json_id(self.job), "dag": _json_id(self.dag),
-                "job_name": self.job_name or None, "exact": self.exact,
+                "job": _json_id(plain(self.job)), "dag": _json_id(self.dag),
+                "job_name": self.job_name or None, "scheduler_start": life(self.job) or None,
+                "exact": self.exact,
                 "upper_bound_bytes": (None if self.upper_bytes is None
                                       or math.isinf(self.upper_bytes)
                                       else _json_number(self.upper_bytes))}
@@ -245,7 +247,7 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
                 if job not in best or (top, -times[i]) > best[job][:2]:
                     best[job] = (top, -times[i], i)
             pos = end
-        for key in sorted(best, key=id_key):
+        for key in sorted(best, key=job_order):
             i = best[key][2]
             t, v, (job, dag) = times[i], values[i], states[i]
             upper = None

@@ -273,8 +273,8 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
         raise UsageError(f"--format: {', '.join(unknown) or 'none given'} (known: "
                          f"{', '.join(FORMATS)})")
     require_matplotlib()
-    traces = read_export(folder)
     provenance = read_provenance(folder)
+    traces = [provenance.own(t) for t in read_export(folder)]
     if workers:
         traces = [t for t in traces if any(fnmatch.fnmatchcase(t.worker, w) for w in workers)]
         if not traces:

@@ -12,12 +12,13 @@ import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
+from dask_metrics.collector.lifetimes import life_at, qualify
 from dask_metrics.collector.series import WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, parse_rfc3339
 from dask_metrics.contract import JOBS_CSV
@@ -273,6 +274,22 @@ class Provenance:
 
     names: JobNames = NO_NAMES
     simulated: frozenset[str] = frozenset()
+    lives: tuple[str, ...] = ()  # the scheduler lives of jobs.csv (its scheduler_start)
+
+    def own(self, trace: WorkerTrace) -> WorkerTrace:
+        """``trace`` read from a worker file, its jobs keyed as ``names`` keys them: a row's
+        plain job id is of the scheduler life in effect at its time."""
+        if not self.lives or not trace.start:
+            return trace
+        origin = parse_rfc3339(trace.start) * 1000
+
+        def keyed(found: list[Phase]) -> list[Phase]:
+            return [replace(p, job=qualify(p.job, life_at(self.lives, round(origin
+                                                                              + p.start * 1000))))
+                    for p in found]
+
+        return replace(trace, phases=keyed(trace.phases),
+                       cluster_phases=keyed(trace.cluster_phases))
 
 
 UNKNOWN = Provenance()
@@ -304,11 +321,13 @@ def read_provenance(folder: str | os.PathLike[str]) -> Provenance:
     """The job names and simulated workers of an export folder."""
     folder = tables_folder(Path(folder))
     jobs = _rows(folder / JOBS_CSV)
-    names = JobNames.of((r.get("job") or "", r.get("job_name") or "", r.get("dag") or "")
+    names = JobNames.of((qualify(r.get("job") or "", r.get("scheduler_start") or ""),
+                         r.get("job_name") or "", r.get("dag") or "")
                         for r in jobs) if jobs else NO_NAMES
     simulated = frozenset(r.get("worker") or "" for r in _rows(folder / "workers.csv")
                           if r.get("simulated") == "true")
-    return Provenance(names, simulated)
+    lives = tuple(sorted({r.get("scheduler_start") or "" for r in jobs} - {""}, key=float))
+    return Provenance(names, simulated, lives)
 
 
 # ---- axes ----------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from itertools import chain, pairwise, repeat
 from typing import NamedTuple
 
 from dask_metrics.collector.columns import TOTAL_METRIC, USED_METRIC, Column
-from dask_metrics.contract import SIMULATED
+from dask_metrics.collector.lifetimes import job_key, job_order, qualify
+from dask_metrics.contract import DAG_ID, SCHEDULER_START, SIMULATED
 
 IDLE = ("", "")
 Samples = tuple[list[int], list[float]]
@@ -305,12 +306,17 @@ def _scrape_positions(scrapes: list[int], times: Sequence[int], max_age: int) ->
 def cluster_timeline(job: Iterable[Series], dag: Iterable[Series]) -> Timeline:
     """The cluster-wide job/DAG (dask_job_current_job/_dag) at each scheduler scrape."""
 
-    def values(series: Iterable[Series]) -> dict[int, float]:
-        return {t: v for s in series for t, v in zip(s.times, s.values, strict=True)}
+    def values(series: Iterable[Series]) -> dict[int, tuple[float, str]]:
+        return {t: (v, s.labels.get(SCHEDULER_START, "")) for s in series
+                for t, v in zip(s.times, s.values, strict=True)}
+
+    def ident(found: tuple[float, str] | None) -> str:
+        return "" if found is None else format_id(found[0])
 
     jobs, dags = values(job), values(dag)
     times = sorted(jobs.keys() | dags.keys())
-    return Timeline(times, [(format_id(jobs.get(t)), format_id(dags.get(t))) for t in times])
+    return Timeline(times, [(qualify(ident(jobs.get(t)), jobs.get(t, (0, ""))[1]),
+                             ident(dags.get(t))) for t in times])
 
 
 def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series]) -> Timeline:
@@ -320,8 +326,8 @@ def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series]) -> Timeline
     idle. When the worker runs several DAGs at once the oldest one (lowest job id, then dag id)
     is taken: a deterministic choice that follows the scheduler's own "oldest unfinished DAG".
     """
-    dags = [((s.labels.get("job_id", ""), s.labels.get("dag_id", "")), s) for s in tasks]
-    dags.sort(key=lambda item: (id_key(item[0][0]), id_key(item[0][1])))  # oldest first
+    dags = [((job_key(s.labels), s.labels.get(DAG_ID, "")), s) for s in tasks]
+    dags.sort(key=lambda item: (job_order(item[0][0]), id_key(item[0][1])))  # oldest first
     active: dict[int, tuple[str, str]] = {}
     for dag, s in dags:
         for t, v in zip(s.times, s.values, strict=True):

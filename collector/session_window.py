@@ -2,7 +2,8 @@
 becomes the [since, until] that every command and every ``Monitor`` method reads.
 
 Sessions live on the scheduler and are recorded in Prometheus by two gauges
-(``dask_job_monitor_start/stop_timestamp_seconds``). A session whose scheduler restarted
+(``dask_job_monitor_start_timestamp_seconds`` and
+``dask_job_monitor_stop_timestamp_seconds``). A session whose scheduler restarted
 (or stopped, or is no longer scraped) while it ran is not lost: it ended at the old
 scheduler's last scrape that still showed it, and is marked interrupted.
 """

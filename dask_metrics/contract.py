@@ -21,6 +21,10 @@ GPU = "gpu"  # index among the worker's visible GPUs
 UUID = "uuid"  # NVML UUID (GPU-... or MIG-...)
 JOB_ID = "job_id"
 DAG_ID = "dag_id"
+# Which life of the scheduler a job/DAG series is from: its start, unix seconds with
+# milliseconds ("1764140000.123"). A restarted scheduler numbers jobs, DAGs and monitor
+# sessions from 0 again under the same cluster name; this label keeps the two apart.
+SCHEDULER_START = "scheduler_start"
 JOB_NAME = "job_name"
 CLIENT = "client"
 ADDRESS = "address"
@@ -240,42 +244,42 @@ CURRENT_JOB = MetricSpec(
     "dask_job_current_job",
     "gauge",
     "",
-    (DASK_CLUSTER,),
+    (DASK_CLUSTER, SCHEDULER_START),
     "Job id of the oldest unfinished DAG; -1 when the cluster is idle.",
 )
 CURRENT_DAG = MetricSpec(
     "dask_job_current_dag",
     "gauge",
     "",
-    (DASK_CLUSTER,),
+    (DASK_CLUSTER, SCHEDULER_START),
     "DAG id (within its job) of the oldest unfinished DAG; -1 when the cluster is idle.",
 )
 WORKER_TASKS = MetricSpec(
     "dask_job_worker_tasks",
     "gauge",
     "",
-    (DASK_CLUSTER, "worker", "job_id", "dag_id"),
+    (DASK_CLUSTER, SCHEDULER_START, WORKER, JOB_ID, DAG_ID),
     "Tasks of this DAG processing on this worker now; present only while above 0.",
 )
 DAG_INFO = MetricSpec(
     "dask_job_dag_info",
     "gauge",
     "",
-    (DASK_CLUSTER, "job_id", "dag_id", "job_name", "client"),
+    (DASK_CLUSTER, SCHEDULER_START, JOB_ID, DAG_ID, JOB_NAME, CLIENT),
     "Always 1 while the DAG is known; job_name is the span name or the client name.",
 )
 DAG_STATUS = MetricSpec(
     "dask_job_dag_status",
     "gauge",
     "",
-    (DASK_CLUSTER, "job_id", "dag_id"),
+    (DASK_CLUSTER, SCHEDULER_START, JOB_ID, DAG_ID),
     "0 waiting, 1 running, 2 finished, 3 erred (a task erred or a result was cancelled).",
 )
 DAG_SUBMITTED = MetricSpec(
     "dask_job_dag_submitted_timestamp_seconds",
     "gauge",
     "seconds",
-    (DASK_CLUSTER, "job_id", "dag_id"),
+    (DASK_CLUSTER, SCHEDULER_START, JOB_ID, DAG_ID),
     "Unix time the scheduler received the DAG: its edges are the scheduler's own times, "
     "not the scrape that first saw it.",
 )
@@ -283,14 +287,14 @@ DAG_STARTED = MetricSpec(
     "dask_job_dag_started_timestamp_seconds",
     "gauge",
     "seconds",
-    (DASK_CLUSTER, "job_id", "dag_id"),
+    (DASK_CLUSTER, SCHEDULER_START, JOB_ID, DAG_ID),
     "Unix time the DAG's first task started processing; absent until then.",
 )
 DAG_FINISHED = MetricSpec(
     "dask_job_dag_finished_timestamp_seconds",
     "gauge",
     "seconds",
-    (DASK_CLUSTER, "job_id", "dag_id"),
+    (DASK_CLUSTER, SCHEDULER_START, JOB_ID, DAG_ID),
     "Unix time the DAG finished or erred (dask_job_dag_status says which); absent until then.",
 )
 DAGS_COMPLETED = MetricSpec(
@@ -300,18 +304,26 @@ DAGS_COMPLETED = MetricSpec(
     (DASK_CLUSTER, "status"),
     "DAGs that reached a final status (finished or erred) since the scheduler started.",
 )
+SCHEDULER_STARTED = MetricSpec(
+    "dask_job_scheduler_start_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (DASK_CLUSTER,),
+    "Unix time this scheduler started exporting (its scheduler_start label's value): a "
+    "change is a restart, after which job, DAG and session ids count from 0 again.",
+)
 MONITOR_START = MetricSpec(
     "dask_job_monitor_start_timestamp_seconds",
     "gauge",
     "seconds",
-    (DASK_CLUSTER,),
+    (DASK_CLUSTER, SCHEDULER_START),
     "Unix time the last monitor session started; absent before the first session.",
 )
 MONITOR_STOP = MetricSpec(
     "dask_job_monitor_stop_timestamp_seconds",
     "gauge",
     "seconds",
-    (DASK_CLUSTER,),
+    (DASK_CLUSTER, SCHEDULER_START),
     "Unix time the last monitor session stopped; 0 while it runs.",
 )
 WORKER_GPU_INFO = MetricSpec(
@@ -337,7 +349,7 @@ PLUGIN_ERRORS = MetricSpec(
 PREFIX = "prefix"  # Dask task prefix (the function's name); "other" past the per-job cap
 ACTIVITY = "activity"  # thread-cpu, thread-noncpu, idle, disk-read, ..., or a custom label
 CONTEXT = "context"  # gather-dep, get-data, memory-monitor: the cluster-wide contexts
-ACTIVITY_LABELS = (DASK_CLUSTER, JOB_ID, DAG_ID, PREFIX, ACTIVITY)
+ACTIVITY_LABELS = (DASK_CLUSTER, SCHEDULER_START, JOB_ID, DAG_ID, PREFIX, ACTIVITY)
 CLUSTER_ACTIVITY_LABELS = (DASK_CLUSTER, CONTEXT, ACTIVITY)
 ACTIVITY_FAMILY = "dask_job_activity_"  # + unit + "_total"
 CLUSTER_ACTIVITY_FAMILY = "dask_job_cluster_activity_"  # + unit + "_total"
@@ -437,7 +449,7 @@ WORKER_RMM_POOL = MetricSpec(
 # What ran where, for GPU time per task prefix: sampled by the same scrapes as the GPUs.
 WORKER_PREFIX_TASKS = MetricSpec(
     "dask_job_worker_prefix_tasks", "gauge", "",
-    (DASK_CLUSTER, WORKER, JOB_ID, DAG_ID, PREFIX),
+    (DASK_CLUSTER, SCHEDULER_START, WORKER, JOB_ID, DAG_ID, PREFIX),
     "Tasks of this DAG and task prefix executing on this worker now; present only while "
     "above 0.",
 )
@@ -457,6 +469,7 @@ SCHEDULER_SPECS: list[MetricSpec] = [
     DAG_STARTED,
     DAG_FINISHED,
     DAGS_COMPLETED,
+    SCHEDULER_STARTED,
     MONITOR_START,
     MONITOR_STOP,
     WORKER_GPU_INFO,
@@ -520,12 +533,15 @@ SEED_KEYS = ("job", "dag", "timestamp")
 
 # Files of every export beside the per-worker CSVs, and their columns.
 ACTIVITIES_CSV = "activities.csv"
-ACTIVITY_COLUMNS = ("job", "job_name", "dag", "prefix", "activity", "unit", "value")
+# scheduler_start: the scheduler life a job id is of (ids count from 0 in each; "" from a
+# preload older than the label), as in the series' scheduler_start label.
+ACTIVITY_COLUMNS = ("job", "job_name", "dag", "prefix", "activity", "unit", "value",
+                    "scheduler_start")
 GPU_BY_PREFIX_CSV = "gpu_by_prefix.csv"
 GPU_BY_PREFIX_COLUMNS = ("job", "job_name", "dag", "prefix", "gpu_seconds", "peak_mem",
-                         "energy")
+                         "energy", "scheduler_start")
 JOBS_CSV = "jobs.csv"
 # first_seen/last_seen: seconds since the export's start, like the per-worker ``timestamp``;
 # the *_time columns: the same times in RFC 3339, like their ``time``.
 JOBS_COLUMNS = ("job", "job_name", "dag", "client", "status", "first_seen", "last_seen",
-                "first_seen_time", "last_seen_time")
+                "first_seen_time", "last_seen_time", "scheduler_start")

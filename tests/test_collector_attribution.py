@@ -89,9 +89,9 @@ def test_activity_rows_add_pieces_drop_zeros_and_sort() -> None:
     totals = increases(series, S)
     rows = activity_rows(totals, {"2": "etl"})
     assert [tuple(r[c] for c in ACTIVITY_COLUMNS) for r in rows] == [
-        ("2", "etl", "", "load", "thread-cpu", "flops_s", 0.5),
-        ("2", "etl", "", "load", "thread-cpu", "seconds", 3.0),
-        ("10", "", "0", "load", "thread-cpu", "seconds", 5.0),
+        ("2", "etl", "", "load", "thread-cpu", "flops_s", 0.5, ""),
+        ("2", "etl", "", "load", "thread-cpu", "seconds", 3.0, ""),
+        ("10", "", "0", "load", "thread-cpu", "seconds", 5.0, ""),
     ]
 
 
@@ -135,7 +135,7 @@ def test_idle_gpu_gives_zero_and_missing_energy_stays_empty() -> None:
     attribute(uses, prefixes, ([0, 5 * S], [10.0, 10.0]), None, used, 120 * S)
     rows = prefix_rows(uses, {"0": "job"})
     assert [tuple(r[c] for c in GPU_BY_PREFIX_COLUMNS) for r in rows] == [
-        ("0", "job", "0", "cpu_only", 0.0, 2.0, None)]
+        ("0", "job", "0", "cpu_only", 0.0, 2.0, None, "")]
 
 
 def test_a_state_expires_max_age_after_its_scrape() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dask_metrics.collector.jobs import JobNames, JobRow, job_rows, jobs_csv_rows, status_word
+from dask_metrics.collector.lifetimes import job_order, life, life_at, plain, restarts
 from dask_metrics.collector.series import Series
 
 S = 1000  # ms
@@ -79,10 +80,49 @@ def test_series_of_one_dag_from_two_scheduler_addresses_are_one_row() -> None:
     assert rows == [JobRow("0", "etl", "0", "c", "finished", 10 * S, 40 * S)]
 
 
-def test_ids_reused_by_a_restarted_scheduler_keep_both_names() -> None:
+def test_ids_reused_by_a_restarted_scheduler_without_lives_keep_both_names() -> None:
+    """A preload older than the scheduler_start label: the two jobs cannot be told apart,
+    and the row says so by naming both."""
     rows = job_rows([info("0", "0", "etl", "c1"), info("0", "0", "train", "c2")],
                     [status("0", "0", [(10, 2.0), (20, 1.0)])], 0, 50 * S)
     assert [(r.job_name, r.client) for r in rows] == [("etl / train", "c1 / c2")]
+
+
+def of_life(labels: dict[str, str], started: str) -> dict[str, str]:
+    return {**labels, "scheduler_start": started}
+
+
+def test_two_lives_of_a_scheduler_reusing_ids_are_two_rows_with_their_names() -> None:
+    """A scheduler restarted at 30 s numbers its first job 0 again: job 0 'etl' (finished
+    before the restart) and job 0 'train' (erred after it) are two rows, each with its own
+    name, client and outcome, the older life first."""
+    old, new = "1000.000", "1030.000"
+    etl = status("0", "0", [(10, 1.0), (20, 2.0)])
+    train = status("0", "0", [(40, 1.0), (50, 3.0)])
+    rows = job_rows([of_life(info("0", "0", "etl", "c1"), old),
+                     of_life(info("0", "0", "train", "c2"), new)],
+                    [Series(of_life(etl.labels, old), etl.times, etl.values),
+                     Series(of_life(train.labels, new), train.times, train.values)], 0, 60 * S)
+    assert [(r.job, r.job_name, r.client, r.status, r.first_seen, r.last_seen)
+            for r in rows] == [(f"0@{old}", "etl", "c1", "finished", 10 * S, 20 * S),
+                               (f"0@{new}", "train", "c2", "erred", 40 * S, 50 * S)]
+    assert restarts(r.job for r in rows).startswith("the range spans 2 lives of the scheduler")
+    assert restarts(["0", "1"]) == restarts([f"0@{old}", f"1@{old}"]) == ""
+    names = JobNames.from_rows(rows)
+    assert names.job(f"0@{old}") == "etl" and names.job(f"0@{new}") == "train"
+    twins = JobNames.of([(f"0@{old}", "etl", "0"), (f"0@{new}", "etl", "0")])
+    assert twins.job(f"0@{old}") == "etl (job 0, scheduler of 00:16:40)"
+    assert twins.job(f"0@{new}") == "etl (job 0, scheduler of 00:17:10)"
+
+
+def test_a_plain_id_is_of_the_life_in_effect_at_its_time() -> None:
+    lives = ["1000.000", "1030.000"]
+    assert [life_at(lives, t * S) for t in (999, 1000, 1029, 1030, 5000)] == [
+        "", "1000.000", "1000.000", "1030.000", "1030.000"]
+    assert [plain("3@1000.000"), life("3@1000.000"), plain("3"), life("3")] == [
+        "3", "1000.000", "3", ""]
+    assert sorted(["10@1030.000", "2@1030.000", "10@1000.000", "7"], key=job_order) == [
+        "7", "10@1000.000", "2@1030.000", "10@1030.000"]
 
 
 def test_rows_come_by_job_then_dag_numerically_names_from_info_only() -> None:
@@ -106,7 +146,10 @@ def test_csv_rows_give_seconds_since_the_start_and_rfc3339() -> None:
     row = JobRow("0", "etl, v2", "1", "c", "finished", 1_700_000_010_500, 1_700_000_020_000)
     assert jobs_csv_rows([row], 1_700_000_000_000) == [[
         "0", "etl, v2", "1", "c", "finished", "10.500", "20.000",
-        "2023-11-14T22:13:30.500Z", "2023-11-14T22:13:40.000Z"]]
+        "2023-11-14T22:13:30.500Z", "2023-11-14T22:13:40.000Z", ""]]
+    of_a_life = JobRow("0@1700000000.250", "etl", "1", "c", "finished", 1_700_000_010_500,
+                       1_700_000_020_000)
+    assert jobs_csv_rows([of_a_life], 1_700_000_000_000)[0][::9] == ["0", "1700000000.250"]
 
 
 def test_phases_are_named_by_job_with_dags_and_ids_where_needed() -> None:

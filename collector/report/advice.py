@@ -55,7 +55,8 @@ def smallest_fitting(models: Sequence[GpuModel], need: float) -> list[GpuModel]:
 
 
 def _job_label(job: Mapping[str, Any]) -> str:
-    return f"job {job['job']}" + (f" ({job['job_name']})" if job.get("job_name") else "")
+    return f"job {job.get('job_label') or job['job']}" + (f" ({job['job_name']})"
+                                                          if job.get("job_name") else "")
 
 
 def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
@@ -179,7 +180,7 @@ def _near_capacity(gpu: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
     capacity = gpu["capacity_bytes"]
     limit = capacity * DEVICE_MEMORY_LIMIT_SHARE
-    during = f" during job {gpu['job']}" if gpu.get("job") else ""
+    during = f" during job {gpu.get('job_label') or gpu['job']}" if gpu.get("job") else ""
     return [{"kind": "near-capacity", "worker": gpu["worker"], "gpu": gpu["gpu"],
              "text": f"{gpu['worker']} GPU {gpu['gpu']} came close to its capacity: "
              f"{percent:.1f} % ({gib(gpu['peak_bytes'])} of {gib(capacity)}) at "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from dask_metrics.collector.lifetimes import job_order, life, plain, qualify
 from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.usage import (
@@ -361,8 +362,17 @@ def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
             out.append({**_peak(p), "gpu_seconds": _num(whole.seconds),
                         "mean_utilization_percent":
                         _num(whole.busy / whole.seconds * 100, 2) if whole.seconds else None,
-                        "job": p.job or None})
+                        "job": plain(p.job) or None, "job_label": _label(p.job, ())})
     return out
+
+
+def _label(key: str, keys: Sequence[str]) -> str:
+    """How the report calls a job's id: ``3``, or ``3 (scheduler of 07:12:03)`` where a
+    restarted scheduler numbered another job of ``keys`` 3 too."""
+    ident = plain(key)
+    if not any(k != key and plain(k) == ident for k in keys):
+        return ident
+    return f"{ident} (scheduler of {format_rfc3339(round(float(life(key)) * 1000))[11:19]})"
 
 
 def rmm_tracked(facts: Sequence[WorkerFacts]) -> frozenset[str]:
@@ -389,10 +399,12 @@ def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
                 usage.setdefault((job, dag), {})[(f.info.name, gpu, uuid)] = u
     job_peaks = [p for f in facts for p in f.job_peaks]
     dag_peaks = [p for f in facts for p in f.dag_peaks]
-    by_dag_rows = {(r.get("job", ""), r.get("dag", "")): r for r in rows or ()}
+    by_dag_rows = {(qualify(r.get("job", ""), r.get("scheduler_start", "")), r.get("dag", "")): r
+                   for r in rows or ()}
     dags = sorted({*usage, *by_dag_rows, *((p.job.split(DAG_SEPARATOR)[0], p.dag)
                                            for p in dag_peaks)},
-                  key=lambda d: (id_key(d[0]), id_key(d[1])))
+                  key=lambda d: (job_order(d[0]), id_key(d[1])))
+    keys = list(dict.fromkeys(j for j, _ in dags))
     out = []
     for job in dict.fromkeys(j for j, _ in dags):
         mine = [d for j, d in dags if j == job]
@@ -402,8 +414,10 @@ def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
             for key, u in usage.get((job, d), {}).items():
                 merged.setdefault(key, Usage()).add(u)
         use = _use(merged, metered, tracked)
-        entry = {"job": job, "job_name": next((r.get("job_name") for r in job_rows
-                                               if r.get("job_name")), None),
+        entry = {"job": plain(job), "scheduler_start": life(job) or None,
+                 "job_label": _label(job, keys),
+                 "job_name": next((r.get("job_name") for r in job_rows
+                                   if r.get("job_name")), None),
                  "status": _status(r.get("status", "") for r in job_rows) if job_rows
                  else "unknown", **_wall(job_rows, use), **use,
                  "peaks": [_peak(p) for p in job_peaks if p.job == job],

@@ -90,6 +90,11 @@ def _name(job: Mapping[str, Any]) -> str:
     return job.get("job_name") or NONE
 
 
+def _ref(job: Mapping[str, Any]) -> str:
+    """The job's id, with its scheduler's start where a restart reused the id."""
+    return str(job.get("job_label") or job["job"])
+
+
 # ---- the layout --------------------------------------------------------------------------------
 
 
@@ -162,20 +167,20 @@ def _jobs(report: Mapping[str, Any]) -> list[Section]:
         notes.append("SM and tensor active: NVML's GPM counters (Hopper and newer), the mean "
                      "over the time they were measured; utilisation counts a GPU busy "
                      "whenever any kernel runs, however few SMs it uses.")
-    notes += [f"Energy of job {j['job']}: {j['energy_note']}" for j in jobs
+    notes += [f"Energy of job {_ref(j)}: {j['energy_note']}" for j in jobs
               if j.get("energy_note")]
-    notes += [f"RMM of job {j['job']}: {j['rmm_note']}" for j in jobs if j.get("rmm_note")]
-    notes += [f"Memory job {j['job']} held: {gib(j['peak_held_bytes'])} (its RMM peak in use "
+    notes += [f"RMM of job {_ref(j)}: {j['rmm_note']}" for j in jobs if j.get("rmm_note")]
+    notes += [f"Memory job {_ref(j)} held: {gib(j['peak_held_bytes'])} (its RMM peak in use "
               "and the memory outside its pool; the peak memory column is NVML's, which "
               "counts the whole pool)" for j in jobs if j.get("peak_held_bytes") is not None]
     out = [Section("Jobs and DAGs", notes=notes, table=_use_table(
-        ["job", "name"], [([j["job"], _name(j)], j) for j in jobs]))]
+        ["job", "name"], [([_ref(j), _name(j)], j) for j in jobs]))]
     out.append(Section("Per DAG", level=3, table=_use_table(
-        ["job", "name", "DAG"], [([j["job"], _name(j), d["dag"]], d)
+        ["job", "name", "DAG"], [([_ref(j), _name(j), d["dag"]], d)
                                  for j in jobs for d in j["dags"]])))
     out.append(Section("Peak memory per GPU and job", level=3, table=Table(
         ["job", "name", "worker", "GPU", "peak", "of capacity", "capacity", "when"],
-        [[j["job"], _name(j), p["worker"], p["gpu"], gib(p["peak_bytes"]),
+        [[_ref(j), _name(j), p["worker"], p["gpu"], gib(p["peak_bytes"]),
           percent(p["peak_percent"]), gib(p["capacity_bytes"]), p["time"]]
          for j in jobs for p in j["peaks"]], {4, 5, 6})))
     return out

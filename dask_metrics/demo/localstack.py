@@ -105,6 +105,8 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    argv: list[str]
+    env: Mapping[str, str] | None
 
     def tail(self, lines: int = 5) -> str:
         try:
@@ -230,13 +232,27 @@ class LocalStack:
         self.wait(f"{len(specs)} worker(s) with their GPU series in Prometheus",
                    self._all_scraped)
 
-    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None,
+               again: bool = False) -> None:
         log = self.logs / f"{name}.log"
         base = os.environ if self.options.env is None else self.options.env
-        with open(log, "wb") as out:
+        with open(log, "ab" if again else "wb") as out:  # a restart's log follows the first
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env={**base, **(env or {})})
-        self._processes.append(_Process(name, popen, log))
+        self._processes.append(_Process(name, popen, log, argv, env))
+
+    def restart(self, name: str) -> None:
+        """Stop process ``name`` (SIGTERM, then SIGKILL after 15 s) and start it again as it
+        was started, on the same port: a restarted scheduler, sidecar or Prometheus."""
+        proc = next(p for p in self._processes if p.name == name)
+        proc.popen.terminate()
+        try:
+            proc.popen.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            proc.popen.wait()
+        self._processes.remove(proc)
+        self._spawn(name, proc.argv, proc.env, again=True)
 
     def wait(self, what: str, ready: Callable[[], bool]) -> None:
         """Poll ``ready`` until it holds; fail early, naming the process, if one exits."""

@@ -26,6 +26,8 @@ from dask_metrics.contract import (
     MONITOR_STOP,
     PLUGIN_ERRORS,
     SCHEDULER_SPECS,
+    SCHEDULER_START,
+    SCHEDULER_STARTED,
     WORKER_CPU,
     WORKER_EXECUTING,
     WORKER_GPU_INFO,
@@ -52,15 +54,20 @@ logger = logging.getLogger(__name__)
 
 
 def families(snap: Snapshot, errors: dict[str, int], cluster: str,
-             fine: FineSnapshot | None = None) -> list[Metric]:
-    """The metric families of one scrape; every series is labelled dask_cluster=cluster."""
+             fine: FineSnapshot | None = None, started: float = 0.0) -> list[Metric]:
+    """The metric families of one scrape; every series is labelled dask_cluster=cluster,
+    and those of jobs, DAGs and sessions scheduler_start=``started`` (this scheduler's
+    life: its ids count from 0)."""
     fam = {spec.name: spec.family() for spec in SCHEDULER_SPECS}
+    life = lifetime_label(started)
 
     def add(spec: MetricSpec, labels: list[str], value: float) -> None:
         if spec.name not in fam:  # an activity unit beyond seconds and bytes
             fam[spec.name] = spec.family()
-        fam[spec.name].add_metric([cluster, *labels], value)  # the one place it is added
+        first = [cluster, life] if spec.labels[1:2] == (SCHEDULER_START,) else [cluster]
+        fam[spec.name].add_metric([*first, *labels], value)  # the one place it is added
 
+    add(SCHEDULER_STARTED, [], started)
     add(CURRENT_JOB, [], snap.current_job)
     add(CURRENT_DAG, [], snap.current_dag)
     for worker, job_id, dag_id, tasks in snap.worker_tasks:
@@ -120,6 +127,11 @@ def _add_fine(add: Callable[[MetricSpec, list[str], float], None], fine: FineSna
                 add(spec, [worker], maybe)
     for worker, job_id, dag_id, prefix, tasks in fine.prefix_tasks:
         add(WORKER_PREFIX_TASKS, [worker, job_id, dag_id, prefix], tasks)
+
+
+def lifetime_label(started: float) -> str:
+    """The scheduler_start label's value: unix seconds with milliseconds."""
+    return f"{started:.3f}"
 
 
 def errors_family(errors: dict[str, int], cluster: str) -> Metric:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dask_metrics.contract import Handler
-from dask_metrics.exporter.job_tracker import JobTracker, SessionError
+from dask_metrics.exporter.job_tracker import JobTracker, MonitorSession, SessionError
 
 logger = logging.getLogger(__name__)
 
@@ -30,11 +30,13 @@ class MonitorHandlers:
         prometheus_url: str | None,
         metrics_port: Callable[[], int | None],
         cluster: Callable[[], str | None] = lambda: None,
+        lifetime: Callable[[], str] = lambda: "",
     ) -> None:
         self.tracker = tracker
         self._prometheus_url = prometheus_url
         self._metrics_port = metrics_port  # known only once the plugin serves
         self._cluster = cluster  # known once the plugin is attached
+        self._lifetime = lifetime  # the scheduler_start label of this scheduler's series
 
     def handlers(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -64,7 +66,7 @@ class MonitorHandlers:
         except SessionError as exc:
             return self._refusal(exc)
         logger.info("dask-metrics: monitor session %d started", session.id)
-        return {"ok": True, "session": session.to_dict()}
+        return {"ok": True, "session": self._described(session)}
 
     async def monitor_stop(self, wait: bool = True, timeout: float | None = None,
                            session_id: int | None = None, owner: str | None = None,
@@ -106,18 +108,18 @@ class MonitorHandlers:
         except SessionError as exc:
             return self._refusal(exc)
         logger.info("dask-metrics: monitor session %d stopped", session.id)
-        return {"ok": True, "session": session.to_dict()}
+        return {"ok": True, "session": self._described(session)}
 
     def _refusal(self, exc: Exception) -> dict[str, Any]:
         session = self.tracker.session
-        return {"ok": False, "error": str(exc), "session": session and session.to_dict()}
+        return {"ok": False, "error": str(exc), "session": self._described(session)}
 
     def monitor_status(self) -> dict[str, Any]:
         session = self.tracker.session
         job_id, dag_id = self.tracker.current()
         return {
             "running": session is not None and session.stop is None,
-            "session": session and session.to_dict(),
+            "session": self._described(session),
             "job_mode": self.tracker.mode.value,
             "current_job": job_id,
             "current_dag": dag_id,
@@ -130,7 +132,14 @@ class MonitorHandlers:
     def monitor_sessions(self, since: int = -1) -> list[dict[str, Any]] | dict[str, Any]:
         if not _whole(since):
             return self._refusal(SessionError("since must be a session id"))
-        return [s.to_dict() for s in self.tracker.sessions(since)]
+        return [self._described(s) for s in self.tracker.sessions(since)]
+
+    def _described(self, session: MonitorSession | None) -> dict[str, Any] | None:
+        """A session as the handlers answer it: with its scheduler's life, which tells it
+        (and its jobs' series) from a restarted scheduler's session of the same id."""
+        if session is None:
+            return None
+        return {**session.to_dict(), "scheduler_start": self._lifetime()}
 
     def new_job(self, name: str | None = None) -> dict[str, Any]:
         if not (name is None or isinstance(name, str)):

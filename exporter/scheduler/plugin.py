@@ -19,7 +19,13 @@ from dask_metrics.exporter.activity_ledger import ActivityLedger
 from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_tracker import JobMode, JobTracker
 from dask_metrics.exporter.scheduler import dask_internals
-from dask_metrics.exporter.scheduler.families import HUB, SourceCollector, errors_family, families
+from dask_metrics.exporter.scheduler.families import (
+    HUB,
+    SourceCollector,
+    errors_family,
+    families,
+    lifetime_label,
+)
 from dask_metrics.exporter.scheduler.fine import ClusterTotals, fine_snapshot
 from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
 from dask_metrics.exporter.scheduler.serving import MetricsServer
@@ -63,7 +69,8 @@ class JobPlugin(SchedulerPlugin):
             on_forget=self.ledger.forget,
         )
         self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port,
-                                       lambda: self.cluster)
+                                       lambda: self.cluster,
+                                       lambda: lifetime_label(self.started))
         # The dask_cluster label: the setting, else derived from the scheduler at attach.
         self.cluster: str | None = s.cluster
         self.errors: dict[str, int] = dict.fromkeys(HOOKS, 0)
@@ -73,6 +80,8 @@ class JobPlugin(SchedulerPlugin):
         self._detach: list[Callable[[], None]] = []
         self._server: MetricsServer | None = None
         self._evictor: PeriodicCallback | None = None
+        # this scheduler's life (the scheduler_start label): ids count from 0 within it
+        self.started = time.time()
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -91,6 +100,7 @@ class JobPlugin(SchedulerPlugin):
             self.metrics_port = self._server.port
             logger.info("dask-metrics: serving dask_job_* on port %d /metrics", self.metrics_port)
         self._scheduler = scheduler
+        self.started = time.time()
         self._detach = [
             dask_internals.add_handlers(scheduler, self.monitor.handlers()),
             dask_internals.tap_update_graph(scheduler),
@@ -249,7 +259,8 @@ class JobPlugin(SchedulerPlugin):
             scheduler = self._scheduler
             fine = None if scheduler is None else fine_snapshot(scheduler, self.tracker,
                                                                 self.ledger, self.cluster_totals)
-            return families(self.tracker.snapshot(), dict(self.errors), cluster, fine)
+            return families(self.tracker.snapshot(), dict(self.errors), cluster, fine,
+                            self.started)
         except Exception:
             self._failed("collect")
             return [errors_family(dict(self.errors), cluster)]
