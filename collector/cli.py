@@ -16,7 +16,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -536,7 +538,21 @@ def _describe(session: dict[str, Any] | None) -> str:
     return f"monitor session{which}: {start} to {stop} ({metrics})"
 
 
+@contextmanager
+def _warnings_as_lines(ui: Terminal) -> Iterator[None]:
+    """Monitor's warnings (a Python API's) as the command line's one-line warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *_, **__: ui.warning(str(message))
+        yield
+
+
 def _run_monitor(args: argparse.Namespace) -> int:
+    with _warnings_as_lines(Terminal(quiet=False)):
+        return _monitor_action(args)
+
+
+def _monitor_action(args: argparse.Namespace) -> int:
     metrics = _words(getattr(args, "metrics", None))
     try:
         select(metrics)

@@ -29,7 +29,7 @@ import pytest
 from distributed import LocalCluster
 from prometheus_client.parser import text_string_to_metric_families
 
-from dask_metrics.contract import DASK_CLUSTER
+from dask_metrics.contract import DASK_CLUSTER, SCHEDULER_START
 from dask_metrics.demo.localstack import free_port
 
 __all__ = ["Run", "Scrape", "clean_env", "collector", "collector_process", "exporter_process",
@@ -113,17 +113,21 @@ class Scrape:
                 if name.startswith(("dask_gpu_", "dask_job_")) for labels in series}
 
     def of_cluster(self, cluster: str | None = None) -> Scrape:
-        """This scrape with the dask_cluster label taken off, after checking that every
-        dask_gpu_*/dask_job_* sample carries it, with the value ``cluster`` (or any one value
-        when None): the tests that are about something else compare the other labels."""
+        """This scrape with the dask_cluster and scheduler_start labels taken off, after
+        checking that every dask_gpu_*/dask_job_* sample carries the first, with the value
+        ``cluster`` (or any one value when None), and that the second has one value: the
+        tests that are about something else compare the other labels."""
         found = self.clusters()
         assert "" not in found, f"a sample without {DASK_CLUSTER}: {self.text}"
         assert len(found) <= 1, f"samples of several clusters: {sorted(found)}"
         assert cluster is None or found <= {cluster}, f"{DASK_CLUSTER} {found} != {cluster!r}"
+        lives = {v for series in self.samples.values() for labels in series
+                 for k, v in labels if k == SCHEDULER_START}
+        assert len(lives) <= 1, f"samples of several scheduler lives: {sorted(lives)}"
         stripped = Scrape("")
         stripped.text = self.text
         stripped.samples = {
-            name: {tuple(kv for kv in labels if kv[0] != DASK_CLUSTER): v
+            name: {tuple(kv for kv in labels if kv[0] not in (DASK_CLUSTER, SCHEDULER_START)): v
                    for labels, v in series.items()}
             for name, series in self.samples.items()}
         return stripped

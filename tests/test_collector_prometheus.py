@@ -519,6 +519,7 @@ def expected_peaks(by_job: bool) -> list[dict[str, object]]:
                               "job": int(job_id) if job_id else None,
                               "dag": int(dag_id) if dag_id else None,
                               "job_name": CORE_DAGS[job_id, dag_id][0] if job_id else None,
+                              "scheduler_start": None,  # an older preload's series
                               "exact": None, "upper_bound_bytes": None})  # undated peaks
     return found
 

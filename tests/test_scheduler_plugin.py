@@ -327,6 +327,12 @@ def test_monitor_sessions_live_on_the_scheduler_across_clients():
             assert (
                 s.value("dask_job_monitor_start_timestamp_seconds") == started["session"]["start"]
             )
+            # this scheduler's life: a label on its session, job and DAG series and a gauge
+            life = started["session"]["scheduler_start"]
+            raw = scrape(lc.scheduler.http_server.port)
+            assert {dict(labels).get("scheduler_start") for labels in
+                    raw["dask_job_monitor_start_timestamp_seconds"]} == {life}
+            assert f"{s.value('dask_job_scheduler_start_timestamp_seconds'):.3f}" == life
             assert s.value("dask_job_monitor_stop_timestamp_seconds") == 0
 
             blocked = second.submit(wait_event, "go-stop")
