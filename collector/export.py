@@ -69,7 +69,6 @@ from dask_metrics.collector.layouts import (
     tidy_lines,
     workers_rows,
 )
-from dask_metrics.collector.lifetimes import restarts
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
     Samples,
@@ -415,8 +414,6 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         writer.write(side / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         store = client.store()
         jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
-        if restarted := restarts(r.job for r in jobs):
-            client.warn(restarted)
         writer.write(side / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
         writer.write(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(

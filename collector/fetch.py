@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows
+from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
+from dask_metrics.collector.lifetimes import restarts
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -35,6 +36,7 @@ from dask_metrics.contract import (
     CURRENT_JOB,
     DAG_INFO,
     DAG_STATUS,
+    DAGS_UNSCRAPED,
     DASK_CLUSTER,
     ENERGY,
     EXPORTER_PEAK_WINDOW,
@@ -248,13 +250,22 @@ def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookb
     raw samples of dask_job_dag_status and the DAG timestamp gauges, from ``lookback`` ms
     before ``start`` (a DAG that ended before the range) to as much after ``end`` (never
     past now: the outcome of a DAG that ended just before the end is scraped after it), and
-    only the label sets of dask_job_dag_info (see jobs.job_rows)."""
+    only the label sets of dask_job_dag_info (see jobs.job_rows).
+
+    What the rows cannot show is said as a warning: a range over several lives of the
+    scheduler, and DAGs the scheduler forgot before any scrape saw them."""
     after = min(end + lookback, max(round(time.time() * 1000), end))
-    found = by_metric(fetch_raw(client, selector([DAG_STATUS.name, *DAG_TIMES], scope=scope),
+    found = by_metric(fetch_raw(client, selector([DAG_STATUS.name, *DAG_TIMES,
+                                                  DAGS_UNSCRAPED.name], scope=scope),
                                 start - lookback, after, chunk, scope))
     info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, end, chunk, scope)
     times = {m: found[m] for m in DAG_TIMES if m in found}
-    return job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None)
+    rows = job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None)
+    for line in (restarts(r.job for r in rows),
+                 unscraped_note(found.get(DAGS_UNSCRAPED.name, []), start, end)):
+        if line:
+            client.warn(line)
+    return rows
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,

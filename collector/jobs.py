@@ -149,6 +149,25 @@ def _scraped(samples: list[tuple[int, float]], start: int, end: int
     return status_word(final), inside[0], last
 
 
+def unscraped_note(counters: Iterable[Series], start: int, end: int) -> str:
+    """A warning when dask_job_dags_unscraped_total grew from the last sample before
+    ``start`` to the first at or after ``end`` (a restart's reset counts from 0), else ""."""
+    lost = 0.0
+    for s in counters:
+        last = 0.0
+        for t, v in zip(s.times, s.values, strict=True):
+            if t > start:
+                lost += v - last if v >= last else v
+            last = v
+            if t >= end:
+                break
+    if lost <= 0:
+        return ""
+    return (f"{lost:.0f} DAG(s) finished and were forgotten by the scheduler before any "
+            "scrape saw them (more than its max-unscraped-dags between two scrapes): they are "
+            "in no job table; raise max-unscraped-dags or scrape the scheduler more often")
+
+
 def jobs_csv_rows(rows: Iterable[JobRow], start: int) -> list[list[str]]:
     """jobs.csv's rows (contract.JOBS_COLUMNS): times as seconds since ``start`` (the per-worker
     files' ``timestamp``), then as RFC 3339 (their ``time``)."""

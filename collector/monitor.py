@@ -30,13 +30,20 @@ from dask_metrics.collector.export import (
     read_gpu_by_prefix,
 )
 from dask_metrics.collector.fetch import Scope
+from dask_metrics.collector.jobs import unscraped_note
 from dask_metrics.collector.peaks import caveats, peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report
-from dask_metrics.collector.session_window import Recorded, last_session, recorded_session
+from dask_metrics.collector.session_window import (
+    SCRAPE_GAP,
+    Recorded,
+    last_session,
+    recorded_session,
+)
 from dask_metrics.contract import (
     DAG_STATUS,
+    DAGS_UNSCRAPED,
     REPLICA_LABELS,
     SCHEDULER_START,
     DagStatus,
@@ -293,6 +300,9 @@ class Monitor:
                     continue  # a restarted scheduler's DAG of the same ids
                 job, dag = int(series.labels["job_id"]), int(series.labels["dag_id"])
                 seen[(job, dag)] = int(series.values[-1])
+            lost = unscraped_note(prom.query(
+                f"{scope.of(DAGS_UNSCRAPED.name)}[{window + int(SCRAPE_GAP)}s]", settled),
+                round(since * 1000), round(settled * 1000))
         recorded = session.get("jobs")
         if recorded is None:
             why = ("its scheduler restarted, and its record of which DAGs the session ran "
@@ -303,6 +313,8 @@ class Monitor:
                           "session's start to its end, earlier sessions' included",
                           stacklevel=2)
             recorded = _ended_dags(seen)
+        if lost:
+            warnings.warn(lost, stacklevel=2)
         if session.get("unrecorded_dags"):
             warnings.warn(f"monitor session {session['id']} ran DAGs of more jobs than the "
                           f"scheduler records: {session['unrecorded_dags']} DAG(s) are left "

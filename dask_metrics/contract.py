@@ -304,6 +304,14 @@ DAGS_COMPLETED = MetricSpec(
     (DASK_CLUSTER, "status"),
     "DAGs that reached a final status (finished or erred) since the scheduler started.",
 )
+DAGS_UNSCRAPED = MetricSpec(
+    "dask_job_dags_unscraped_total",
+    "counter",
+    "",
+    (DASK_CLUSTER,),
+    "Finished DAGs forgotten before any scrape saw them (more than max-unscraped-dags "
+    "finished between two scrapes): they are in no dask_job_dag_* series.",
+)
 SCHEDULER_STARTED = MetricSpec(
     "dask_job_scheduler_start_timestamp_seconds",
     "gauge",
@@ -469,6 +477,7 @@ SCHEDULER_SPECS: list[MetricSpec] = [
     DAG_STARTED,
     DAG_FINISHED,
     DAGS_COMPLETED,
+    DAGS_UNSCRAPED,
     SCHEDULER_STARTED,
     MONITOR_START,
     MONITOR_STOP,

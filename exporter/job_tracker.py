@@ -147,6 +147,7 @@ class Snapshot:
     gpus: list[tuple[str, str, int, str]]  # worker label, address, gpu index, uuid
     session: tuple[float, float] | None  # start, stop (0 while running)
     completed: dict[str, int] = field(default_factory=dict)  # final status -> DAG count
+    unscraped: int = 0  # finished DAGs forgotten before any scrape saw them
     # job id, dag id, submitted, first task started, finished (unix seconds; None: not yet)
     dag_times: list[tuple[int, int, float, float | None, float | None]] = field(
         default_factory=list)
@@ -168,6 +169,7 @@ class JobTracker:
         mode: JobMode | str = JobMode.CLIENT,
         *,
         max_finished_dags: int = 1000,
+        max_unscraped_dags: int = 10_000,
         finished_dag_ttl: float = 300.0,
         max_jobs: int = 1000,
         max_sessions: int = 100,
@@ -178,6 +180,9 @@ class JobTracker:
     ) -> None:
         self.mode = JobMode(mode)
         self.max_finished_dags = max_finished_dags
+        # finished DAGs no scrape has seen yet are kept beyond max_finished_dags, up to this
+        self.max_unscraped_dags = max(max_unscraped_dags, max_finished_dags)
+        self.unscraped_dropped = 0  # DAGs forgotten before any scrape saw them
         self.finished_dag_ttl = finished_dag_ttl
         self.max_jobs = max_jobs
         self.max_session_jobs = max_session_jobs
@@ -373,14 +378,23 @@ class JobTracker:
 
     def evict(self, now: float | None = None) -> int:
         """Forget finished DAGs beyond the retention count, and those that a scrape has
-        exported and that finished more than the TTL ago. Returns how many were dropped."""
+        exported and that finished more than the TTL ago. Returns how many were dropped.
+
+        A DAG no scrape has seen yet is kept beyond the count, up to ``max_unscraped_dags``
+        finished DAGs in all, so that every DAG's outcome reaches Prometheus however many
+        finish between two scrapes; past that the oldest go unseen, counted in
+        ``unscraped_dropped``. (A scrape exports every finished DAG: those it has not seen
+        are the newest, at the end of the queue.)"""
         now = self._clock() if now is None else now
         finished, dropped = self._finished, 0
         while finished:
             oldest = finished[0]
             aged = oldest.exported and now - (oldest.finished or now) >= self.finished_dag_ttl
-            if len(finished) <= self.max_finished_dags and not aged:
+            limit = self.max_finished_dags if oldest.exported else self.max_unscraped_dags
+            if len(finished) <= limit and not aged:
                 break
+            if not oldest.exported:
+                self.unscraped_dropped += 1
             finished.popleft()
             oldest.forgotten = True
             oldest.job.held -= 1
@@ -505,5 +519,6 @@ class JobTracker:
             ],
             session=None if session is None else (session.start, session.stop or 0.0),
             completed={status.name.lower(): n for status, n in self.completed.items()},
+            unscraped=self.unscraped_dropped,
             dag_times=[(d.job.id, d.id, d.submitted, d.started, d.finished) for d in dags],
         )

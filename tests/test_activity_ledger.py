@@ -110,7 +110,8 @@ def test_ten_thousand_prefixes_stay_within_the_cap_and_no_counter_moves():
 
 def test_forgotten_dags_and_jobs_take_their_counters_and_tables_with_them():
     ledger = ActivityLedger()
-    tracker = JobTracker(max_finished_dags=1, max_jobs=1, on_forget=ledger.forget)
+    tracker = JobTracker(max_finished_dags=1, max_unscraped_dags=1, max_jobs=1,
+                         on_forget=ledger.forget)
     first = tracker.submit(client="a", tasks=["inc-1"], wanted=["inc-1"],
                            state_of=lambda k: "waiting")
     second = tracker.submit(client="a", tasks=["inc-2"], wanted=["inc-2"],
@@ -136,7 +137,7 @@ def test_forgotten_dags_and_jobs_take_their_counters_and_tables_with_them():
 
 def test_a_dag_forgotten_at_submission_leaves_nothing_behind():
     ledger = ActivityLedger()
-    tracker = JobTracker(max_finished_dags=0, on_forget=ledger.forget)
+    tracker = JobTracker(max_finished_dags=0, max_unscraped_dags=0, on_forget=ledger.forget)
     dag = tracker.submit(client="a", tasks=["f-1"], wanted=["f-1"], state_of=lambda k: "memory")
     assert dag.forgotten and tracker.dags() == []  # its result was in memory already
     ledger.observe(dag, {(SPAN, "f"): 1})

@@ -269,17 +269,44 @@ def test_finished_dags_age_out_after_export_and_beyond_the_retention_count():
         sim.submit("c", [f"k{i}"])
         sim.start(f"k{i}", "w1")
         sim.finish(f"k{i}")
-    assert [(d.job.id, d.id) for d in sim.tracker.dags()] == [(0, 2), (0, 3), (0, 4)]
-
+    # no scrape has seen them yet: kept beyond the count, so their outcomes reach one
+    assert [(d.job.id, d.id) for d in sim.tracker.dags()] == [(0, i) for i in range(5)]
     sim.clock.now += 60
     assert sim.tracker.evict() == 0  # never exported yet: kept
     sim.tracker.snapshot()
-    assert sim.tracker.evict() == 3  # exported and older than the TTL
-    assert sim.statuses() == {}
+    assert sim.tracker.evict() == 5  # exported, and older than the TTL
+    assert sim.statuses() == {} and sim.tracker.unscraped_dropped == 0
+
+    for i in range(5, 10):
+        sim.submit("c", [f"k{i}"])
+        sim.finish(f"k{i}")
+    sim.tracker.snapshot()
+    assert sim.tracker.evict() == 2  # exported, young: only the count applies
+    assert [d.id for d in sim.tracker.dags()] == [7, 8, 9]
+
+
+def test_dags_finishing_between_two_scrapes_are_kept_until_one_saw_them_up_to_a_bound():
+    """2,000 DAGs between two scrapes, 1,000 kept once scraped: the next scrape shows
+    every one of them. Past max_unscraped_dags the oldest go unseen, and are counted."""
+    sim = Sim(max_finished_dags=1000, max_unscraped_dags=3000, finished_dag_ttl=300.0)
+    for i in range(2000):
+        sim.submit(f"c{i % 3}", [f"k{i}"])
+        sim.finish(f"k{i}")
+    snap = sim.tracker.snapshot()
+    assert len(snap.dags) == 2000 and snap.unscraped == 0
+    assert {s for *_, s in snap.dags} == {int(DagStatus.FINISHED)}
+    sim.tracker.evict()
+    assert len(sim.tracker.dags()) == 1000  # seen: the count applies again
+    for i in range(2000, 6000):
+        sim.submit("c0", [f"k{i}"])
+        sim.finish(f"k{i}")
+    snap = sim.tracker.snapshot()
+    assert len(snap.dags) == 3000 and snap.unscraped == 1000  # the oldest 1,000 unseen
+    assert sorted((j, d) for j, d, *_ in snap.dags) == [(0, d) for d in range(1667, 4667)]
 
 
 def test_idle_jobs_of_gone_clients_are_forgotten_beyond_max_jobs():
-    sim = Sim(max_jobs=2, max_finished_dags=0)
+    sim = Sim(max_jobs=2, max_finished_dags=0, max_unscraped_dags=0)
     for i in range(5):
         client = f"Client-{i}"
         sim.submit(client, [f"k{i}"])
@@ -291,7 +318,7 @@ def test_idle_jobs_of_gone_clients_are_forgotten_beyond_max_jobs():
 
 
 def test_a_connected_clients_job_is_never_forgotten():
-    sim = Sim(max_jobs=1, max_finished_dags=0)
+    sim = Sim(max_jobs=1, max_finished_dags=0, max_unscraped_dags=0)
     sim.submit("Client-stay", ["a"])
     sim.finish("a")
     for i in range(3):
@@ -302,7 +329,7 @@ def test_a_connected_clients_job_is_never_forgotten():
 
 
 def test_a_client_that_reconnects_under_its_id_keeps_its_job():
-    sim = Sim(max_jobs=1, max_finished_dags=0)
+    sim = Sim(max_jobs=1, max_finished_dags=0, max_unscraped_dags=0)
     sim.submit("Client-back", ["a"])
     sim.finish("a")
     sim.tracker.client_left("Client-back")
@@ -316,7 +343,7 @@ def test_a_client_that_reconnects_under_its_id_keeps_its_job():
 
 
 def test_many_dags_keep_every_table_bounded():
-    sim = Sim(max_finished_dags=50, finished_dag_ttl=0.0)
+    sim = Sim(max_finished_dags=50, max_unscraped_dags=50, finished_dag_ttl=0.0)
     sizes = []
     for i in range(20_000):
         key = f"k{i}"

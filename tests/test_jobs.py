@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dask_metrics.collector.jobs import JobNames, JobRow, job_rows, jobs_csv_rows, status_word
+from dask_metrics.collector.jobs import (
+    JobNames,
+    JobRow,
+    job_rows,
+    jobs_csv_rows,
+    status_word,
+    unscraped_note,
+)
 from dask_metrics.collector.lifetimes import job_order, life, life_at, plain, restarts
 from dask_metrics.collector.series import Series
 
@@ -162,3 +169,17 @@ def test_phases_are_named_by_job_with_dags_and_ids_where_needed() -> None:
     assert names.phase("9", "4") == "job 9 · DAG 4"  # unknown job: ids
     assert names.phase("", "") == ""  # idle
     assert JobNames.of([("0", "etl", "0"), ("0", "etl", "2")]).phase("0", "2") == "etl · DAG 2"
+
+
+def test_dags_forgotten_unscraped_in_the_range_are_counted_across_a_reset() -> None:
+    """dask_job_dags_unscraped_total: 2 before the range (not counted), +3 inside, a restart
+    resets it and it counts 4 more by the first scrape after the end; later growth is not
+    this range's."""
+    counter = Series({"__name__": "dask_job_dags_unscraped_total"},
+                     [t * S for t in (0, 10, 20, 30, 40, 50, 60)],
+                     [2.0, 2.0, 5.0, 1.0, 4.0, 4.0, 9.0])
+    assert unscraped_note([counter], 5 * S, 40 * S).startswith("7 DAG(s) finished and were "
+                                                               "forgotten")
+    assert unscraped_note([counter], 5 * S, 12 * S).startswith("3 DAG(s)")
+    assert unscraped_note([counter], 40 * S, 50 * S) == ""
+    assert unscraped_note([], 0, 60 * S) == ""

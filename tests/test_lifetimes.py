@@ -134,6 +134,8 @@ def test_the_command_line_says_the_session_ended_with_its_scheduler(lives, tmp_p
     assert [(j["job"], j["job_name"], j["status"], j["scheduler_start"]) for j in
             found["jobs"]] == [("0", "etl", "finished", facts["old"]),
                                ("0", "train", "finished", facts["new"])]
+    assert any("spans 2 lives of the scheduler" in w for w in found["session"]["warnings"])
+    assert "spans 2 lives of the scheduler" in report.stderr
     assert found["jobs"][0]["job_label"].startswith("0 (scheduler of ")
     assert found["jobs"][0]["job_label"] != found["jobs"][1]["job_label"]
 

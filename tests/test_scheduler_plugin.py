@@ -451,6 +451,7 @@ def test_settings_come_from_dask_config_and_the_command_line():
 def test_many_small_dags_keep_retained_dags_and_series_bounded():
     config = {
         "dask-metrics.scheduler.max-finished-dags": 20,
+        "dask-metrics.scheduler.max-unscraped-dags": 20,
         "dask-metrics.scheduler.finished-dag-ttl": 0,
     }
     with cluster(config=config) as lc, Client(lc) as client:
@@ -470,6 +471,30 @@ def test_many_small_dags_keep_retained_dags_and_series_bounded():
         stats = wait_for(tracker.stats, lambda st: st["tasks"] == 0)
         assert stats["finished_dags"] <= 20 and stats["jobs"] == 1
         assert max(series_counts[2:]) <= max(series_counts[:2]) + 20  # levelled off
+
+
+@pytest.mark.integration
+def test_every_dag_finished_between_two_scrapes_reaches_the_next_up_to_the_bound():
+    """2,000 DAGs between two scrapes (what 15 s scrapes meet): the next scrape shows each
+    finished, though only 1,000 finished DAGs are kept once seen; past max-unscraped-dags
+    the forgotten ones are counted, for the collector to say so."""
+    with cluster() as lc, Client(lc) as client:
+        metrics(lc)  # the scrape before
+        for i in range(2000):
+            client.submit(inc, i, key=f"one-{i}").result()
+        s = wait_for(lambda: metrics(lc), idle)
+        finished = [v for v in statuses(s).values() if v == FINISHED]
+        assert len(finished) == 2000
+        assert s.value("dask_job_dags_unscraped_total") == 0
+    bounds = {"dask-metrics.scheduler.max-finished-dags": 20,
+              "dask-metrics.scheduler.max-unscraped-dags": 50}
+    with cluster(config=bounds) as lc, Client(lc) as client:
+        metrics(lc)
+        for i in range(80):  # beyond the bound before the next scrape
+            client.submit(inc, i, key=f"two-{i}").result()
+        s = wait_for(lambda: metrics(lc), idle)
+        assert sorted(int(d) for _, d in statuses(s)) == list(range(30, 80))  # the newest 50
+        assert s.value("dask_job_dags_unscraped_total") == 30
 
 
 @pytest.mark.integration

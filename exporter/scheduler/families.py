@@ -22,6 +22,7 @@ from dask_metrics.contract import (
     DAG_STATUS,
     DAG_SUBMITTED,
     DAGS_COMPLETED,
+    DAGS_UNSCRAPED,
     MONITOR_START,
     MONITOR_STOP,
     PLUGIN_ERRORS,
@@ -84,6 +85,7 @@ def families(snap: Snapshot, errors: dict[str, int], cluster: str,
             add(DAG_FINISHED, ids, finished)
     for status, count in snap.completed.items():
         add(DAGS_COMPLETED, [status], count)
+    add(DAGS_UNSCRAPED, [], snap.unscraped)
     if snap.session is not None:
         add(MONITOR_START, [], snap.session[0])
         add(MONITOR_STOP, [], snap.session[1])

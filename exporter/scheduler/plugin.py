@@ -62,6 +62,7 @@ class JobPlugin(SchedulerPlugin):
         self.tracker = JobTracker(
             s.job_mode,
             max_finished_dags=s.max_finished_dags,
+            max_unscraped_dags=s.max_unscraped_dags,
             finished_dag_ttl=s.finished_dag_ttl,
             max_jobs=s.max_jobs,
             max_sessions=s.max_sessions,

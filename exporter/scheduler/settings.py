@@ -35,6 +35,7 @@ class Settings:
     metrics_port: int | None = None
     metrics_address: str = ""  # "" listens on every interface, as Dask's own servers do
     max_finished_dags: int = 1000
+    max_unscraped_dags: int = 10_000
     finished_dag_ttl: float = 300.0
     max_jobs: int = 1000
     max_sessions: int = 100
@@ -71,6 +72,8 @@ class Settings:
             else read("metrics-port", count(0, 65536), "a port (0-65535)"),
             metrics_address=str(get("metrics-address") or ""),
             max_finished_dags=read("max-finished-dags", count(0), "a whole number, 0 or more"),
+            max_unscraped_dags=read("max-unscraped-dags", count(0),
+                                    "a whole number, 0 or more"),
             finished_dag_ttl=read(
                 "finished-dag-ttl",
                 lambda v: t if (t := float(parse_timedelta(v, default="s"))) >= 0 else None,
