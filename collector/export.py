@@ -54,7 +54,7 @@ from dask_metrics.collector.fetch import (
     prefix_workers,
     present,
 )
-from dask_metrics.collector.gpu_by_prefix import PrefixKey, PrefixUse, add_worker, prefix_rows
+from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.holes import holes, warnings_of
 from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
 from dask_metrics.collector.layouts import (
@@ -326,7 +326,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
            any_cluster: bool = False, visit: Visit | None = None,
            worker_files: bool = True, visit_metrics: Sequence[str] = (),
-           visit_tail: float = 0.0, tables: str = "") -> ExportResult:
+           visit_tail: float = 0.0, visit_head: float = 0.0, tables: str = "") -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -337,7 +337,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
     ``Visit``) and, with ``visit_metrics``, those series' raw samples too (no column), and
     ``visit_tail`` seconds more of its GPU series past ``until`` (never past now: the
-    first scrape after the end dates a peak just before it), which no file holds;
+    first scrape after the end dates a peak just before it) and ``visit_head`` seconds before
+    ``since`` (the scrape interval across the start), which no file holds;
     ``worker_files`` False writes no per-worker CSV file (the session report,
     which keeps the tables its plots need from ``visit``: export.json then lists no
     files); ``tables``: a subfolder of ``out`` for workers.csv, jobs.csv and the summaries
@@ -379,22 +380,25 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             progress(i, len(chosen), worker)
         data = fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
                             scope, worker in executed, visit_metrics)
-        if tail_end <= hi:
+        if tail_end <= hi and not visit_head:
             return data, data.gpu
-        more = fetch_gpu_series(client, worker, [*source_metrics(columns), *visit_metrics],
-                                hi, tail_end, chunk_ms, None, age, scope)
-        return data, {m: [*data.gpu.get(m, []), *more.get(m, [])]
-                      for m in data.gpu.keys() | more.keys()}
+        outside = [*source_metrics(columns), *visit_metrics]
+        more = fetch_gpu_series(client, worker, outside, hi, tail_end, chunk_ms, None, age,
+                                scope) if tail_end > hi else {}
+        head = fetch_gpu_series(client, worker, outside, start - to_ms(visit_head), lo,
+                                chunk_ms, None, age, scope) if visit_head else {}
+        return data, {m: [*head.get(m, []), *data.gpu.get(m, []), *more.get(m, [])]
+                      for m in data.gpu.keys() | more.keys() | head.keys()}
 
     rows_written = 0
-    uses: dict[PrefixKey, PrefixUse] = {}
+    uses = PrefixUses(age, seen_by(chosen))
     missing: list[tuple[str, tuple[int, int]]] = []
     with _staging(target) as stage, _files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
         for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
             missing += [(info.name, hole) for hole in holes(table.times, lo, hi, age)]
-            add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
+            uses.add_worker(timeline.times, data.prefixes, data.attribution)
             if visit:
                 visit(info, visited, data.ran, table)
             rows_written += table.rows
@@ -419,7 +423,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         writer.write(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
             _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
         writer.write(side / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
-                     summary_lines(prefix_rows(uses, names_of_jobs), GPU_BY_PREFIX_COLUMNS))
+                     summary_lines(prefix_rows(uses.result(), names_of_jobs),
+                                   GPU_BY_PREFIX_COLUMNS))
         warnings = client.warnings[warnings_before:]
         files = [names[w.name] for w in chosen]
         record = {
@@ -502,13 +507,13 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
                                  any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
     executed = prefix_workers(client, start - age, end, chunk_ms, scope)
-    uses: dict[PrefixKey, PrefixUse] = {}
+    uses = PrefixUses(age, seen_by(chosen))
     for info in chosen:
         if info.name in executed:  # the others add nothing
             data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
                                 age, scope, True)
-            add_worker(uses, timeline.times, data.prefixes, data.attribution, age)
-    return prefix_rows(uses, _job_names(client, start, end, chunk_ms, age, scope))
+            uses.add_worker(timeline.times, data.prefixes, data.attribution)
+    return prefix_rows(uses.result(), _job_names(client, start, end, chunk_ms, age, scope))
 
 
 def _write_text(item: tuple[Path, str]) -> None:

@@ -30,7 +30,7 @@ from operator import sub
 from typing import Any
 
 from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
-from dask_metrics.collector.series import Samples, Series, gpu_series, id_key, join
+from dask_metrics.collector.series import Samples, Series, WorkerInfo, gpu_series, id_key, join
 from dask_metrics.contract import (
     BUSY,
     DAG_ID,
@@ -144,6 +144,7 @@ class _Lookup:
 
     def __init__(self, prefixes: PrefixTimeline) -> None:
         self.prefixes = prefixes
+        self.states = prefixes.states
         self.times: list[int] | None = None
         self.ids: list[int] = []
 
@@ -153,17 +154,41 @@ class _Lookup:
         return self.ids
 
 
-def attribute(uses: dict[PrefixKey, PrefixUse], prefixes: PrefixTimeline | _Lookup,
-              busy: Samples | None, energy: Samples | None, used: Samples | None,
-              max_age: int) -> None:
+class _Together:
+    """The state ids of one GPU that several workers see: at each time, what executed on
+    any of them (their states side by side)."""
+
+    def __init__(self, views: Sequence[_Lookup]) -> None:
+        self.views = views
+        self.states: list[State] = [IDLE]
+        self._known: dict[tuple[int, ...], int] = {}
+
+    def __call__(self, times: list[int]) -> list[int]:
+        known = self._known
+        out = []
+        for ids in zip(*(view(times) for view in self.views), strict=True):
+            sid = known.get(ids)
+            if sid is None:
+                state = tuple(item for view, i in zip(self.views, ids, strict=True)
+                              for item in view.states[i])
+                sid = known[ids] = len(self.states) if state else 0
+                if state:
+                    self.states.append(state)
+            out.append(sid)
+        return out
+
+
+def attribute(uses: dict[PrefixKey, PrefixUse],
+              prefixes: PrefixTimeline | _Lookup | _Together, busy: Samples | None,
+              energy: Samples | None, used: Samples | None, max_age: int) -> None:
     """Add one GPU's samples to ``uses`` by the rules of this module."""
-    lookup = prefixes if isinstance(prefixes, _Lookup) else _Lookup(prefixes)
-    states = lookup.prefixes.states
+    lookup = _Lookup(prefixes) if isinstance(prefixes, PrefixTimeline) else prefixes
     for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
         if samples is None:
             continue
         positions, amounts = increments(samples, max_age)
         ids = map(lookup(samples[0]).__getitem__, positions)
+        states = lookup.states
         for sid, amount in _per_state(ids, amounts, sum).items():
             tasks = sum(k for _, k in states[sid])
             for key, k in states[sid]:
@@ -174,23 +199,65 @@ def attribute(uses: dict[PrefixKey, PrefixUse], prefixes: PrefixTimeline | _Look
         if any(map(math.isnan, values)):  # NaN is never a peak
             values = [-math.inf if math.isnan(v) else v for v in values]
         for sid, peak in _per_state(lookup(times), values, max).items():
-            for key, _ in states[sid]:
+            for key, _ in lookup.states[sid]:
                 use = uses.setdefault(key, PrefixUse())
                 if peak > -math.inf and (use.peak_mem is None or peak > use.peak_mem):
                     use.peak_mem = peak
 
 
-def add_worker(uses: dict[PrefixKey, PrefixUse], scrapes: Iterable[int],
-               prefix_series: Sequence[Series], series_by_metric: Mapping[str, Iterable[Series]],
-               max_age: int) -> None:
-    """Add every GPU of one worker to ``uses``: its raw busy, energy and memory-used series
-    (by metric) against what executed on it (its dask_job_worker_prefix_tasks series)."""
-    if not prefix_series:
-        return  # nothing executed there, or a scheduler preload without the series
-    lookup = _Lookup(prefix_timeline(scrapes, prefix_series, max_age))
-    for metrics in gpu_series(series_by_metric).values():
-        attribute(uses, lookup, metrics.get(BUSY.name), metrics.get(ENERGY.name),
-                  metrics.get(MEMORY_USED.name), max_age)
+def seen_by(workers: Iterable[WorkerInfo]) -> dict[str, int]:
+    """How many of ``workers`` see each GPU (by UUID)."""
+    out: dict[str, int] = {}
+    for w in workers:
+        for uuid in dict.fromkeys(u for _, u in w.gpus):
+            out[uuid] = out.get(uuid, 0) + 1
+    return out
+
+
+class PrefixUses:
+    """gpu_by_prefix's sums over the workers of an export, worker by worker, each GPU once.
+
+    A GPU that several workers see (one UUID: ``seen_by`` says by how many) is one device:
+    its busy time and energy are split among the tasks executing on any of those workers,
+    once, when the last of them has been added (its samples are those of the first); a
+    worker with nothing executed adds its GPUs' samples only where they are shared."""
+
+    def __init__(self, max_age: int, seen_by: Mapping[str, int] | None = None) -> None:
+        self.max_age = max_age
+        self.seen_by = dict(seen_by or {})
+        self.uses: dict[PrefixKey, PrefixUse] = {}
+        self._waiting: dict[str, list[tuple[_Lookup | None, dict[str, Samples]]]] = {}
+
+    def add_worker(self, scrapes: Iterable[int], prefix_series: Sequence[Series],
+                   series_by_metric: Mapping[str, Iterable[Series]]) -> None:
+        """One worker's raw busy, energy and memory-used series (by metric) against what
+        executed on it (its dask_job_worker_prefix_tasks series)."""
+        lookup = (_Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
+                  if prefix_series else None)
+        for (_, uuid), metrics in gpu_series(series_by_metric).items():
+            if self.seen_by.get(uuid, 1) <= 1:
+                if lookup is not None:  # else nothing executed there
+                    self._attribute(lookup, metrics)
+                continue
+            views = self._waiting.setdefault(uuid, [])
+            views.append((lookup, metrics))
+            if len(views) >= self.seen_by[uuid]:
+                self._together(self._waiting.pop(uuid))
+
+    def result(self) -> dict[PrefixKey, PrefixUse]:
+        """The sums, shared GPUs whose other workers added nothing included."""
+        for uuid in list(self._waiting):
+            self._together(self._waiting.pop(uuid))
+        return self.uses
+
+    def _together(self, views: list[tuple[_Lookup | None, dict[str, Samples]]]) -> None:
+        lookups = [lookup for lookup, _ in views if lookup is not None]
+        if lookups:
+            self._attribute(_Together(lookups), views[0][1])
+
+    def _attribute(self, lookup: _Lookup | _Together, metrics: Mapping[str, Samples]) -> None:
+        attribute(self.uses, lookup, metrics.get(BUSY.name), metrics.get(ENERGY.name),
+                  metrics.get(MEMORY_USED.name), self.max_age)
 
 
 def prefix_rows(uses: Mapping[PrefixKey, PrefixUse], names: Mapping[str, str]

@@ -20,15 +20,17 @@ from dask_metrics.collector.activities import (
 from dask_metrics.collector.columns import select, source_metrics, worker_metrics
 from dask_metrics.collector.gpu_by_prefix import (
     PrefixUse,
-    add_worker,
+    PrefixUses,
     attribute,
     increments,
     prefix_rows,
     prefix_timeline,
+    seen_by,
 )
 from dask_metrics.collector.layouts import seed_lines, tidy_lines
 from dask_metrics.collector.series import (
     Series,
+    WorkerInfo,
     as_of,
     cluster_timeline,
     joined_by_metric,
@@ -164,15 +166,39 @@ def test_add_worker_joins_a_worker_s_gpus() -> None:
     def gpu(g: str, points: dict[int, float]) -> Series:
         return _s({"gpu": g, "uuid": f"U{g}"}, points)
 
-    uses: dict = {}
     series = {"dask_gpu_busy_seconds_total": [gpu("0", {0: 0.0, 5 * S: 5.0}),
                                               gpu("1", {0: 0.0, 5 * S: 1.0})],
               "dask_gpu_memory_used_bytes": [gpu("0", {5 * S: 2.0}), gpu("1", {5 * S: 9.0})]}
-    add_worker(uses, [0, 5 * S], [_tasks("train", {5 * S: 1})], series, 120 * S)
-    assert uses == {("0", "0", "train"): PrefixUse(6.0, 9.0, None)}
-    none: dict = {}
-    add_worker(none, [0, 5 * S], [], series, 120 * S)  # nothing executed on this worker
-    assert none == {}
+    uses = PrefixUses(120 * S)
+    uses.add_worker([0, 5 * S], [_tasks("train", {5 * S: 1})], series)
+    assert uses.result() == {("0", "0", "train"): PrefixUse(6.0, 9.0, None)}
+    none = PrefixUses(120 * S)
+    none.add_worker([0, 5 * S], [], series)  # nothing executed on this worker
+    assert none.result() == {}
+
+
+def test_a_gpu_two_workers_see_is_split_once_among_both_workers_tasks() -> None:
+    """GPU U0 is seen by worker a (running 'train') and worker b (running 'load'): its 6
+    busy seconds are split once among the two tasks (3 each), not counted once per worker
+    (12); b's own GPU U1 stays b's alone."""
+    def gpu(g: str, uuid: str, points: dict[int, float]) -> Series:
+        return _s({"gpu": g, "uuid": uuid}, points)
+
+    a = {"dask_gpu_busy_seconds_total": [gpu("0", "U0", {0: 0.0, 5 * S: 6.0})]}
+    b = {"dask_gpu_busy_seconds_total": [gpu("0", "U0", {0: 0.0, 5 * S: 6.0}),
+                                         gpu("1", "U1", {0: 0.0, 5 * S: 2.0})]}
+    workers = [WorkerInfo("a", gpus=[("0", "U0")]),
+               WorkerInfo("b", gpus=[("0", "U0"), ("1", "U1")])]
+    assert seen_by(workers) == {"U0": 2, "U1": 1}
+    uses = PrefixUses(120 * S, seen_by(workers))
+    uses.add_worker([0, 5 * S], [_tasks("train", {5 * S: 1})], a)
+    uses.add_worker([0, 5 * S], [_tasks("load", {5 * S: 1})], b)
+    found = uses.result()
+    assert (found["0", "0", "train"].gpu_seconds, found["0", "0", "load"].gpu_seconds) == (
+        3.0, 3.0 + 2.0)
+    alone = PrefixUses(120 * S, seen_by(workers))  # b had nothing executed: a's view alone
+    alone.add_worker([0, 5 * S], [_tasks("train", {5 * S: 1})], a)
+    assert alone.result()["0", "0", "train"].gpu_seconds == 6.0
 
 
 # ---- the worker's columns -----------------------------------------------------------------------

@@ -38,6 +38,7 @@ SPIKES = ((A - 2, A - 1, 12),  # larger, just before the start: not the range's
           (A + 0.5, A + 1.5, 6),  # half a second after the start, before any 15/60 s scrape
           (B - 2, B - 1, 7),  # a second before the end
           (B + 1, B + 2, 14))  # larger, just after the end: not the range's
+UTIL, WATTS = 50, 60.0  # the GPU's constant load all along
 FIRST_HALF = (A, A + 15, 6)  # (from, to, the truth): only the start's edge
 WHOLE = (A, B, 7)
 
@@ -97,6 +98,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
     folder = tmp_path_factory.mktemp("truth")
     fake = FakeNVML(folder / "nvml_state", fake_nvml_lib, gpus=1)
     fake.gpus[0].memory_used = BASE
+    fake.gpus[0].gpu_util = UTIL  # and the default 60 W: the busy time and energy truth
     fake.write()
     with ExitStack() as stack:
         base = stack.enter_context(sidecar("--worker", "gt", "--interval", "0.5",
@@ -158,3 +160,21 @@ def test_the_whole_range_is_the_truth_or_an_honest_bound(truth: Truth, every: in
         # scrapes between the last spike inside and the larger one after (the 1 s server's,
         # unless a loaded machine delayed them) leave nothing hidden: exact
         assert found["exact"] is True, (found, scrapes)
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_held_and_busy_time_and_energy_of_the_range_are_the_script(truth: Truth, every: int,
+                                                                    tmp_path: Path):
+    """The range's GPU seconds, busy seconds and energy in report.json: the scrape
+    intervals across its edges count with their share inside (at 60 s one interval holds
+    the whole range), so a constant load reads exactly what was scripted, at every
+    interval."""
+    run = collector("report", "--since", f"{truth.epoch + A:.3f}", "--until",
+                    f"{truth.epoch + B:.3f}", "--format", "text", "--out", str(tmp_path),
+                    "--prometheus", truth.servers[every].url)
+    assert run.code == 0, run.err
+    use = json.loads((tmp_path / "report.json").read_text())["session"]["usage"]
+    seconds = B - A
+    assert use["gpu_seconds"] == pytest.approx(seconds, abs=0.002), use
+    assert use["busy_seconds"] == pytest.approx(seconds * UTIL / 100, rel=0.01), use
+    assert use["energy_joules"] == pytest.approx(seconds * WATTS, rel=0.01), use

@@ -1,8 +1,9 @@
 """A scheduler restarted in the middle of a monitor session, on the local stack (a real
 scheduler, worker, sidecar on the fake driver and Prometheus scraping every second).
 
-Scripted truth: the first life runs job 0 'etl' (one DAG, finished) inside a session; the
-scheduler restarts on the same address; the second life runs job 0 'train' (one DAG,
+Scripted truth: the first life runs job 0 'etl' (one DAG, finished) inside a session,
+during which Prometheus and the GPU's sidecar restart too; the scheduler restarts on the
+same address; the second life runs job 0 'train' (one DAG,
 finished) and a session 0 of another client. Nothing of one life may appear as the
 other's: the first session is closed at the old scheduler's last scrape and marked
 interrupted, for Monitor, the command line and the watcher; an export over both lives keeps
@@ -59,6 +60,12 @@ def lives(tmp_path_factory, fake_nvml_lib):
         assert first.submit(inc, 1, key="etl-0").result(timeout=60) == 2
         wait_for(lambda: scraped(stack, f'dask_job_dag_status{{scheduler_start="{old}"}} == 2'),
                  timeout=30, what="a scrape of the finished DAG")
+        # Prometheus and the sidecar restart inside the session: nothing of it is lost
+        stack.restart("prometheus")
+        stack.restart("w0-exporter")
+        back = time.time()
+        wait_for(lambda: stack.scraped_since("dask_gpu_up == 1", back), timeout=60,
+                 what="Prometheus scraping the restarted sidecar")
         restarted = time.time()
         stack.restart("scheduler")
         stack.restart("w0")  # a worker without a nanny closes with its scheduler
@@ -70,7 +77,7 @@ def lives(tmp_path_factory, fake_nvml_lib):
         assert second.submit(inc, 2, key="train-0").result(timeout=60) == 3
         wait_for(lambda: scraped(stack, f'dask_job_dag_status{{scheduler_start="{new}"}} == 2'),
                  timeout=30, what="a scrape of the second life's finished DAG")
-        facts = {"restarted": restarted, "old": old, "new": new}
+        facts = {"restarted": restarted, "back": back, "old": old, "new": new}
         try:
             yield stack, monitor, session, second, facts
         finally:
@@ -102,6 +109,9 @@ def test_the_old_session_ends_with_its_scheduler_and_a_new_session_0_is_not_it(l
         monitor.to_csv(tmp_path / "old")
     assert json.loads((tmp_path / "old" / "export.json").read_text())["asked"][
         "interrupted"] is True
+    gpu = rows(tmp_path / "old" / "w0.csv")
+    stamps = [float(r["timestamp"]) for r in gpu]
+    assert min(stamps) < 2 and session["start"] + max(stamps) > facts["back"], stamps
     jobs = rows(tmp_path / "old" / "tables" / "jobs.csv")
     assert [(j["job"], j["job_name"], j["status"], j["scheduler_start"]) for j in jobs] == [
         ("0", "etl", "finished", facts["old"])]

@@ -31,7 +31,7 @@ from dask_metrics.collector.report.advice import (
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text, sections
-from dask_metrics.collector.report.usage import Usage, gpu_usage
+from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
@@ -98,6 +98,28 @@ def test_busy_seconds_come_from_the_counter_where_it_is() -> None:
     u = found[("1", "0", "0", "GPU-x")]
     assert u.busy == 4.0 + 0.5 + 3.0 and u.seconds == 15
     assert u.idle == 0  # 80 %, 10 % and 60 % in the three intervals
+
+
+def test_the_intervals_across_the_edges_count_with_their_share_inside() -> None:
+    """60 s scrapes of a GPU at 50 % and 100 W (busy +30 s, +6,000 J per interval), the
+    range [30 s, 150 s]: the intervals (0, 60] and (120, 180] count half each, so the range
+    holds 120 s, 60 busy seconds and 12,000 J as scripted; a range inside one interval gets
+    its share of it; an interval longer than max_age is a gap either way."""
+    times = [t * 1000 for t in (0, 60, 120, 180)]
+    counters = {"busy-seconds": (times, [0.0, 30.0, 60.0, 90.0]),
+                "energy": (times, [0.0, 6000.0, 12000.0, 18000.0]),
+                "sm-active-seconds": (times, [0.0, 6.0, 12.0, 18.0])}
+    parts = edge_usage(counters, 30_000, 150_000, 120_000)
+    assert [(t, u.seconds, u.busy, u.energy, u.energy_intervals, u.sm_active, u.sm_measured)
+            for t, u in parts] == [(60_000, 30.0, 15.0, 3000.0, 1, 3.0, 30.0),
+                                   (150_000, 30.0, 15.0, 3000.0, 1, 3.0, 30.0)]
+    (inside,) = edge_usage(counters, 70_000, 100_000, 120_000)
+    assert (inside[0], inside[1].seconds, inside[1].busy, inside[1].energy) == (
+        100_000, 30.0, 15.0, 3000.0)
+    assert edge_usage(counters, 30_000, 150_000, 59_000) == []  # gaps
+    assert edge_usage(counters, 0, 180_000, 120_000) == []  # on samples: nothing across
+    idle = {"busy-seconds": (times, [0.0, 0.5, 1.0, 1.5])}  # ~1 %: idle time of a job
+    assert [u.idle for _, u in edge_usage(idle, 30_000, 150_000, 120_000)] == [30.0, 30.0]
 
 
 def test_no_utilisation_or_energy_column_counts_time_only() -> None:

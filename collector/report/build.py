@@ -143,7 +143,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
                         max_age=max_age, workers=workers, chunk=chunk, progress=progress,
                         cluster=cluster, replica_labels=replica_labels,
                         any_cluster=any_cluster, visit=kept,
-                        worker_files=False, visit_metrics=PEAK_DATING, visit_tail=tail)
+                        worker_files=False, visit_metrics=PEAK_DATING,
+                        visit_tail=max(tail, max_age), visit_head=max_age)
         labels = {(w.name, *gpu): info for w in result.inventory
                   for gpu, info in w.gpu_labels.items()}
         record = json.loads((data / "export.json").read_text(encoding="utf-8"))

@@ -14,18 +14,29 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from dask_metrics.collector.columns import select
 from dask_metrics.collector.lifetimes import job_order, life, plain, qualify
 from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.usage import (
+    EDGE_COUNTERS,
     ENERGY,
     IDLE_PERCENT,
     Usage,
     UsageKey,
+    edge_usage,
     gpu_usage,
     total,
 )
-from dask_metrics.collector.series import IDLE, Series, Timeline, WorkerInfo, WorkerTable, id_key
+from dask_metrics.collector.series import (
+    IDLE,
+    Series,
+    Timeline,
+    WorkerInfo,
+    WorkerTable,
+    gpu_series,
+    id_key,
+)
 from dask_metrics.collector.timespec import format_rfc3339
 
 REPORT_VERSION = 2  # 2: charts inline as SVG, no overview
@@ -86,9 +97,26 @@ class Gatherer:
         energy = list(self.columns).index(ENERGY) if ENERGY in self.columns else None
         metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
             v is not None and v == v for v in g.columns[energy]))
-        self.workers.append(WorkerFacts(info, gpu_usage(table, self.columns, self.max_age),
+        usage = gpu_usage(table, self.columns, self.max_age)
+        self._add_edges(usage, series, activity)
+        self.workers.append(WorkerFacts(info, usage,
                                         job_peaks(by_dag), by_dag, peaks(activity, False),
                                         metered))
+
+
+    def _add_edges(self, usage: dict[UsageKey, Usage], series: Mapping[str, list[Series]],
+                   activity: Timeline) -> None:
+        """The parts of the scrape intervals across the range's edges (usage.edge_usage),
+        to what the worker ran then."""
+        metrics = {c.metric: c.name for c in select([n for n in EDGE_COUNTERS
+                                                     if n in self.columns])}
+        for (gpu, uuid), samples in gpu_series({m: series.get(m, []) for m in metrics}).items():
+            counters = {metrics[m]: found for m, found in samples.items()}
+            for t, part in edge_usage(counters, self.since, self.until, self.max_age):
+                job, dag = activity.at(t, self.max_age)
+                if not job:
+                    part.idle = 0.0
+                usage.setdefault((job, dag, gpu, uuid), Usage()).add(part)
 
 
 # ---- numbers for JSON ------------------------------------------------------------------------
@@ -331,10 +359,12 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
                     "simulated": "all" if gpus and simulated == len(gpus)
                     else "some" if simulated else "none",
                     "jobs_source": "jobs.csv" if jobs_rows is not None else None,
-                    "rmm": _rmm_session(facts)},
+                    "rmm": _rmm_session(facts), "usage": _session_use(facts)},
         "rules": {"headroom": headroom, "idle_below_percent": IDLE_PERCENT,
                   "attribution": "a GPU's interval between two samples belongs to what its "
-                  "worker ran at the later sample; intervals longer than max_age are gaps"},
+                  "worker ran at the later sample; intervals longer than max_age are gaps; "
+                  "the intervals across the range's start and end count with the share of "
+                  "their time inside it"},
         "jobs": jobs,
         "where_the_time_went": {"activities": list(activities) if activities is not None
                                 else None,
@@ -344,6 +374,16 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
     }
     body["recommendations"] = recommendations(body, _gpu_session_use(facts), models, headroom)
     return body
+
+
+def _session_use(facts: Sequence[WorkerFacts]) -> dict[str, Any]:
+    """The whole range's GPU use (jobs and the time between them), each device once."""
+    merged: dict[tuple[str, str, str], Usage] = {}
+    for f in facts:
+        for (_, _, gpu, uuid), u in f.usage.items():
+            merged.setdefault((f.info.name, gpu, uuid), Usage()).add(u)
+    metered = frozenset((f.info.name, *g) for f in facts for g in f.metered)
+    return _use(merged, metered, rmm_tracked(facts))
 
 
 def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:

@@ -24,18 +24,21 @@ export); an interval longer than ``max_age`` is a gap and counts for nothing. In
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import sub
 from typing import NamedTuple, TypeVar
 
-from dask_metrics.collector.series import WorkerTable
+from dask_metrics.collector.series import Samples, WorkerTable
 
 IDLE_PERCENT = 5.0
 """Utilisation (%) below which a GPU counts as idle."""
 UTIL, ENERGY, BUSY = "compute-util", "energy", "busy-seconds"
 SM, TENSOR = "sm-active-seconds", "tensor-active-seconds"
 RMM_USED, RMM_POOL = "rmm-used", "rmm-pool"
+#: The counters whose increases the intervals across a range's edges share (edge_usage).
+EDGE_COUNTERS = (BUSY, ENERGY, SM, TENSOR)
 
 _N = TypeVar("_N", int, float)
 UsageKey = tuple[str, str, str, str]
@@ -178,6 +181,65 @@ def _integral(dts: Sequence[int], counter: Sequence[float | None], lo: int, hi: 
     rises = _increases(dts, counter, lo, hi)
     return (sum(r for r in rises if r is not None),
             sum(d for d, r in zip(dts, rises, strict=True) if r is not None) / 1000)
+
+
+def edge_usage(counters: Mapping[str, Samples], since: int, until: int, max_age: int
+               ) -> list[tuple[int, Usage]]:
+    """The parts inside [since, until] (ms) of one GPU's two scrape intervals that straddle
+    its edges, which no interval of the table covers: (the time whose worker state the part
+    is attributed to, its Usage). ``counters``: the GPU's busy-seconds, energy, SM and
+    tensor counters by column name, with samples on both sides of the edges.
+
+    A part takes its share of the interval's counter increases in proportion to time (exact
+    where the GPU's use was even over the interval; off by at most the share of one scrape
+    interval's increase otherwise): a session's first and last intervals are neither dropped
+    (a long scrape interval would lose most of a short job's energy) nor counted whole."""
+    clock = counters.get(BUSY) or counters.get(ENERGY)
+    if clock is None:
+        return []
+    times = clock[0]
+    first = bisect_left(times, since)  # the first sample at or after since
+    last = bisect_right(times, until) - 1  # the last at or before until
+    out = []
+    if 0 < first <= last and times[first] > since:  # (t0, t1] straddles since
+        out.append((times[first], _part(counters, times[first - 1], times[first], since,
+                                        times[first], max_age)))
+    if first <= last < len(times) - 1 and times[last] < until:  # (t0, t1] straddles until
+        out.append((until, _part(counters, times[last], times[last + 1], times[last], until,
+                                 max_age)))
+    if 0 < first == last + 1 < len(times):  # one interval holds the whole range
+        out.append((until, _part(counters, times[last], times[first], since, until, max_age)))
+    return [(t, u) for t, u in out if u.seconds]
+
+
+def _part(counters: Mapping[str, Samples], t0: int, t1: int, a: int, b: int, max_age: int
+          ) -> Usage:
+    """The share [a, b] of the interval (t0, t1] (a gap when longer than ``max_age``)."""
+    u = Usage()
+    if t1 - t0 > max_age or b <= a:
+        return u
+    share = (b - a) / (t1 - t0)
+
+    def rise(name: str) -> float | None:
+        found = counters.get(name)
+        if found is None:
+            return None
+        at = dict(zip(*found, strict=True))
+        c0, c1 = at.get(t0), at.get(t1)
+        return c1 - c0 if c0 is not None and c1 is not None and c1 >= c0 else None
+
+    u.seconds, u.first, u.last = (b - a) / 1000, a, b
+    if (busy := rise(BUSY)) is not None:
+        u.busy = busy * share
+        if busy * 100_000 < IDLE_PERCENT * (t1 - t0):
+            u.idle = u.seconds
+    if (energy := rise(ENERGY)) is not None:
+        u.energy, u.energy_intervals = energy * share, 1
+    if (sm := rise(SM)) is not None:
+        u.sm_active, u.sm_measured = sm * share, u.seconds
+    if (tensor := rise(TENSOR)) is not None:
+        u.tensor_active, u.tensor_measured = tensor * share, u.seconds
+    return u
 
 
 def _largest(values: Sequence[float | None]) -> float | None:
