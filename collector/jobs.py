@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
+from dask_metrics.collector.lifetimes import clock, job_key, job_order, life, plain
 from dask_metrics.collector.series import Series, id_key
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import (
@@ -229,7 +229,7 @@ class JobNames:
         label = (f"{name} (job {ident})" if name in self.repeated else name) if name \
             else f"job {ident}"
         if job in self.twins:
-            of = f"scheduler of {format_rfc3339(round(float(life(job)) * 1000))[11:19]}"
+            of = f"scheduler of {clock(life(job))}"
             label = f"{label[:-1]}, {of})" if label.endswith(")") else f"{label} ({of})"
         return label
 

@@ -37,10 +37,25 @@ def life(key: str) -> str:
     return key.partition(SEP)[2]
 
 
+def started(life_label: str) -> float | None:
+    """A life's start in unix seconds; None for "" or a value that is not a number."""
+    try:
+        return float(life_label) if life_label else None
+    except ValueError:
+        return None
+
+
+def clock(life_label: str) -> str:
+    """``07:12:03``: a life's start, UTC, to tell two lives apart in a label."""
+    at = started(life_label)
+    return life_label if at is None else format_rfc3339(round(at * 1000))[11:19]
+
+
 def life_at(lives: Iterable[str], t: int) -> str:
     """The scheduler life in effect at ``t`` (ms): the last to start at or before it ("" for
     none). What tells a plain job id of a CSV row which job it is."""
-    return max((s for s in lives if s and float(s) * 1000 <= t), key=float, default="")
+    found = [(at, s) for s in lives if (at := started(s)) is not None and at * 1000 <= t]
+    return max(found)[1] if found else ""
 
 
 def job_order(key: str) -> tuple[str, int, int, str]:
@@ -51,10 +66,10 @@ def job_order(key: str) -> tuple[str, int, int, str]:
 
 def restarts(keys: Iterable[str]) -> str:
     """A warning when ``keys`` come from more than one life of the scheduler, else ""."""
-    lives = sorted({life(k) for k in keys} - {""}, key=float)
+    lives = sorted(at for at in {started(life(k)) for k in keys} if at is not None)
     if len(lives) < 2:
         return ""
-    when = ", ".join(format_rfc3339(round(float(s) * 1000)) for s in lives[1:])
+    when = ", ".join(format_rfc3339(round(at * 1000)) for at in lives[1:])
     return (f"the range spans {len(lives)} lives of the scheduler (restarted at {when}): job "
             "and DAG ids count from 0 again in each, and the scheduler_start column tells "
             "them apart")

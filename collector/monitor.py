@@ -365,12 +365,22 @@ class Monitor:
                 return old, True
         return self.recorded(started), False
 
-    def recorded(self, session: dict[str, Any]) -> dict[str, Any]:
+    def recorded(self, session: dict[str, Any], patience: float | None = None
+                 ) -> dict[str, Any]:
         """``session`` (as the scheduler gave it once) as Prometheus recorded it: for a
         session its scheduler no longer knows. Stopped, running, or ended with its scheduler
-        (``"interrupted": True``, with a warning); its DAGs unknown (``"jobs": None``)."""
+        (``"interrupted": True``, with a warning); its DAGs unknown (``"jobs": None``).
+        Right after a restart Prometheus still shows the session running until it scrapes
+        the new scheduler: waited for, at most ``patience`` seconds (the Monitor's
+        ``scrape_wait`` by default)."""
+        deadline = time.monotonic() + (self.scrape_wait if patience is None else patience)
         with self._prometheus_client() as prom:
-            found = recorded_session(prom, float(session["start"]), time.time(), self.scope())
+            while True:
+                found = recorded_session(prom, float(session["start"]), time.time(),
+                                         self.scope())
+                if found is None or found.stop is not None or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
         if found is None:
             raise MonitorError(
                 f"monitor session {session['id']} is no longer known to the scheduler "

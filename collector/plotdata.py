@@ -326,7 +326,7 @@ def read_provenance(folder: str | os.PathLike[str]) -> Provenance:
                         for r in jobs) if jobs else NO_NAMES
     simulated = frozenset(r.get("worker") or "" for r in _rows(folder / "workers.csv")
                           if r.get("simulated") == "true")
-    lives = tuple(sorted({r.get("scheduler_start") or "" for r in jobs} - {""}, key=float))
+    lives = tuple({r["scheduler_start"]: None for r in jobs if r.get("scheduler_start")})
     return Provenance(names, simulated, lives)
 
 

@@ -100,22 +100,31 @@ def _server_trouble(exc: CollectorError) -> bool:
 
 
 def stopped_sessions(monitor: Monitor, seen: dict[str, Any]) -> list[dict[str, Any]]:
-    """The stopped sessions the scheduler remembers, and the one an earlier poll saw running
-    that the scheduler has lost since (it restarted): from Prometheus, ended with its
-    scheduler. ``seen`` carries that running session from poll to poll."""
+    """The stopped sessions the scheduler remembers, and those an earlier poll saw running
+    that the scheduler has lost since (it restarted): from Prometheus, ended with their
+    scheduler. ``seen["watching"]`` carries the sessions to look after from poll to poll:
+    the running one, and lost ones Prometheus has not seen end yet (its first scrape of the
+    restarted scheduler is still to come)."""
     sessions = list(monitor.sessions())
     status = monitor.status()
     current = status.get("session") if status.get("running") else None
-    lost = seen.get("running")
-    if lost is not None and not (current and same_session(current, lost)) \
-            and not any(same_session(s, lost) for s in sessions):
+    watching = [current] if current else []
+    for lost in seen.get("watching", []):
+        if (current and same_session(current, lost)) or any(same_session(s, lost)
+                                                             for s in sessions):
+            continue
         try:
-            sessions.append(monitor.recorded(lost))
+            found = monitor.recorded(lost, patience=0.0)
         except CollectorError as exc:
             if isinstance(exc, PrometheusError):
-                raise  # kept in ``seen``: asked again at the next poll
+                raise  # ``seen`` unchanged: asked again at the next poll
             logger.warning("%s", exc)  # nothing recorded: nothing to export
-    seen["running"] = current
+            continue
+        if found["stop"] is None:
+            watching.append(lost)
+        else:
+            sessions.append(found)
+    seen["watching"] = watching
     return sessions
 
 
@@ -163,7 +172,7 @@ def watch(connect: Callable[[], Any], make_monitor: Callable[[Any], Monitor],
     prepare_out(options.out)
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # our one line says it all
     client = None
-    seen: dict[str, Any] = {}  # the session running at the last poll
+    seen: dict[str, Any] = {}  # the sessions to look after (see stopped_sessions)
     delay, last_problem, failed = options.poll, "", False
     try:
         while not stop.is_set():

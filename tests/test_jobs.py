@@ -128,6 +128,8 @@ def test_a_plain_id_is_of_the_life_in_effect_at_its_time() -> None:
         "", "1000.000", "1000.000", "1030.000", "1030.000"]
     assert [plain("3@1000.000"), life("3@1000.000"), plain("3"), life("3")] == [
         "3", "1000.000", "3", ""]
+    assert life_at(["not-a-time", *lives], 5000 * S) == "1030.000"  # a stranger's label
+    assert restarts(["0@not-a-time", "1@1000.000"]) == ""
     assert sorted(["10@1030.000", "2@1030.000", "10@1000.000", "7"], key=job_order) == [
         "7", "10@1000.000", "2@1030.000", "10@1030.000"]
 

@@ -93,6 +93,12 @@ def test_the_old_session_ends_with_its_scheduler_and_a_new_session_0_is_not_it(l
     assert stop.returncode == 0, stop.stderr
     assert "ended with its scheduler (interrupted): nothing left to stop" in stop.stdout
     assert "ended with its scheduler" in stop.stderr  # the warning, with how long it ran
+    since_monitor = collector_process("export", "--since", "monitor", "--prometheus",
+                                      stack.prometheus_url, "--out", str(tmp_path / "cli"))
+    assert since_monitor.returncode == 0, since_monitor.stderr
+    assert "ended with its scheduler" in since_monitor.stderr
+    assert [(j["job_name"], j["status"]) for j in rows(tmp_path / "cli" / "jobs.csv")] == [
+        ("etl", "finished")]  # not the second life's job 0, not up to now
 
     theirs = Monitor(second, owner="alice@lab")  # same user, other notebook: session 0 again
     started = theirs.start()["session"]
@@ -153,7 +159,7 @@ def test_the_command_line_says_the_session_ended_with_its_scheduler(lives, tmp_p
 def test_the_watcher_exports_the_session_it_saw_running_when_the_scheduler_lost_it(
         lives, tmp_path):
     _, _, session, second, _ = lives
-    seen = {"running": session}  # what the watcher's poll before the restart saw
+    seen = {"watching": [session]}  # what the watcher's poll before the restart saw
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         problems = export_pending(Monitor(second), WatchOptions(out=tmp_path), seen)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from dask_metrics.collector.columns import select
-from dask_metrics.collector.lifetimes import job_order, life, plain, qualify
+from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
 from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.usage import (
@@ -412,7 +412,7 @@ def _label(key: str, keys: Sequence[str]) -> str:
     ident = plain(key)
     if not any(k != key and plain(k) == ident for k in keys):
         return ident
-    return f"{ident} (scheduler of {format_rfc3339(round(float(life(key)) * 1000))[11:19]})"
+    return f"{ident} (scheduler of {clock(life(key))})"
 
 
 def rmm_tracked(facts: Sequence[WorkerFacts]) -> frozenset[str]:
