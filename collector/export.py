@@ -185,13 +185,17 @@ def cluster_names(clusters: Sequence[str]) -> str:
                      for c in clusters)
 
 
+class NoGpuSeries(CollectorError):
+    """No GPU series in the range asked for."""
+
+
 def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool, span: str,
                    url: str) -> str | None:
     """The cluster an export reads, from the clusters ``found`` in its range: the one named,
     the only one, or None (every cluster) with ``any_cluster``; raises CollectorError or
     UsageError saying what was found."""
     if not found:
-        raise CollectorError(f"no GPU series (dask_gpu_info) {span} at {url}: is "
+        raise NoGpuSeries(f"no GPU series (dask_gpu_info) {span} at {url}: is "
                              "Prometheus scraping the GPU exporters, and is the time range right?")
     if any_cluster:
         return None
@@ -326,7 +330,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
            any_cluster: bool = False, visit: Visit | None = None,
            worker_files: bool = True, visit_metrics: Sequence[str] = (),
-           visit_tail: float = 0.0, visit_head: float = 0.0, tables: str = "") -> ExportResult:
+           visit_tail: float = 0.0, visit_head: float = 0.0, reach: float = 0.0,
+           tables: str = "") -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -343,6 +348,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     which keeps the tables its plots need from ``visit``: export.json then lists no
     files); ``tables``: a subfolder of ``out`` for workers.csv, jobs.csv and the summaries
     ("": beside the worker files), so that ``out``'s own CSV files are the workers' alone.
+    ``reach``: a range with no GPU sample inside (shorter than one scrape) takes the workers
+    scraped within this many seconds before and after it (for ``visit``'s edges).
     Raises ValueError for bad arguments and CollectorError (PrometheusError included) when
     the export fails.
     """
@@ -363,8 +370,14 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     lo, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data, not the range
-    scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
-                                 any_cluster)
+    try:
+        scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
+                                     any_cluster)
+    except NoGpuSeries:
+        if not reach:
+            raise
+        scope, chosen = find_workers(client, lo - to_ms(reach), hi + to_ms(reach), chunk_ms,
+                                     workers, cluster, replica_labels, any_cluster)
     if is_default(metrics) and layout == "tidy":  # the seed layout is the original's files
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])

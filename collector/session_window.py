@@ -89,16 +89,25 @@ def recorded_session(client: PrometheusClient, start: float, now: float,
 
 def _as_recorded(client: PrometheusClient, scope: Scope, start: float, now: float,
                  window: str) -> Recorded | None:
-    """The session that started at ``start``: stopped (its stop gauge), running (its
-    scheduler still exports it) or interrupted (at its last scrape that showed it); None
-    where no scrape showed it."""
+    """The session that started at ``start``: stopped (its stop gauge), running (the
+    scheduler's newest scrape shows it) or interrupted (at its last scrape that showed it);
+    None where no scrape showed it."""
     cluster = scope.cluster or ""
     stop = _stop_of(client, scope, start, now, window)
     if stop is not None:
         return Recorded(start, stop, cluster)
-    if client.query(f"{scope.of(MONITOR_START.name)} == {start!r}", now):
+    # Running while the scheduler's newest scrape still shows it. Not "while an instant
+    # query finds it": without stale markers (a restarted Prometheus, VictoriaMetrics,
+    # remote storage) a gone series is found for minutes after its last sample.
+    started = scope.of(MONITOR_START.name)  # timestamp() of a selector: the sample's time
+    shown = [s.values[-1] for s in client.query(
+        f"timestamp({started}) and ignoring(__name__) ({started} == {start!r})", now)
+        if s.values]
+    newest = [s.values[-1] for s in client.query(
+        f"max(timestamp({scope.of(CURRENT_JOB.name)}))", now) if s.values]
+    if shown and (not newest or max(newest) <= max(shown) + 0.001):
         return Recorded(start, None, cluster)
-    last = _last_shown(client, scope, start, now)
+    last = max(shown) if shown else _last_shown(client, scope, start, now)
     if last is None:
         return None
     stop = _stop_of(client, scope, start, last, "5m")

@@ -110,7 +110,10 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
         for every, server in servers.items():  # scraping, as a server that has run a while
             wait_for(lambda s=server: newest_scrape(s), timeout=2 * every + 30, interval=0.5,
                      what=f"the {every} s server's first scrape")
-        fake.epoch = time.time()
+        epoch, gpu = time.time(), fake.gpus[0]
+        # the energy counter goes on across the new epoch (it restarts from energy_mj there)
+        gpu.energy_mj += round(gpu.power_mw * (epoch - fake.epoch))
+        fake.epoch = epoch
         for lo, hi, gib in SPIKES:
             fake.at(lo, 0, memory_used=gib * GiB).at(hi, 0, memory_used=BASE)
         fake.write()

@@ -66,6 +66,9 @@ def lives(tmp_path_factory, fake_nvml_lib):
         back = time.time()
         wait_for(lambda: stack.scraped_since("dask_gpu_up == 1", back), timeout=60,
                  what="Prometheus scraping the restarted sidecar")
+        wait_for(lambda: scraped(stack, "timestamp(dask_job_monitor_start_timestamp_seconds)"
+                                 f" > {back}"), timeout=30,
+                 what="the restarted Prometheus scraping the session")
         restarted = time.time()
         stack.restart("scheduler")
         stack.restart("w0")  # a worker without a nanny closes with its scheduler

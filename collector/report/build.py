@@ -34,6 +34,7 @@ from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTable
+from dask_metrics.collector.session_window import SCRAPE_GAP
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
@@ -144,7 +145,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
                         cluster=cluster, replica_labels=replica_labels,
                         any_cluster=any_cluster, visit=kept,
                         worker_files=False, visit_metrics=PEAK_DATING,
-                        visit_tail=max(tail, max_age), visit_head=max_age)
+                        visit_tail=max(tail, max_age), visit_head=max_age,
+                        reach=min(SCRAPE_GAP, max_age))
         labels = {(w.name, *gpu): info for w in result.inventory
                   for gpu, info in w.gpu_labels.items()}
         record = json.loads((data / "export.json").read_text(encoding="utf-8"))
