@@ -374,10 +374,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
                                      any_cluster)
     except NoGpuSeries:
-        if not reach:
+        if hi - lo >= to_ms(reach):  # not a range between two scrapes
             raise
-        scope, chosen = find_workers(client, lo - to_ms(reach), hi + to_ms(reach), chunk_ms,
-                                     workers, cluster, replica_labels, any_cluster)
+        scope, chosen = find_workers(client, max(lo - to_ms(reach), 0), hi + to_ms(reach),
+                                     chunk_ms, workers, cluster, replica_labels, any_cluster)
     if is_default(metrics) and layout == "tidy":  # the seed layout is the original's files
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
