@@ -385,7 +385,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     executed = prefix_workers(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
-    tail_end = max(hi, min(end + to_ms(visit_tail), to_ms(time.time()))) if visit else hi
+    # past the data's end, never further than the tail asked for beyond it: a range whose
+    # data ended long before its end costs no chunks of nothing
+    tail_end = max(hi, min(end + to_ms(visit_tail), hi + to_ms(visit_tail),
+                           to_ms(time.time()))) if visit else hi
 
     def fetch(i: int) -> tuple[WorkerData, dict[str, list[Series]]]:
         worker = chosen[i].name
@@ -398,7 +401,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         outside = [*source_metrics(columns), *visit_metrics]
         more = fetch_gpu_series(client, worker, outside, hi, tail_end, chunk_ms, None, age,
                                 scope) if tail_end > hi else {}
-        head = fetch_gpu_series(client, worker, outside, start - to_ms(visit_head), lo,
+        head = fetch_gpu_series(client, worker, outside, lo - to_ms(visit_head), lo,
                                 chunk_ms, None, age, scope) if visit_head else {}
         return data, {m: [*head.get(m, []), *data.gpu.get(m, []), *more.get(m, [])]
                       for m in data.gpu.keys() | more.keys() | head.keys()}

@@ -120,7 +120,7 @@ def test_the_old_session_ends_with_its_scheduler_and_a_new_session_0_is_not_it(l
         "interrupted"] is True
     gpu = rows(tmp_path / "old" / "w0.csv")
     stamps = [float(r["timestamp"]) for r in gpu]
-    assert min(stamps) < 2 and session["start"] + max(stamps) > facts["back"], stamps
+    assert session["start"] + max(stamps) > facts["back"], stamps  # after the restarts too
     jobs = rows(tmp_path / "old" / "tables" / "jobs.csv")
     assert [(j["job"], j["job_name"], j["status"], j["scheduler_start"]) for j in jobs] == [
         ("0", "etl", "finished", facts["old"])]
