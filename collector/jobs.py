@@ -16,9 +16,11 @@ before the range (the previous session's, kept) is no row of this range.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dask_metrics.collector.activities import increase
 from dask_metrics.collector.lifetimes import clock, job_key, job_order, life, plain
 from dask_metrics.collector.series import Series, id_key
 from dask_metrics.collector.timespec import format_rfc3339
@@ -154,13 +156,8 @@ def unscraped_note(counters: Iterable[Series], start: int, end: int) -> str:
     ``start`` to the first at or after ``end`` (a restart's reset counts from 0), else ""."""
     lost = 0.0
     for s in counters:
-        last = 0.0
-        for t, v in zip(s.times, s.values, strict=True):
-            if t > start:
-                lost += v - last if v >= last else v
-            last = v
-            if t >= end:
-                break
+        cut = bisect_left(s.times, end) + 1  # through the first sample at or after end
+        lost += increase(s.times[:cut], s.values[:cut], start)
     if lost <= 0:
         return ""
     return (f"{lost:.0f} DAG(s) finished and were forgotten by the scheduler before any "
