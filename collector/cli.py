@@ -191,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="GPU memory a job needs = its peak x this (default %(default)s)")
     rep.add_argument("--peak-window", metavar="DURATION",
                      default=format_duration(DEFAULT_PEAK_WINDOW), help="as for peaks")
+    rep.add_argument("--baseline", metavar="WHEN|FOLDER",
+                     help="compare each job with the job of the same name in an earlier "
+                     "report: a folder holding its report.json (or the file), 'previous' (the "
+                     "monitor session before this range), or a time in an earlier monitor "
+                     "session (the last one started before it)")
     rep.add_argument("--plots", metavar="N", type=int, default=DEFAULT_PLOTS,
                      help="plot the N workers with the highest peak memory (default "
                      "%(default)s; 0: none, the fastest report)")
@@ -414,13 +419,14 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
     since, until = _span(client, opts, ui)
     asked = {"since": args.since, "until": args.until, "workers": opts["workers"],
              "cluster": args.cluster, "headroom": args.headroom, "format": args.format,
-             "plots": args.plots}
+             "plots": args.plots, "baseline": args.baseline}
     result = make_report(client, since, until, args.out, fmt=args.format,
                          workers=opts["workers"], max_age=opts["max_age"], chunk=opts["chunk"],
                          progress=ui.progress, cluster=opts["cluster"],
                          replica_labels=opts["replica_labels"],
                          peak_window=_duration(args.peak_window, "--peak-window", LONGEST_LOOKBACK),
-                         headroom=args.headroom, plots=args.plots, asked=asked)
+                         headroom=args.headroom, plots=args.plots, asked=asked,
+                         baseline=args.baseline)
     if result.text is not None:
         print(result.text, end="")
     if result.out is not None:

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,6 +31,7 @@ from dask_metrics.collector.export import (
 )
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.jobs import unscraped_note
+from dask_metrics.collector.notebook import monitor_html
 from dask_metrics.collector.peaks import caveats, peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
@@ -181,6 +182,14 @@ class Monitor:
     def status(self) -> dict[str, Any]:
         return self._call(Handler.MONITOR_STATUS)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the Monitor: its scheduler's session, as the scheduler says."""
+        try:
+            status = self.status()
+        except Exception as exc:  # a closed client or a gone scheduler: say so, show the rest
+            status = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        return monitor_html(self._address, self.owner, self.metrics, self._started, status)
+
     def new_job(self, name: str | None = None) -> int:
         """Start the next job (the scheduler's ``--job-mode manual``); returns its number."""
         return int(self._checked(self._call(Handler.NEW_JOB, name=name))["job_id"])
@@ -211,9 +220,15 @@ class Monitor:
                               **_scoping(scope))
 
     def report(self, path: str | os.PathLike[str], *, fmt: str = "html",
-               headroom: float = DEFAULT_HEADROOM) -> ReportResult:
+               headroom: float = DEFAULT_HEADROOM,
+               baseline: str | os.PathLike[str] | Mapping[str, Any] | None = None
+               ) -> ReportResult:
         """The session report of the running or last session: ``path``/report.html and
-        report.json (``fmt="text"``: also the text, in the result's ``text``)."""
+        report.json (``fmt="text"``: also the text, in the result's ``text``). Displayed in
+        Jupyter, the result shows the page. ``baseline``: compare each job with the job of
+        the same name in an earlier report: its folder or report.json, its dict (a result's
+        ``report``), ``"previous"`` (the session before this one) or a time in an earlier
+        session; a baseline that is not a report raises ValueError."""
         session = self.session()
         scope = self.scope()
         with self._prometheus_client() as prom:
@@ -221,7 +236,8 @@ class Monitor:
             with _writing(path):
                 return make_report(prom, since, until, path, fmt=fmt, headroom=headroom,
                                    asked={"monitor_session": session["id"],
-                                          **_interrupted(session)}, **_scoping(scope))
+                                          **_interrupted(session)}, baseline=baseline,
+                                   **_scoping(scope))
 
     def peak_memory(self) -> list[list[int | None]]:
         """Peak memory of the last session, % of capacity: per worker (in name order, as in

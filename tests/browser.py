@@ -9,13 +9,20 @@ checks) even with its background networking off: those are left out by name.
 
 from __future__ import annotations
 
+import base64
+import fcntl
+import json
+import os
+import select
 import shutil
 import socket
 import struct
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +113,128 @@ def png_size(path: Path) -> tuple[int, int]:
     assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     width, height = struct.unpack(">II", head[16:24])
     return width, height
+
+
+def _high(fd: int) -> int:
+    """``fd`` moved to a number of 10 or more."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
+
+
+class Page:
+    """A page open in headless Chromium, driven over the DevTools protocol on a pipe
+    (``--remote-debugging-pipe``: commands on fd 3, answers on fd 4, each a JSON text ending
+    in NUL), so that tests read the laid-out page from its DOM: where things are, which
+    lines a word spans. Evaluating there is the browser's own, not subject to the page's
+    Content Security Policy, which keeps forbidding the page any script."""
+
+    def __init__(self, workdir: Path) -> None:
+        assert CHROMIUM is not None
+        # the child's ends above 9, so that making them its fds 3 and 4 overwrites neither
+        commands_r, self._commands = os.pipe()
+        self._answers, answers_w = os.pipe()
+        commands_r, answers_w = (_high(fd) for fd in (commands_r, answers_w))
+        self._proxy = _RecordingProxy()
+        self.process = subprocess.Popen(
+            ["bash", "-c", f'exec "$@" 3<&{commands_r} 4>&{answers_w}', "bash", CHROMIUM,
+             *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={workdir / 'cdp-profile'}",
+             f"--proxy-server=http://127.0.0.1:{self._proxy.port}",
+             "--proxy-bypass-list=<-loopback>", "about:blank"],
+            pass_fds=(commands_r, answers_w), stdout=subprocess.DEVNULL,
+            stderr=open(workdir / "chromium.log", "wb"))  # noqa: SIM115 (the child's)
+        self._log = workdir / "chromium.log"
+        os.close(commands_r)
+        os.close(answers_w)
+        self._buffer = b""
+        self._next = 0
+        self.events: list[dict[str, Any]] = []
+        target = self._send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self._session = self._send("Target.attachToTarget",
+                                   {"targetId": target, "flatten": True})["sessionId"]
+        self._send("Page.enable", session=True)
+        self._send("Runtime.enable", session=True)
+        self._send("Log.enable", session=True)
+
+    def _read(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._answers], [], [], left)
+            if not ready:
+                raise AssertionError("chromium did not answer within 60 s")
+            chunk = os.read(self._answers, 1 << 20)
+            if not chunk:
+                raise AssertionError("chromium closed its DevTools pipe: "
+                                     + self._log.read_text(errors="replace")[-3000:])
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def _send(self, method: str, params: dict[str, Any] | None = None,
+              session: bool = False) -> dict[str, Any]:
+        self._next += 1
+        message = {"id": self._next, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = self._session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 60
+        while True:
+            found = self._read(deadline)
+            if found.get("id") == self._next:
+                assert "error" not in found, f"{method}: {found['error']}"
+                return dict(found.get("result", {}))
+            self.events.append(found)
+
+    def open(self, page: Path, width: int, height: int) -> None:
+        """Load ``page`` in a viewport of width x height CSS pixels (a phone's below 600)."""
+        self._send("Emulation.setDeviceMetricsOverride",
+                   {"width": width, "height": height, "deviceScaleFactor": 1,
+                    "mobile": width < 600}, session=True)
+        self.events.clear()
+        self._send("Page.navigate", {"url": page.resolve().as_uri()}, session=True)
+        deadline = time.monotonic() + 60
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            self.events.append(self._read(deadline))
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page (JSON-able)."""
+        found = self._send("Runtime.evaluate", {"expression": expression,
+                                                "returnByValue": True}, session=True)
+        assert "exceptionDetails" not in found, found["exceptionDetails"]
+        return found["result"].get("value")
+
+    def screenshot(self, path: Path) -> Path:
+        data = self._send("Page.captureScreenshot", {"format": "png"}, session=True)["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+    def console(self) -> list[str]:
+        """What the page logged (console calls, errors, CSP violations) since it opened."""
+        out = []
+        for e in self.events:
+            if e.get("method") == "Log.entryAdded":
+                out.append(e["params"]["entry"]["text"])
+            elif e.get("method") == "Runtime.consoleAPICalled":
+                out.append(" ".join(str(a.get("value")) for a in e["params"]["args"]))
+            elif e.get("method") == "Runtime.exceptionThrown":
+                out.append(e["params"]["exceptionDetails"]["text"])
+        return out
+
+    def requests(self) -> list[str]:
+        return [line for line in self._proxy.lines if _host(line) not in BROWSER_HOSTS]
+
+    def close(self) -> None:
+        os.close(self._commands)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._answers)
+        self._proxy.close()
+
+    def __enter__(self) -> Page:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -14,6 +14,9 @@ timestamps, so that each interval (t-5, t] belongs to the state scraped at t):
   cores never; w-1 runs an RMM pool of 8 GiB, 2 GiB of it in use while it runs job 0.
 - ``empty`` [R+1000, R+1300]: one worker, no job at all.
 - ``sim`` [R+2000, R+2300]: one simulated GPU, no energy counter, job 0 "sim-job" [50, 150).
+- ``again`` [R+3000, R+4200]: one A100 (100 W), two monitor sessions of one pipeline, before
+  and after a change: [50, 550] runs "etl" [100, 200) at 10 GiB and "train" [250, 350);
+  [650, 1150] runs "etl" [700, 820) at 12 GiB and "score" [900, 950) (``AGAIN_*``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from tests.collector_dataset import GiB
 from tests.prometheus_helpers import OpenMetrics
 
 A100, T4 = "NVIDIA A100-SXM4-80GB", "Tesla T4"
-EMPTY_OFFSET, SIM_OFFSET = 1000, 2000
+EMPTY_OFFSET, SIM_OFFSET, AGAIN_OFFSET = 1000, 2000, 3000
 STEP = 5
 SESSION = (50, 550)
 # (job, dag) -> (name, first scrape showing it, running from, final status at, status)
@@ -38,6 +41,14 @@ LEAVES = {"w-0": 600, "w-1": 300}
 # Dask's fine performance metrics: (job, dag, prefix, activity) -> (from, to, seconds in all)
 ACTIVITIES = {("0", "0", "load", "thread-cpu"): (100, 200, 80.0),
               ("1", "0", "train", "thread-noncpu"): (350, 500, 40.0)}
+
+# "again": (job, dag) -> as DAGS, with the peak memory while it runs
+AGAIN_DAGS = {("0", "0"): ("etl", 95, 100, 200, 2.0, 10 * GiB),
+              ("1", "0"): ("train", 245, 250, 350, 2.0, 4 * GiB),
+              ("2", "0"): ("etl", 695, 700, 820, 2.0, 12 * GiB),
+              ("3", "0"): ("score", 895, 900, 950, 2.0, 5 * GiB)}
+AGAIN_SESSIONS = ((50, 550), (650, 1150))
+AGAIN_WATTS = 100.0
 
 SM_SHARE = 0.25  # w-0 GPU 0: SM activity / utilisation
 RMM_POOL, RMM_USED = 8 * GiB, 2 * GiB  # w-1's pool, and its use while it runs job 0
@@ -103,6 +114,7 @@ class ReportDataset:
         self._rep(om)
         self._empty(om)
         self._sim(om)
+        self._again(om)
         return om
 
     @staticmethod
@@ -139,7 +151,7 @@ class ReportDataset:
     def _scheduler(om: OpenMetrics, cluster: str, at: int, times: list[float],
                    runs: dict[str, list[tuple[tuple[str, str], int, int]]],
                    dags: dict[tuple[str, str], tuple[str, int, int, int, float]],
-                   session: tuple[int, int]) -> None:
+                   sessions: tuple[tuple[int, int], ...]) -> None:
         sched = {"dask_cluster": cluster, "instance": f"{cluster}-scheduler:8787",
                  "job": "dask-scheduler"}
         for worker, spans in runs.items():
@@ -160,11 +172,14 @@ class ReportDataset:
         for name, i in (("dask_job_current_job", 0), ("dask_job_current_dag", 1)):
             om.add(name, sched, [(at + t, float(c[i]) if c else -1.0)
                                  for t, c in zip(times, current, strict=True)])
-        start, stop = session
+        # the last session started: its start, and its stop once it stopped (else 0)
+        last = [max((s for s in sessions if s[0] <= t), default=None) for t in times]
         om.add("dask_job_monitor_start_timestamp_seconds", sched,
-               [(at + t, float(at + start) if t >= start else 0.0) for t in times])
+               [(at + t, float(at + s[0]) if s else 0.0) for t, s in zip(times, last,
+                                                                         strict=True)])
         om.add("dask_job_monitor_stop_timestamp_seconds", sched,
-               [(at + t, float(at + stop) if t >= stop else 0.0) for t in times])
+               [(at + t, float(at + s[1]) if s and t >= s[1] else 0.0)
+                for t, s in zip(times, last, strict=True)])
 
     def _rep(self, om: OpenMetrics) -> None:
         r = self.base
@@ -177,7 +192,7 @@ class ReportDataset:
                           {r + t: peak(worker, gpu, t) for t in rel}, used(worker, gpu),
                           watts[gpu], sm_share=SM_SHARE if (worker, gpu) == ("w-0", 0) else None)
         times = [float(t) for t in range(0, 601, STEP)]
-        self._scheduler(om, "rep", r, times, RUNS, DAGS, SESSION)
+        self._scheduler(om, "rep", r, times, RUNS, DAGS, (SESSION,))
         sched = {"dask_cluster": "rep", "instance": "rep-scheduler:8787", "job": "dask-scheduler"}
         for (job, dag, prefix, activity), (lo, hi, total) in ACTIVITIES.items():
             om.add("dask_job_activity_seconds_total",
@@ -200,7 +215,7 @@ class ReportDataset:
         times = [at + float(t) for t in range(0, 301, STEP)]
         self._gpu(om, "empty", "w-e", 0, A100, 80 * GiB, times, dict.fromkeys(times, 0.0),
                   dict.fromkeys(times, 2 * GiB), 2 * GiB, 150.0)
-        self._scheduler(om, "empty", at, [t - at for t in times], {}, {}, (10, 290))
+        self._scheduler(om, "empty", at, [t - at for t in times], {}, {}, ((10, 290),))
 
     def _sim(self, om: OpenMetrics) -> None:
         at = self.base + SIM_OFFSET
@@ -211,7 +226,23 @@ class ReportDataset:
                   dict.fromkeys([at + t for t in rel], 1 * GiB), 1 * GiB, None,
                   simulated=True)
         self._scheduler(om, "sim", at, rel, runs, {("0", "0"): ("sim-job", 45, 50, 150, 2.0)},
-                        (10, 290))
+                        ((10, 290),))
+
+    def _again(self, om: OpenMetrics) -> None:
+        at = self.base + AGAIN_OFFSET
+        rel = [float(t) for t in range(0, 1201, STEP)]
+        spans = [(dag, running, final) for dag, (_, _, running, final, _, _)
+                 in AGAIN_DAGS.items()]
+
+        def running(t: float) -> tuple[str, str] | None:
+            return next((d for d, lo, hi in spans if lo <= t < hi), None)
+
+        self._gpu(om, "again", "w-a", 0, A100, 80 * GiB, [at + t for t in rel],
+                  {at + t: 0.5 if running(t) else 0.0 for t in rel},
+                  {at + t: AGAIN_DAGS[d][5] if (d := running(t)) else 1 * GiB for t in rel},
+                  1 * GiB, AGAIN_WATTS)
+        self._scheduler(om, "again", at, rel, {"w-a": spans},
+                        {d: v[:5] for d, v in AGAIN_DAGS.items()}, AGAIN_SESSIONS)
 
 
 def make_report_dataset() -> ReportDataset:

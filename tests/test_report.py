@@ -35,7 +35,7 @@ from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
-from tests.browser import png_size, render, requires_chromium
+from tests.browser import Page, png_size, render, requires_chromium
 from tests.helpers import collector
 from tests.prometheus_helpers import (
     PrometheusServer,
@@ -43,6 +43,7 @@ from tests.prometheus_helpers import (
     requires_prometheus,
 )
 from tests.report_dataset import (
+    AGAIN_OFFSET,
     EMPTY_OFFSET,
     EXPECTED_DAGS,
     EXPECTED_JOBS,
@@ -52,12 +53,23 @@ from tests.report_dataset import (
 )
 
 COLUMNS = ["total-mem", "mem-util", "compute-util", "peak-mem", "energy"]
-SECTION_TITLES = ["The session", "Jobs and DAGs", "Per DAG", "Peak memory per GPU and job",
-                  "Where the time went: activities per job and task prefix",
-                  "GPU time per task prefix", "Plots per worker", "Recommendations"]
+FIRST_SCREEN = ["At a glance", "Jobs", "What to ask for next time"]
+SECTION_TITLES = [*FIRST_SCREEN, "Jobs in detail", "Per DAG", "Peak memory per GPU and job",
+                  "Charts per worker", "Where the time went: activities per job and task prefix",
+                  "GPU time per task prefix", "Workers and GPUs", "Warnings",
+                  "How the advice is made"]
 
 
 # ---- pure ------------------------------------------------------------------------------------
+
+
+def session_of(seconds: float, **more: Any) -> dict[str, Any]:
+    """What make_report tells build of a range of ``seconds`` (at 2026-11-26T05:00:00Z)."""
+    start = 1795669200.0
+    return {"cluster": "c", "since": format_rfc3339(to_ms(start)),
+            "until": format_rfc3339(to_ms(start + seconds)), "since_unix": start,
+            "until_unix": start + seconds, "duration_seconds": seconds, "prometheus": "p",
+            "asked": {}, **more}
 
 
 def table(times: list[int], util: list[float | None], energy: list[float | None],
@@ -132,8 +144,7 @@ def test_no_utilisation_or_energy_column_counts_time_only() -> None:
 def test_one_gpu_seen_by_two_workers_is_counted_once() -> None:
     """Two sidecars see the same device (same UUID): each reports the whole device's busy
     time and energy, so the report counts it once, and says so."""
-    session = {"cluster": "c", "since": "s", "until": "u", "duration_seconds": 8.0,
-               "prometheus": "p"}
+    session = session_of(8.0)
     view = Usage(seconds=8.0, busy=8.0, idle=0.0, energy=2400.0, energy_intervals=4,
                  first=0, last=8000)
     facts = [WorkerFacts(WorkerInfo(w, gpus=[("0", "GPU-shared")]),
@@ -151,8 +162,7 @@ def test_one_gpu_seen_by_two_workers_is_counted_once() -> None:
 def test_a_job_without_energy_on_metered_gpus_says_it_was_too_short() -> None:
     """Job 1 had no interval with two energy readings, on a GPU whose counter job 0 read:
     not 'these GPUs report no energy counter', which job 0's figure beside it contradicts."""
-    session = {"cluster": "c", "since": "s", "until": "u", "duration_seconds": 30.0,
-               "prometheus": "p"}
+    session = session_of(30.0)
     metered = Usage(seconds=20.0, busy=10.0, idle=0.0, energy=900.0, energy_intervals=4)
     short = Usage(seconds=4.0, busy=4.0, idle=0.0)
     info = WorkerInfo("w-a", gpus=[("0", "GPU-a")])
@@ -273,8 +283,7 @@ def test_a_busy_gpu_with_few_sms_at_work_is_said_in_one_sentence_with_its_number
 def test_a_rapids_job_is_sized_by_what_it_held_not_by_its_pool() -> None:
     """A 16 GiB pool, 3 GiB of it in use at most, 0.5 GiB outside it: the memory advice
     asks for (3 + 0.5) x 1.2, not NVML's 16.5 GiB; a smaller pool is suggested."""
-    session = {"cluster": "c", "since": "s", "until": "u", "duration_seconds": 10.0,
-               "prometheus": "p"}
+    session = session_of(10.0)
     use = Usage(seconds=10.0, busy=9.9, rmm_used=3 * GIB, rmm_pool=16 * GIB)
     info = WorkerInfo("w-0", gpus=[("0", "GPU-r")])
     peak = Peak("w-0", "0", "GPU-r", 16.5 * GIB, 80 * GIB, 1000, "0", "0")
@@ -324,21 +333,24 @@ def test_no_jobs_is_advice_about_idle_gpus_only() -> None:
 
 
 def minimal_report(**session: Any) -> dict[str, Any]:
-    base = {"cluster": "c<1>", "since": "s", "until": "u", "duration_seconds": 60,
-            "prometheus": "http://p", "worker_count": 1, "gpu_count": 1, "simulated": "none",
-            "workers": [{"worker": "w<&>", "hosts": ["h"], "gpus": [
-                {"gpu": "0", "model": "M", "capacity_bytes": GIB, "simulated": False}]}],
-            "jobs_source": None, "dask_metrics": "0"}
-    return {"session": {**base, **session}, "jobs": [], "plots": [], "recommendations": [],
-            "rules": {"idle_below_percent": 5.0, "headroom": 1.2, "attribution": "a"},
-            "where_the_time_went": {"activities": None, "gpu_by_prefix": None}}
+    """A report of one idle GPU on cluster ``c<1>``, no job, as build makes it."""
+    info = WorkerInfo("w<&>", hosts=["h"], gpus=[("0", "GPU-m")])
+    idle = Usage(seconds=60.0, busy=0.0, first=0, last=60_000)
+    peak = Peak("w<&>", "0", "GPU-m", 0.5 * GIB, GIB, 1000, "", "")
+    report = build(session_of(60, cluster="c<1>", prometheus="http://p", warnings=[],
+                              dask_metrics="0"),
+                   [WorkerFacts(info, {("", "", "0", "GPU-m"): idle}, [], [], [peak])],
+                   {("w<&>", "0", "GPU-m"): {"name": "M", "simulated": "false"}}, None,
+                   load_models(), 1.2)
+    report["session"].update(session)
+    return report
 
 
 def test_page_and_text_have_the_same_sections_in_order_and_escape_names() -> None:
     report = minimal_report()
     page, text = render_html(report, {}), render_text(report)
     titles = [s.title for s in sections(report)]
-    assert titles == ["The session", "Jobs and DAGs", *SECTION_TITLES[4:]]
+    assert titles == [*FIRST_SCREEN, *(t for t in SECTION_TITLES[6:] if t != "Warnings")]
     assert [page.index(f">{html.escape(t)}</h") for t in titles] == sorted(
         page.index(f">{html.escape(t)}</h") for t in titles)
     assert [text.index(f"\n{t}\n") for t in titles] == sorted(
@@ -386,6 +398,12 @@ def rep(prom: PrometheusServer, dataset: ReportDataset,
     assert run.err == "" or "wrote" in run.err
     report = json.loads((out / "report.json").read_text())
     return out, report, (out / "report.html").read_text()
+
+
+def page_text(page: str) -> str:
+    """The page's text, a line per element (the spans that keep a word whole are not
+    elements of their own)."""
+    return html.unescape(re.sub(r"<[^>]+>", "\n", re.sub(r"</?span[^>]*>", "", page)))
 
 
 def at(dataset: ReportDataset, seconds: float) -> str:
@@ -492,7 +510,7 @@ def test_where_the_time_went_is_the_exports_own_rows(rep: tuple[Path, dict[str, 
         "etl", "thread-cpu", "seconds", pytest.approx(80.0))
     train = next(r for r in where["gpu_by_prefix"] if r["prefix"] == "train")
     assert float(train["gpu_seconds"]) == pytest.approx(100.0)  # w-0 GPU 0 busy [400, 500)
-    text = html.unescape(re.sub(r"<[^>]+>", "\n", page))
+    text = page_text(page)
     assert "thread-noncpu" in text and "80.000 s" in text and "100.000 s" in text
 
 
@@ -525,7 +543,7 @@ def test_recommendations_of_the_scripted_session(rep: tuple[Path, dict[str, Any]
 @requires_prometheus
 def test_the_page_shows_the_numbers(rep: tuple[Path, dict[str, Any], str]) -> None:
     _, report, page = rep
-    text = html.unescape(re.sub(r"<[^>]+>", "\n", page))
+    text = page_text(page)
     for needle in ("etl", "train", "finished", "erred", "47,000 J (0.0131 kWh)",
                    "30,000 J (0.0083 kWh)", "240 s (4.0 min)", "48.0 %", "33.3 %",
                    "205 s (3.4 min)", "30.00 GiB (37.5 % of 80.00 GiB) on w-0 GPU 0",
@@ -537,8 +555,11 @@ def test_the_page_shows_the_numbers(rep: tuple[Path, dict[str, Any], str]) -> No
     assert titles == SECTION_TITLES
     assert [page.index(f">{html.escape(t)}</h") for t in titles] == sorted(
         page.index(f">{html.escape(t)}</h") for t in titles)
-    # highest peak first: w-1 peaked at 93.8 % of its GPU, w-0 at 37.5 %
-    assert [p["file"] for p in report["plots"] if p["file"]] == ["w-1.svg", "w-0.svg"]
+    # in worker order, each captioned with its worker and GPUs
+    assert [p["file"] for p in report["plots"] if p["file"]] == ["w-0.svg", "w-1.svg"]
+    assert [p["worker"] for p in report["plots"] if p["file"]] == ["w-0", "w-1"]
+    assert "w-0: GPU 0 (NVIDIA A100-SXM4-80GB, 80.00 GiB), GPU 1 (" in text
+    assert "w-1: GPU 0 (Tesla T4, 16.00 GiB)" in text
     assert page.count("<figure><svg ") == 2  # w-0, w-1: inline, no image file
     for worker in ("w-0", "w-1"):  # each chart names its worker, its GPUs and its phases
         chart = page[page.index(f"<title>{worker}: "):]
@@ -636,7 +657,7 @@ def test_a_simulated_session_says_so_and_reports_no_energy(prom: PrometheusServe
     assert (job["gpu_seconds"], job["busy_seconds"]) == (100, 50)
     page = (tmp_path / "report.html").read_text()
     assert "SIMULATED GPUs" in page and "not reported" in page
-    assert "<img" not in page and "no plots: none asked for (--plots 0)" in page
+    assert "<img" not in page and "no plots: none asked for (--plots 0)" in page_text(page)
     assert report["session"]["since_unix"] == dataset.base + SIM_OFFSET + 10
 
 
@@ -686,3 +707,169 @@ def test_summary_cells_keep_small_byte_counts_readable():
     assert _cell("value", {"value": str(3 * 2**20), "unit": "bytes"}) == "3.0 MiB"
     assert _cell("peak_mem", {"peak_mem": "93667328"}) == "89.3 MiB"
     assert _cell("value", {"value": "2.5", "unit": "seconds"}) == "2.500 s"
+
+
+# ---- this run against the last, and the first screen ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def again(prom: PrometheusServer, tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[Path, dict[str, Any]]:
+    """The "again" cluster's second session against the one before: (folder, report)."""
+    out = tmp_path_factory.mktemp("again") / "report"
+    run = collector(*report_cmd(prom, "again", "--out", str(out), "--baseline", "previous"))
+    assert run.code == 0, run.err
+    return out, json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_this_run_against_the_previous_session(again: tuple[Path, dict[str, Any]],
+                                               dataset: ReportDataset) -> None:
+    """etl ran 120 s instead of 100 s on the GPU, peaked at 12 GiB instead of 10, at 100 W:
+    +20 % of GPU time, peak and energy; its wall time (first to last scrape showing the DAG)
+    105 s -> 125 s. train ran only before, score only now."""
+    _, report = again
+    base = report["baseline"]
+    assert base["source"] == (f"the monitor session of {at(dataset, AGAIN_OFFSET + 50)} to "
+                              f"{at(dataset, AGAIN_OFFSET + 550)}")
+    (etl,) = base["jobs"]
+    assert (etl["job_name"], etl["job_label"], etl["baseline_job_label"]) == ("etl", "2", "0")
+    assert etl["peak_bytes"] == {"now": 12 * GIB, "before": 10 * GIB, "change": 2 * GIB,
+                                 "change_percent": 20.0}
+    assert etl["energy_joules"] == {"now": 12000, "before": 10000, "change": 2000,
+                                    "change_percent": 20.0}
+    assert etl["gpu_hours"]["change_percent"] == 20.0
+    assert etl["gpu_hours"]["now"] == pytest.approx(120 / 3600, abs=1e-6)
+    assert etl["wall_seconds"] == {"now": 125, "before": 105, "change": 20,
+                                   "change_percent": 19.0}
+    assert base["only_now"] == [{"job_name": "score", "job_label": "3"}]
+    assert base["only_before"] == [{"job_name": "train", "job_label": "1"}]
+    assert report["session"]["title"].startswith("etl and score on again, ")
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_a_baseline_folder_file_or_time_compares_the_same(
+        prom: PrometheusServer, dataset: ReportDataset, again: tuple[Path, dict[str, Any]],
+        tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    run = collector("report", "--prometheus", prom.url, "--cluster", "again", "--plots", "0",
+                    "--since", str(dataset.base + AGAIN_OFFSET + 50),
+                    "--until", str(dataset.base + AGAIN_OFFSET + 550), "--out", str(first))
+    assert run.code == 0, run.err
+    for i, spec in enumerate((str(first), str(first / "report.json"),
+                              at(dataset, AGAIN_OFFSET + 300))):
+        out = tmp_path / f"r{i}"
+        run = collector(*report_cmd(prom, "again", "--out", str(out), "--format", "text",
+                                    "--baseline", spec))
+        assert run.code == 0, run.err
+        found = json.loads((out / "report.json").read_text())["baseline"]
+        assert {k: found[k] for k in ("jobs", "only_now", "only_before")} == \
+            {k: again[1]["baseline"][k] for k in ("jobs", "only_now", "only_before")}, spec
+        # the text: the changes on the jobs' lines, before the detail
+        first_screen = run.out[:run.out.index("Against the baseline")]
+        assert "peak memory change" in first_screen and "energy change" in first_screen
+        assert re.search(r"\netl\s+finished\s+125 s \(2\.1 min\).*\+19\.0 %\s+\+20\.0 %"
+                         r"\s+\+20\.0 %\s+\+20\.0 %\n", first_screen), first_screen
+        assert re.search(r"\nscore\s+finished.*\s+new\s+-\s+-\s+-\n", first_screen)
+
+
+@pytest.mark.integration
+@requires_prometheus
+def test_a_bad_baseline_is_one_line_and_writes_nothing(prom: PrometheusServer,
+                                                       dataset: ReportDataset,
+                                                       tmp_path: Path) -> None:
+    (tmp_path / "half.json").write_text("{")
+    (tmp_path / "other.json").write_text('{"report_version": 3}')
+    first_session = ("--since", str(dataset.base + AGAIN_OFFSET + 50),
+                     "--until", str(dataset.base + AGAIN_OFFSET + 550))
+    for spec, words, span in (
+            (str(tmp_path / "half.json"), "half.json is not JSON", ()),
+            (str(tmp_path / "other.json"), "other.json is not a dask-metrics report.json",
+             ()),
+            (str(tmp_path / "gone" / "report.json"), "cannot read the baseline", ()),
+            ("yesterday", "'yesterday' is not a time", ()),
+            ("previous", "no monitor session of cluster 'again' started before "
+             f"{at(dataset, AGAIN_OFFSET + 50)}", first_session)):
+        out = tmp_path / "out"
+        args = ["report", "--prometheus", prom.url, "--cluster", "again", "--out", str(out),
+                "--baseline", spec, *(span or ("--since", "monitor"))]
+        run = collector(*args)
+        assert run.code == 2 and words in run.err, (spec, run.err)
+        assert len(run.err.strip().splitlines()) == 1 and "Traceback" not in run.err
+        assert not (out / "report.json").exists() and not (out / "report.html").exists()
+
+
+FIRST_SCREEN_JS = """(() => {
+  const bottom = e => Math.round(e.getBoundingClientRect().bottom);
+  const cells = tr => [...tr.children].map(c => c.innerText.trim());
+  const jobs = document.querySelector('#jobs table');
+  return {
+    title: document.querySelector('h1').innerText.trim(),
+    figures: [...document.querySelectorAll('#glance .fig')].map(
+      f => [f.querySelector('small').innerText, f.querySelector('b').innerText, bottom(f)]),
+    headers: jobs ? cells(jobs.rows[0]) : [],
+    jobs: jobs ? [...jobs.tBodies[0].rows].map(tr => [...cells(tr), bottom(tr)]) : [],
+    advice: [...document.querySelectorAll('#advice > ol > li')].map(
+      li => [li.innerText.trim(), bottom(li)]),
+    overflow: document.documentElement.scrollWidth - innerWidth,
+  };
+})()"""
+BROKEN_WORDS_JS = """(() => {
+  const out = [], range = document.createRange();
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node; (node = walk.nextNode());) {
+    if (node.parentElement.closest('svg')) continue;
+    for (const m of node.textContent.matchAll(/\\S+/g)) {
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                            .map(r => Math.round(r.top)));
+      if (lines.size > 1) out.push(m[0]);
+    }
+  }
+  return out;
+})()"""
+FIGURES = ["GPU time held", "GPU time busy", "Mean utilisation", "Peak memory", "Energy",
+           "Idle GPU time"]
+
+
+@pytest.mark.integration
+@requires_prometheus
+@requires_chromium
+@pytest.mark.parametrize("which", ["rep", "again"])
+def test_the_first_screen_answers_and_no_word_is_broken(
+        which: str, rep: tuple[Path, dict[str, Any], str], again: tuple[Path, dict[str, Any]],
+        tmp_path: Path) -> None:
+    """At 1280 x 800, before any scrolling: the title, the six figures, every job's line
+    (with its changes against the baseline) and the top three recommendations; at 1280 and
+    390 px, no word on two lines and no page wider than the screen."""
+    out, report = (rep[0], rep[1]) if which == "rep" else again
+    with Page(tmp_path) as page:
+        page.open(out / "report.html", 1280, 800)
+        first = page.evaluate(FIRST_SCREEN_JS)
+        assert first["title"] == report["session"]["title"]
+        assert [f[0] for f in first["figures"]] == FIGURES
+        peak = report["headline"]["peak"]
+        assert first["figures"][3][1] == f"{peak['peak_bytes'] / GIB:.2f} GiB"
+        names = [j["job_name"] for j in report["jobs"]]
+        assert [row[0] for row in first["jobs"]] == names
+        assert [row[1] for row in first["jobs"]] == [j["status"] for j in report["jobs"]]
+        tops = [r["text"] for r in report["recommendations"][:3]]
+        assert [a[0] for a in first["advice"]] == tops and len(tops) == 3
+        bottoms = [f[2] for f in first["figures"]] + [row[-1] for row in first["jobs"]] + \
+            [a[1] for a in first["advice"]]
+        assert max(bottoms) <= 800, first
+        if which == "again":
+            wall, peak_change = (first["headers"].index(f"{h} change")
+                                 for h in ("wall time", "peak memory"))
+            assert [row[wall] for row in first["jobs"]] == ["+19.0 %", "new"]
+            assert [row[peak_change] for row in first["jobs"]] == ["+20.0 %", "-"]
+            assert first["headers"][-4:] == ["wall time change", "GPU-hours change",
+                                              "peak memory change", "energy change"]
+        assert page.evaluate(BROKEN_WORDS_JS) == []
+        page.open(out / "report.html", 390, 844)
+        assert page.evaluate(BROKEN_WORDS_JS) == []
+        assert page.evaluate(FIRST_SCREEN_JS)["overflow"] <= 0  # tables scroll, not the page
+        assert page.console() == [] and page.requests() == []

@@ -15,6 +15,7 @@ import csv
 import json
 import os
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,22 +27,30 @@ from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
 from dask_metrics.collector.fetch import Scope, peak_windows
+from dask_metrics.collector.notebook import framed
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
 from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
+from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTable
-from dask_metrics.collector.session_window import SCRAPE_GAP
-from dask_metrics.collector.timespec import format_rfc3339, to_ms
+from dask_metrics.collector.session_window import (
+    SCRAPE_GAP,
+    last_session,
+    recorded_session,
+    window,
+)
+from dask_metrics.collector.timespec import MONITOR, format_rfc3339, parse_when, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy", "busy-seconds",
                   "sm-active-seconds", "tensor-active-seconds", "rmm-used", "rmm-pool")
 REPORT_HTML, REPORT_JSON = "report.html", "report.json"
 FORMATS = ("html", "text")
+PREVIOUS = "previous"  # a baseline: the monitor session before the report's
 DEFAULT_PLOTS = 4
 """Per-worker charts on the page: the workers with the highest peak memory (% of capacity).
 A chart is about 0.4 MB of SVG, so the page draws a few; ``collector plot`` draws them
@@ -54,6 +63,12 @@ class ReportResult:
     files: list[Path]
     report: dict[str, Any]
     text: str | None  # the text rendering (format "text")
+    page: str | None = None  # the page (format "html")
+
+    def _repr_html_(self) -> str | None:
+        """The page inline in Jupyter: in a sandboxed frame (no script, its own styles),
+        under the page's own Content Security Policy."""
+        return None if self.page is None else framed(self.page)
 
 
 def _rows(path: Path) -> list[dict[str, str]] | None:
@@ -81,14 +96,15 @@ class _Kept:
 
 def _plots(data: Path, files: Mapping[str, str], kept: _Kept, start: int,
            report: Mapping[str, Any], most: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Charts of the ``most`` workers with the highest peak memory (% of capacity), as
-    (entries for report.json, {chart name: SVG})."""
+    """Charts of the ``most`` workers with the highest peak memory (% of capacity), in
+    worker order, as (entries for report.json, {chart name: SVG})."""
     workers = [w["worker"] for w in report["session"]["workers"]]
     percent = {w: 0.0 for w in workers}
     for job in report["jobs"]:
         for p in job["peaks"]:
             percent[p["worker"]] = max(percent.get(p["worker"], 0.0), p["peak_percent"] or 0.0)
-    chosen = sorted(workers, key=lambda w: -percent[w])[:most]
+    highest = set(sorted(workers, key=lambda w: -percent[w])[:most])
+    chosen = [w for w in workers if w in highest]  # drawn in the report's worker order
     if not chosen:
         return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
                  else "no plots: no worker"}], {}
@@ -104,7 +120,8 @@ def _plots(data: Path, files: Mapping[str, str], kept: _Kept, start: int,
         trace = trace_of_table(worker, stem, kept.tables[worker], metrics, start)
         charts[f"{stem}.svg"] = worker_chart(trace, provenance.names,
                                              worker in provenance.simulated)
-    entries = [{"file": name, "what": "worker"} for name in charts]
+    entries = [{"file": f"{Path(files[w]).stem}.svg", "worker": w, "what": "worker"}
+               for w in chosen]
     if len(chosen) < len(workers):
         entries.append({"file": None, "what": f"{len(workers) - len(chosen)} more worker(s) "
                         f"not drawn here (the {len(chosen)} with the highest peak memory are): "
@@ -119,11 +136,14 @@ def make_report(client: PrometheusClient, since: float, until: float,
                 cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
                 any_cluster: bool = False, peak_window: float = DEFAULT_PEAK_WINDOW,
                 headroom: float = DEFAULT_HEADROOM, plots: int = DEFAULT_PLOTS,
-                asked: Mapping[str, Any] | None = None) -> ReportResult:
+                asked: Mapping[str, Any] | None = None,
+                baseline: str | os.PathLike[str] | Mapping[str, Any] | None = None
+                ) -> ReportResult:
     """The report of [since, until] (unix seconds): ``fmt`` "html" writes out/report.html and
     out/report.json; "text" returns the text rendering (and writes report.json where ``out``
-    is given). ``plots``: how many workers to chart. Other arguments as for ``export``.
-    Raises CollectorError as ``export`` does."""
+    is given). ``plots``: how many workers to chart. ``baseline``: an earlier report to
+    compare the jobs with (see ``earlier``). Other arguments as for ``export``. Raises
+    CollectorError as ``export`` does, BaselineError for a baseline that is not a report."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     if fmt == "html" and out is None:
@@ -132,12 +152,49 @@ def make_report(client: PrometheusClient, since: float, until: float,
         raise ValueError(f"headroom {headroom!r}: must be a number from 1 to {MOST_HEADROOM:g}")
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
+    target = Path(out) if out is not None else None
+    if target is not None and target.exists() and not target.is_dir():
+        raise CollectorError(f"{target} exists and is not a folder: choose another one")
+    options = {"workers": workers, "max_age": max_age, "chunk": chunk,
+               "replica_labels": replica_labels, "peak_window": peak_window,
+               "headroom": headroom}
+    earlier = _earlier(baseline) if baseline is not None and not _is_when(baseline) else None
+    body, charts = _gather(client, since, until, plots=plots, draw=fmt == "html",
+                           progress=progress, cluster=cluster, any_cluster=any_cluster,
+                           asked=asked, **options)
+    if baseline is not None:
+        if earlier is None:  # a time: that session's report, computed here
+            earlier = _session_report(client, str(baseline), since, body["session"]["cluster"],
+                                      options)
+        body["baseline"] = compare(body, *earlier)
+    files: list[Path] = []
+    if target is not None:
+        target.mkdir(parents=True, exist_ok=True)
+        pages = {target / REPORT_JSON: json.dumps(body, indent=2) + "\n"}
+        if fmt == "html":
+            pages[target / REPORT_HTML] = render_html(body, charts)
+        atomic_write_texts(pages)  # both or neither: never a new page beside old numbers
+        if fmt == "text":  # an earlier report's page would now sit beside other numbers
+            (target / REPORT_HTML).unlink(missing_ok=True)
+        files.extend(pages)
+    text = render_text(body) if fmt == "text" else None
+    html_page = render_html(body, charts) if fmt == "html" else None
+    return ReportResult(target, files, body, text, html_page)
+
+
+def _gather(client: PrometheusClient, since: float, until: float, *, plots: int, draw: bool,
+            workers: Sequence[str] | None, max_age: float, chunk: float,
+            progress: Progress | None, cluster: str | None, replica_labels: Sequence[str],
+            any_cluster: bool, peak_window: float, headroom: float,
+            asked: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """report.json's dict of [since, until] and (``draw``) the charts of its ``plots``
+    workers."""
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     windows = peak_windows(client, to_ms(since), to_ms(until), named)
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(until),
                       to_ms(peak_window), windows)
     tail = tail_of(windows, to_ms(peak_window)) / 1000
-    kept = _Kept(gather, keep=fmt == "html" and plots > 0)
+    kept = _Kept(gather, keep=draw and plots > 0)
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
         result = export(client, since, until, data, metrics=list(REPORT_METRICS),
@@ -159,21 +216,69 @@ def make_report(client: PrometheusClient, since: float, until: float,
         body = build(session, gather.workers, labels, _rows(data / JOBS_CSV), load_models(),
                      headroom, _rows(data / ACTIVITIES_CSV), _rows(data / GPU_BY_PREFIX_CSV))
         charts: dict[str, str] = {}
-        if fmt == "html":
+        if draw:
             files = dict(zip(result.workers, result.files, strict=True))
             body["plots"], charts = _plots(data, files, kept, to_ms(since), body, plots)
-    files: list[Path] = []
-    if out is not None:
-        target = Path(out)
-        if target.exists() and not target.is_dir():
-            raise CollectorError(f"{target} exists and is not a folder: choose another one")
-        target.mkdir(parents=True, exist_ok=True)
-        pages = {target / REPORT_JSON: json.dumps(body, indent=2) + "\n"}
-        if fmt == "html":
-            pages[target / REPORT_HTML] = render_html(body, charts)
-        atomic_write_texts(pages)  # both or neither: never a new page beside old numbers
-        if fmt == "text":  # an earlier report's page would now sit beside other numbers
-            (target / REPORT_HTML).unlink(missing_ok=True)
-        files.extend(pages)
-    text = render_text(body) if fmt == "text" else None
-    return ReportResult(Path(out) if out is not None else None, files, body, text)
+    return body, charts
+
+
+# ---- the baseline --------------------------------------------------------------------------
+
+
+def _is_when(spec: Any) -> bool:
+    """A baseline given as a time (``previous``, a WHEN) rather than an earlier report."""
+    if isinstance(spec, Mapping | os.PathLike):
+        return False
+    text = str(spec)
+    return text == PREVIOUS or not (Path(text).exists() or "/" in text or
+                                    text.endswith(".json"))
+
+
+def _earlier(spec: str | os.PathLike[str] | Mapping[str, Any]
+             ) -> tuple[Mapping[str, Any], str]:
+    """An earlier report: report.json's dict, the file, or the folder holding it."""
+    if isinstance(spec, Mapping):
+        return check_baseline(spec, "the baseline"), "the report given"
+    path = Path(spec)
+    path = path / REPORT_JSON if path.is_dir() else path
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"cannot read the baseline {path}: {exc.strerror}") from None
+    except ValueError:
+        raise BaselineError(f"the baseline {path} is not JSON") from None
+    body = check_baseline(body, str(path))
+    s = body["session"]
+    return body, f"{path}, the report of {s.get('since')} to {s.get('until')}"
+
+
+def _session_report(client: PrometheusClient, spec: str, since: float, cluster: str,
+                    options: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The report of the monitor session of ``cluster`` last started before ``spec``
+    (``previous``: before this report's start), its numbers only."""
+    if spec == PREVIOUS:
+        when, before = since - 0.001, since
+    else:
+        try:
+            found = parse_when(spec, time.time())
+        except ValueError as exc:
+            raise BaselineError(f"the baseline {exc}, 'previous', or a folder holding "
+                                "report.json") from None
+        when = time.time() if found == MONITOR else float(found)
+        before = when
+    scope = Scope(cluster, tuple(options["replica_labels"]))
+    try:
+        found_session = last_session(client, when, scope)
+    except CollectorError:
+        raise BaselineError(f"no monitor session of cluster {cluster!r} started before "
+                            f"{format_rfc3339(to_ms(before))} to compare with") from None
+    now = time.time()
+    recorded = recorded_session(client, found_session.start, now, scope) or found_session
+    start = recorded.start
+    stop = recorded.stop if recorded.stop is not None else now
+    start, stop = window(client, start, stop, scope, stretch=True, patience=0,
+                         warn=lambda _: None)
+    body, _ = _gather(client, start, stop, plots=0, draw=False, progress=None, cluster=cluster,
+                      any_cluster=False, asked={"baseline_of": spec}, **options)
+    return body, (f"the monitor session of {format_rfc3339(to_ms(start))} to "
+                  f"{format_rfc3339(to_ms(stop))}")

@@ -18,6 +18,7 @@ from dask_metrics.collector.columns import select
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
 from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
+from dask_metrics.collector.report.headline import headline, title_words
 from dask_metrics.collector.report.usage import (
     EDGE_COUNTERS,
     ENERGY,
@@ -39,7 +40,7 @@ from dask_metrics.collector.series import (
 )
 from dask_metrics.collector.timespec import format_rfc3339
 
-REPORT_VERSION = 2  # 2: charts inline as SVG, no overview
+REPORT_VERSION = 3  # 3: a title in words, the headline figures, a baseline
 JOULES_PER_KWH = 3.6e6
 DAG_SEPARATOR = "/"  # job "3", DAG "1" -> "3/1": gpu_peaks grouped by DAG
 
@@ -131,6 +132,10 @@ def _num(value: float | None, digits: int = 3) -> float | int | None:
 
 def _time(ms: int | None) -> str | None:
     return None if ms is None else format_rfc3339(ms)
+
+
+PEAK_KEYS = ("worker", "gpu", "uuid", "peak_bytes", "capacity_bytes", "peak_percent", "time",
+             "exact", "upper_bound_bytes", "caveat")
 
 
 def _peak(p: Peak) -> dict[str, Any]:
@@ -350,6 +355,7 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
     gpus = list(devices.values())
     simulated = sum(g["simulated"] for g in gpus)
     jobs = _jobs(facts, jobs_rows)
+    per_gpu = _gpu_session_use(facts)
     body: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "session": {**session, "workers": workers, "worker_count": len(workers),
@@ -359,7 +365,8 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
                     "simulated": "all" if gpus and simulated == len(gpus)
                     else "some" if simulated else "none",
                     "jobs_source": "jobs.csv" if jobs_rows is not None else None,
-                    "rmm": _rmm_session(facts), "usage": _session_use(facts)},
+                    "rmm": _rmm_session(facts), "usage": _session_use(facts),
+                    "peak": _highest(per_gpu)},
         "rules": {"headroom": headroom, "idle_below_percent": IDLE_PERCENT,
                   "attribution": "a GPU's interval between two samples belongs to what its "
                   "worker ran at the later sample; intervals longer than max_age are gaps; "
@@ -372,8 +379,19 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
                                 if gpu_by_prefix is not None else None},
         "plots": [],
     }
-    body["recommendations"] = recommendations(body, _gpu_session_use(facts), models, headroom)
+    body["recommendations"] = recommendations(body, per_gpu, models, headroom)
+    body["session"]["title"] = title_words(body)
+    body["headline"] = headline(body)
+    body["baseline"] = None
     return body
+
+
+def _highest(per_gpu: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The session's highest peak against its GPU's capacity (its bytes on a tie, or where
+    no capacity is known)."""
+    best = max(per_gpu, key=lambda g: (g["peak_percent"] or 0, g["peak_bytes"] or 0),
+               default=None)
+    return None if best is None else {k: best[k] for k in PEAK_KEYS}
 
 
 def _session_use(facts: Sequence[WorkerFacts]) -> dict[str, Any]:
