@@ -29,8 +29,9 @@ from dask_metrics.collector.report.advice import (
     smallest_fitting,
 )
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
+from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
-from dask_metrics.collector.report.render import CSP, render_html, render_text, sections
+from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
 from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
@@ -701,7 +702,7 @@ def test_job_peaks_from_dag_peaks_are_gpu_peaks_by_job() -> None:
 
 def test_summary_cells_keep_small_byte_counts_readable():
     """168 bytes read is not '0.0 MiB': under a MiB the page shows bytes."""
-    from dask_metrics.collector.report.render import _cell
+    from dask_metrics.collector.report.layout import _cell
 
     assert _cell("value", {"value": "168", "unit": "bytes"}) == "168 B"
     assert _cell("value", {"value": str(3 * 2**20), "unit": "bytes"}) == "3.0 MiB"
