@@ -7,6 +7,7 @@ between scrapes, then the Monitor API, `collector monitor` and `collector watch`
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
 import time
@@ -142,6 +143,34 @@ def test_monitor_outlives_its_client_and_exports_per_worker_csv(cluster, session
     for d in dags:  # seen within the session, the erred DAG after the first one
         assert 0 <= float(d["first_seen"]) <= float(d["last_seen"]) <= times[-1] + 2
     assert float(dags[1]["first_seen"]) >= float(dags[0]["first_seen"])
+
+
+def test_the_report_against_an_earlier_one_and_in_a_notebook(cluster, session):
+    """Monitor.report with a baseline (here the same session's earlier report: nothing
+    changed), the result shown inline in Jupyter, and the Monitor's own view, also once its
+    client is gone."""
+    stack, _, tmp = cluster
+    with Client(stack.scheduler_address) as c:
+        monitor = Monitor(c)
+        first = monitor.report(tmp / "report-1")
+        again = monitor.report(tmp / "report-2", baseline=tmp / "report-1")
+        with pytest.raises(ValueError, match=r"is not a dask-metrics report\.json"):
+            monitor.report(tmp / "report-3", baseline={"jobs": []})
+        view = monitor._repr_html_()
+    assert not (tmp / "report-3").exists()
+    assert [j["job_name"] for j in first.report["jobs"]] == ["job-a", "job-b"]
+    base = again.report["baseline"]
+    assert base["source"].startswith(str(tmp / "report-1" / "report.json"))
+    assert [(j["job_name"], j["wall_seconds"]["change_percent"]) for j in base["jobs"]] == [
+        ("job-a", 0.0), ("job-b", 0.0)]
+    assert base["only_now"] == base["only_before"] == []
+    frame = again._repr_html_()
+    assert frame.startswith("<iframe sandbox srcdoc=")
+    assert html.unescape(frame.split('srcdoc="', 1)[1].split('"', 1)[0]) == \
+        (tmp / "report-2" / "report.html").read_text()
+    assert f"{session['id']} stopped since" in view and "job-a" not in view
+    assert "next start records" in view
+    assert "unknown: the scheduler did not answer" in monitor._repr_html_()  # client closed
 
 
 def test_monitor_command_line(cluster, session):
