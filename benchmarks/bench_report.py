@@ -10,7 +10,9 @@ contender runs in a fresh subprocess (the real CLI, ``--quiet``), in rotating or
 - ``export``: ``collector export`` with its default columns, what a user runs;
 - ``export, 6 columns``: bench_collector.py's ``--metrics`` (its "ours");
 - ``report``: ``collector report --out`` (report.html with its charts, and report.json);
-- ``report --format text``: the same numbers, no page and no plots.
+- ``report --format text``: the same numbers, no page and no plots;
+- ``report --baseline DIR``: the report against an earlier report.json (the same session's,
+  written once before the rounds): what a CI job comparing runs does.
 
 Prints a markdown table: median and min wall time, max RSS, ratio to the default export.
 """
@@ -61,9 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       *METRICS],
                 "report": [*base, "report", *span, "--out", str(out)],
                 "report --format text": [*base, "report", *span, "--format", "text"],
+                "report --baseline DIR": [*base, "report", *span, "--out", str(out),
+                                          "--baseline", str(work / "baseline")],
             }
             names = list(contenders)
             run_child(contenders["export"], work / "child.log")  # warm-up: page cache
+            run_child([*base, "report", *span, "--out", str(work / "baseline"), "--plots", "0"],
+                      work / "child.log")
             shutil.rmtree(out, ignore_errors=True)
             for r in range(args.rounds):
                 print(f"round {r + 1}/{args.rounds}", file=sys.stderr)

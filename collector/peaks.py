@@ -23,7 +23,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import Any, NamedTuple
 
 from dask_metrics.collector.columns import (
     NEXT_PEAK_METRIC,
@@ -54,7 +54,7 @@ from dask_metrics.collector.fetch import (
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.lifetimes import job_order, life, plain
-from dask_metrics.collector.peaktime import cover, dated_readings, reaches, upper_bound
+from dask_metrics.collector.peaktime import Cover, cover, dated_readings, reaches, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import Series, Timeline, gpu_series, join
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
@@ -205,12 +205,35 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     dask_gpu_exporter_samples_total in ``series_by_metric`` tells how far back a window
     reaches after a restart. ``names`` names the jobs (jobs.csv's rows).
     """
+    return peaks_over(worker, series_by_metric, [(activity, by_job)], max_age, since=since,
+                      peak_window=peak_window, names=names, until=until,
+                      sample_interval=sample_interval)[0]
+
+
+class _Readings(NamedTuple):
+    """One GPU's readings in the range, dated, with what its peak windows cover."""
+
+    gpu: str
+    uuid: str
+    known: Cover | None  # None without peak samples
+    totals: list[tuple[int, float]]
+    dated: bool
+    times: list[int]
+    values: list[float]
+
+
+def peaks_over(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
+               timelines: Sequence[tuple[Timeline, bool]], max_age: int, *,
+               since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW),
+               names: JobNames = NO_NAMES, until: int | None = None,
+               sample_interval: int = 500) -> list[list[Peak]]:
+    """``gpu_peaks`` of one worker for each (timeline, by_job): the series are grouped by
+    GPU, dated and their windows covered once for all (the report asks by DAG and by GPU)."""
     rounds = _exporter_series(series_by_metric.get(SAMPLES_METRIC, ()))
     rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
     lo = -(2**62) if since is None else since
     hi = 2**62 if until is None else until
-    job_spans = _spans(activity, max_age, lo, hi) if by_job else {}
-    peaks = []
+    readings = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
         if not gpu and not uuid:
             continue  # the exporter's own series
@@ -222,6 +245,16 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
             times, values = dated_readings(metrics, lo, hi, rounds_at)
         else:
             times, values = _undated(metrics, since, hi, peak_window)
+        readings.append(_Readings(gpu, uuid, known, totals, dated, times, values))
+    return [_peaks_on(worker, readings, activity, by_job, max_age, lo, hi, names)
+            for activity, by_job in timelines]
+
+
+def _peaks_on(worker: str, readings: Sequence[_Readings], activity: Timeline, by_job: bool,
+              max_age: int, lo: int, hi: int, names: JobNames) -> list[Peak]:
+    job_spans = _spans(activity, max_age, lo, hi) if by_job else {}
+    peaks = []
+    for gpu, uuid, known, totals, dated, times, values in readings:
         if not times:
             if dated and known and not by_job:  # shorter than a scrape: what the windows say
                 first = known.times[0]

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from itertools import chain, pairwise, repeat
+from itertools import pairwise, repeat
 from typing import NamedTuple
 
 from dask_metrics.collector.columns import TOTAL_METRIC, USED_METRIC, Column
@@ -125,20 +125,11 @@ def merge(series: Iterable[Series], replica_labels: Sequence[str] = ()) -> list[
     merged = []
     for key, replicas in groups.items():
         if len(replicas) == 1:
-            times, values = _pieces(next(iter(replicas.values())))
+            times, values = join(next(iter(replicas.values())))
         else:
-            times, values = dedup_replicas([_pieces(replicas[r]) for r in sorted(replicas)])
+            times, values = dedup_replicas([join(replicas[r]) for r in sorted(replicas)])
         merged.append(Series(dict(key), times, values))
     return merged
-
-
-def _pieces(pieces: list[Series]) -> Samples:
-    if len(pieces) == 1:
-        return pieces[0].times, pieces[0].values
-    if all(a.times and b.times and a.times[-1] < b.times[0] for a, b in pairwise(pieces)):
-        return (list(chain.from_iterable(p.times for p in pieces)),
-                list(chain.from_iterable(p.values for p in pieces)))
-    return join(pieces)
 
 
 def dedup_replicas(replicas: Sequence[Samples]) -> Samples:
@@ -168,7 +159,29 @@ def dedup_replicas(replicas: Sequence[Samples]) -> Samples:
 
 def join(pieces: Iterable[Series]) -> Samples:
     """(times, values) of several series in time order; at a time that more than one has,
-    the first one's sample wins."""
+    the first one's sample wins. Pieces that follow one another, or touch at one sample (a
+    query's chunks, a range and the samples fetched just before and after it, a restarted
+    worker's series), are laid end to end without a merge."""
+    pieces = [p for p in pieces if p.times]
+    if len(pieces) == 1:
+        return pieces[0].times, pieces[0].values
+    ordered = sorted(range(len(pieces)), key=lambda i: (pieces[i].times[0], pieces[i].times[-1]))
+    if all(pieces[a].times[-1] <= pieces[b].times[0] for a, b in pairwise(ordered)):
+        times: list[int] = []
+        values: list[float] = []
+        owner = -1  # the piece whose sample is last so far
+        for i in ordered:
+            ts, vs = pieces[i].times, pieces[i].values
+            start = 0
+            if times and ts[0] == times[-1]:  # touching: the first piece given wins
+                if i < owner:
+                    values[-1], owner = vs[0], i
+                start = 1
+            if start < len(ts):
+                times.extend(ts[start:])
+                values.extend(vs[start:])
+                owner = i
+        return times, values
     unique: dict[int, float] = {}
     for p in pieces:
         for t, v in zip(p.times, p.values, strict=True):
@@ -357,8 +370,7 @@ def gpu_series(series_by_metric: Mapping[str, Iterable[Series]]
         for s in series:
             if s.times:
                 found[s.labels.get("gpu", ""), s.labels.get("uuid", "")][metric].append(s)
-    return {key: {metric: (pieces[0].times, pieces[0].values) if len(pieces) == 1
-                  else join(pieces) for metric, pieces in found[key].items()}
+    return {key: {metric: join(pieces) for metric, pieces in found[key].items()}
             for key in sorted(found, key=gpu_order)}
 
 
@@ -423,10 +435,8 @@ def joined_by_metric(series_by_metric: Mapping[str, Iterable[Series]]) -> dict[s
     from a restarted scheduler carry other instance labels; the first piece wins a tie)."""
     out = {}
     for metric, series in series_by_metric.items():
-        pieces = [s for s in series if s.times]
-        if pieces:
-            out[metric] = ((pieces[0].times, pieces[0].values) if len(pieces) == 1
-                           else join(pieces))
+        if any(s.times for s in series):
+            out[metric] = join(series)
     return out
 
 

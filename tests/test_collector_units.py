@@ -489,3 +489,33 @@ def test_peaks_are_named_by_the_job_that_ran_and_the_table_shows_the_name():
     assert header.split()[-1] == "during" and line.endswith("etl · DAG 1")
     (unnamed,) = gpu_peaks("w", {USED_METRIC: [used]}, ran, 10_000)
     assert unnamed.phase == "job 4 · DAG 1" and unnamed.to_json()["job_name"] is None
+
+
+def test_join_lays_following_and_touching_pieces_end_to_end_as_a_merge_would() -> None:
+    """join's fast path (pieces that follow one another or share one edge sample, as a
+    range and the samples fetched just before and after it do) gives what the plain merge
+    gives: every time once, in order, the first piece given winning a shared time."""
+    import random
+
+    from dask_metrics.collector.series import Series, join
+
+    def merged(pieces: list[Series]) -> tuple[list[int], list[float]]:
+        unique: dict[int, float] = {}
+        for p in pieces:
+            for t, v in zip(p.times, p.values, strict=True):
+                unique.setdefault(t, v)
+        return sorted(unique), [unique[t] for t in sorted(unique)]
+
+    rng = random.Random(7)
+    for case in range(3000):
+        cuts = sorted(rng.sample(range(1, 60), rng.randint(1, 5)))
+        pieces = []
+        for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, 60], strict=True)):
+            lo = a - 1 if a and rng.random() < 0.5 else a  # touch the piece before
+            times = list(range(lo, b)) if rng.random() < 0.8 else [lo]
+            pieces.append(Series({"piece": str(k)}, times, [k * 100.0 + t for t in times]))
+        if case % 3 == 0:  # overlapping for real: the plain merge
+            pieces.append(Series({}, list(range(10, 30)), [-1.0] * 20))
+        rng.shuffle(pieces)
+        pieces.insert(rng.randrange(len(pieces) + 1), Series({}, [], []))
+        assert join(pieces) == merged(pieces), pieces

@@ -132,6 +132,17 @@ ACCOUNTS: dict[str, Account] = {
         "the same command with --cluster and --prometheus, on a scripted session"),
     "collector report --since monitor --format text": Mapped(
         "tests/test_report.py::test_text_format_prints_the_same_sections"),
+    "collector report --since monitor --out report --baseline previous": Mapped(
+        "tests/test_report.py::test_this_run_against_the_previous_session",
+        "with --cluster and --prometheus, on a scripted pipeline run twice"),
+    "collector report --since monitor --out report --baseline runs/monday": Mapped(
+        "tests/test_report.py::test_a_baseline_folder_file_or_time_compares_the_same"),
+    "collector report --since monitor --out report --baseline previous --format text": Mapped(
+        "tests/test_report.py::test_a_baseline_folder_file_or_time_compares_the_same"),
+    "jq -e '[.baseline.jobs[] | select(.peak_bytes.change_percent > 20)] | length == 0' "
+    "report/report.json": Mapped(
+        "tests/test_report.py::test_this_run_against_the_previous_session",
+        "the same selection in Python on report.json (jq is not a dependency)"),
     "collector export --since 2h --out run-42": Run("test_collector_commands"),
     "collector export --since monitor --layout seed": Run("test_collector_commands"),
     "collector peaks --since 2024-05-01T12:00:00Z --until 2024-05-01T14:00:00Z":

@@ -748,6 +748,12 @@ def test_this_run_against_the_previous_session(again: tuple[Path, dict[str, Any]
     assert base["only_before"] == [{"job_name": "train", "job_label": "1"}]
     assert report["session"]["title"].startswith("etl and score on again, ")
 
+    def grown(limit: float) -> list[str]:  # docs/collector.md's jq check of a CI job
+        return [j["job_name"] for j in base["jobs"]
+                if (j["peak_bytes"]["change_percent"] or 0) > limit]
+
+    assert grown(20) == [] and grown(19) == ["etl"]
+
 
 @pytest.mark.integration
 @requires_prometheus

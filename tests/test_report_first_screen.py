@@ -197,3 +197,21 @@ def test_the_monitor_view_says_the_session_and_whose_it_is() -> None:
     gone = monitor_html("tcp://s:8786", "bo@h", ["a<b>"], None, {"error": "OSError: gone"})
     assert "unknown: the scheduler did not answer (OSError: gone)" in gone
     assert "a&lt;b&gt;" in gone
+
+
+def test_where_the_time_went_leaves_zero_rows_out_and_folds_the_long_tail() -> None:
+    report = one_job_report()
+    row = {"job": "0", "job_name": "etl", "dag": "0", "activity": "thread-cpu",
+           "unit": "seconds"}
+    report["where_the_time_went"] = {
+        "activities": [{**row, "prefix": f"p{i}", "value": str(i % 3 and i)} for i in range(30)],
+        "gpu_by_prefix": []}
+    text = render_text(report)
+    part = text[text.index("Where the time went"):text.index("GPU time per task prefix")]
+    assert "10 row(s) of 0 left out (in report.json)." in part
+    values = re.findall(r"thread-cpu\s+seconds\s+([\d.]+) s", part)
+    assert [float(v) for v in values] == sorted((i for i in range(30) if i % 3), reverse=True)
+    page = render_html(report, {})
+    where = page[page.index(">Where the time went"):page.index(">GPU time per task prefix")]
+    assert where.count("<tr>") == 10 + 1 + 10 + 1  # 10 shown, then 10 folded, with headers
+    assert "<details><summary>10 more row(s)</summary>" in where

@@ -168,18 +168,18 @@ def make_report(client: PrometheusClient, since: float, until: float,
                                       options)
         body["baseline"] = compare(body, *earlier)
     files: list[Path] = []
+    page = render_html(body, charts) if fmt == "html" else None
     if target is not None:
         target.mkdir(parents=True, exist_ok=True)
         pages = {target / REPORT_JSON: json.dumps(body, indent=2) + "\n"}
-        if fmt == "html":
-            pages[target / REPORT_HTML] = render_html(body, charts)
+        if page is not None:
+            pages[target / REPORT_HTML] = page
         atomic_write_texts(pages)  # both or neither: never a new page beside old numbers
         if fmt == "text":  # an earlier report's page would now sit beside other numbers
             (target / REPORT_HTML).unlink(missing_ok=True)
         files.extend(pages)
     text = render_text(body) if fmt == "text" else None
-    html_page = render_html(body, charts) if fmt == "html" else None
-    return ReportResult(target, files, body, text, html_page)
+    return ReportResult(target, files, body, text, page)
 
 
 def _gather(client: PrometheusClient, since: float, until: float, *, plots: int, draw: bool,

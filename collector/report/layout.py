@@ -115,26 +115,33 @@ def _value(key: str, value: float | None) -> str:
 
 def _where(report: Mapping[str, Any]) -> list[Section]:
     """The export's activities.csv and gpu_by_prefix.csv rows, largest first (activities in
-    seconds before those in other units, which do not compare with them)."""
+    seconds before those in other units, which do not compare with them), rows of 0 left
+    out (they are in report.json)."""
     where = report["where_the_time_went"]
     out = []
-    for key, title, columns, numeric, rank in (
+    for key, title, columns, numeric, size in (
             ("activities", "Where the time went: activities per job and task prefix",
-             ["job", "job_name", "dag", "prefix", "activity", "unit", "value"], {6},
-             lambda r: (r.get("unit") != "seconds", -_float(r.get("value")))),
+             ["job", "job_name", "dag", "prefix", "activity", "unit", "value"], {6}, "value"),
             ("gpu_by_prefix", "GPU time per task prefix",
              ["job", "job_name", "dag", "prefix", "gpu_seconds", "peak_mem", "energy"],
-             {4, 5, 6}, lambda r: (-_float(r.get("gpu_seconds")),))):
-        rows = where.get(key)
-        if rows is None:
+             {4, 5, 6}, "gpu_seconds")):
+        found = where.get(key)
+        if found is None:
             out.append(Section(title, notes=["Not available: this export has no "
                                              f"{key}.csv (it needs the scheduler preload's "
                                              "fine performance metrics)."]))
             continue
+        rows = [r for r in found if _float(r.get(size))]
         notes = [] if len(rows) <= MAX_ROWS else [
             f"The {MAX_ROWS} largest of {len(rows)} rows; all are in report.json."]
-        if not rows:
+        if len(rows) < len(found):
+            notes.append(f"{len(found) - len(rows)} row(s) of 0 left out (in report.json).")
+        if not found:
             notes.append(_no_rows(key, bool(where.get("activities"))))
+
+        def rank(r: Mapping[str, Any], size: str = size) -> tuple[bool, float]:
+            return r.get("unit", "seconds") != "seconds", -_float(r.get(size))
+
         headers = [c.replace("_", " ") for c in columns]
         out.append(Section(title, notes=notes, table=Table(
             headers, [[_cell(c, r) for c in columns]

@@ -16,7 +16,7 @@ from typing import Any
 
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
-from dask_metrics.collector.peaks import Peak, gpu_peaks, window_keywords
+from dask_metrics.collector.peaks import Peak, peaks_over, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.headline import headline, title_words
 from dask_metrics.collector.report.usage import (
@@ -89,20 +89,17 @@ class Gatherer:
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
                  activity: Timeline, table: WorkerTable) -> None:
-        def peaks(timeline: Timeline, by_job: bool) -> list[Peak]:
-            return gpu_peaks(info.name, series, timeline, self.max_age, by_job=by_job,
-                             since=self.since, until=self.until,
-                             **window_keywords(self.windows.get(info.name, (self.peak_window, 0))))
-
-        by_dag = peaks(dag_timeline(activity), True)
+        by_dag, whole = peaks_over(
+            info.name, series, [(dag_timeline(activity), True), (activity, False)],
+            self.max_age, since=self.since, until=self.until,
+            **window_keywords(self.windows.get(info.name, (self.peak_window, 0))))
         energy = list(self.columns).index(ENERGY) if ENERGY in self.columns else None
         metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
             v is not None and v == v for v in g.columns[energy]))
         usage = gpu_usage(table, self.columns, self.max_age)
         self._add_edges(usage, series, activity)
         self.workers.append(WorkerFacts(info, usage,
-                                        job_peaks(by_dag), by_dag, peaks(activity, False),
-                                        metered))
+                                        job_peaks(by_dag), by_dag, whole, metered))
 
 
     def _add_edges(self, usage: dict[UsageKey, Usage], series: Mapping[str, list[Series]],
