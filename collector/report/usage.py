@@ -105,8 +105,7 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
         else:
             state_at = dict(zip(table.times, table.worker, strict=True))
             states = [state_at[t] for t in times]
-        none = [None] * len(times)
-        cols = _Columns(*(g.columns[at[n]] if n in at else none
+        cols = _Columns(*(g.columns[at[n]] if n in at else None
                           for n in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED, RMM_POOL)))
         cuts = [i for i in range(2, len(times)) if states[i] != states[i - 1]]
         for lo, hi in zip([1, *cuts], [*cuts, len(times)], strict=True):
@@ -117,39 +116,44 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
     return found
 
 
-class _Columns(NamedTuple):
-    """One GPU's columns that usage reads (all None where the export has not the column)."""
+_Column = Sequence[float | None] | None  # None: the export has not the column
 
-    utils: Sequence[float | None]
-    energies: Sequence[float | None]
-    busy: Sequence[float | None]
-    sm: Sequence[float | None]
-    tensor: Sequence[float | None]
-    rmm_used: Sequence[float | None]
-    rmm_pool: Sequence[float | None]
+
+class _Columns(NamedTuple):
+    """One GPU's columns that usage reads."""
+
+    utils: _Column
+    energies: _Column
+    busy: _Column
+    sm: _Column
+    tensor: _Column
+    rmm_used: _Column
+    rmm_pool: _Column
 
 
 def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
              cols: _Columns, lo: int, hi: int, max_age: int) -> None:
     """Add the intervals ending at lo..hi-1 (gaps longer than ``max_age`` left out)."""
     dts = list(map(sub, times[lo:hi], times[lo - 1:hi - 1]))
-    keep = [d <= max_age for d in dts]
-    if not all(keep):
-        dts = [d if k else 0 for d, k in zip(dts, keep, strict=True)]
+    if max(dts) > max_age:
+        dts = [d if d <= max_age else 0 for d in dts]
     if not any(dts):
         return
     u = found.setdefault(key, Usage())
     u.seconds += sum(dts) / 1000
     # busy seconds of each interval: the counter's increase, else utilisation x length
-    counted = _increases(dts, cols.busy, lo, hi)
-    us = [x if x is not None and x == x else None for x in cols.utils[lo:hi]]  # NaN: none
-    busies = [c if c is not None else (d * x / 100_000 if x is not None else None)
-              for d, c, x in zip(dts, counted, us, strict=True)]
+    busies = counted = _increases(dts, cols.busy, lo, hi)
+    if None in counted:
+        utils = cols.utils[lo:hi] if cols.utils is not None else [None] * len(dts)
+        us = [x if x is not None and x == x else None for x in utils]  # NaN: none
+        busies = [c if c is not None else (d * x / 100_000 if x is not None else None)
+                  for d, c, x in zip(dts, counted, us, strict=True)]
     u.busy += sum(b for b in busies if b is not None)
     if key[0]:  # a job ran
         u.idle += sum(d for d, b in zip(dts, busies, strict=True)
                       if d and b is not None and b * 100_000 < IDLE_PERCENT * d) / 1000
-    rises = [r for r in _increases(dts, cols.energies, lo, hi) if r is not None]
+    rises = [] if cols.energies is None else [
+        r for r in _increases(dts, cols.energies, lo, hi) if r is not None]
     u.energy += sum(rises)
     u.energy_intervals += len(rises)
     active, measured = _integral(dts, cols.sm, lo, hi)
@@ -158,26 +162,33 @@ def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
     active, measured = _integral(dts, cols.tensor, lo, hi)
     u.tensor_active += active
     u.tensor_measured += measured
-    u.rmm_used = _max(u.rmm_used, _largest(cols.rmm_used[lo:hi]))
-    u.rmm_pool = _max(u.rmm_pool, _largest(cols.rmm_pool[lo:hi]))
+    if cols.rmm_used is not None:
+        u.rmm_used = _max(u.rmm_used, _largest(cols.rmm_used[lo:hi]))
+    if cols.rmm_pool is not None:
+        u.rmm_pool = _max(u.rmm_pool, _largest(cols.rmm_pool[lo:hi]))
     first = next(i for i, d in enumerate(dts) if d)
-    last = max(i for i, d in enumerate(dts) if d)
+    last = next(i for i in range(len(dts) - 1, -1, -1) if dts[i])
     u.first = _min(u.first, times[lo + first - 1])
     u.last = _max(u.last, times[lo + last])
 
 
-def _increases(dts: Sequence[int], counter: Sequence[float | None], lo: int, hi: int
+def _increases(dts: Sequence[int], counter: _Column, lo: int, hi: int
                ) -> list[float | None]:
     """A counter's increase over each interval ending at lo..hi-1; None where the interval is
-    a gap, a sample is missing or NaN, or the counter went back (a reset)."""
+    a gap, a sample is missing or NaN, or the counter went back (a reset), or the export has
+    no such counter."""
+    if counter is None:
+        return [None] * len(dts)
     return [c1 - c0 if d and c0 is not None and c1 is not None and c1 >= c0 else None
             for d, c0, c1 in zip(dts, counter[lo - 1:hi - 1], counter[lo:hi], strict=True)]
 
 
-def _integral(dts: Sequence[int], counter: Sequence[float | None], lo: int, hi: int
+def _integral(dts: Sequence[int], counter: _Column, lo: int, hi: int
               ) -> tuple[float, float]:
     """A seconds counter's increase over the intervals ending at lo..hi-1, and the seconds
     of the intervals it was measured over."""
+    if counter is None:
+        return 0.0, 0.0
     rises = _increases(dts, counter, lo, hi)
     return (sum(r for r in rises if r is not None),
             sum(d for d, r in zip(dts, rises, strict=True) if r is not None) / 1000)
