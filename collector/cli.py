@@ -330,11 +330,13 @@ def _span(client: PrometheusClient, opts: dict[str, Any], ui: Terminal, stretch:
     since, until, now = opts["since"], opts["until"], opts["now"]
     if MONITOR in (since, until):
         scope = Scope(opts["cluster"], opts["replica_labels"])
-        found = last_session(client, now, scope)
+        seen = session_window.await_scheduler(client, now, scope,
+                                              patience=session_window.PATIENCE, warn=ui.warning)
+        found = last_session(client, seen, scope)
         opts["cluster"] = found.cluster
         if found.interrupted:
             ui.warning(found.note())
-        start, stop = found.start, now  # a running session: up to now, as it stands
+        start, stop = found.start, seen  # a running session: up to now, as it stands
         if found.stop is not None:
             start, stop = session_window.window(
                 client, found.start, found.stop, Scope(found.cluster, opts["replica_labels"]),

@@ -186,6 +186,31 @@ def window(client: PrometheusClient, start: float, stop: float | None, scope: Sc
     return start, until
 
 
+def await_scheduler(client: PrometheusClient, t: float, scope: Scope, *, patience: float,
+                    warn: Warn) -> float:
+    """Wait (at most ``patience`` s) until Prometheus has scraped, at or after ``t``, every
+    scheduler of ``scope`` that it scraped within SCRAPE_GAP before: only then is "the last
+    session" in Prometheus the last one on the scheduler (a session started and stopped
+    since the previous scrape is not in Prometheus yet, and the one before it would be
+    taken for it). A scheduler no longer scraped is not waited for. Returns the time to ask
+    Prometheus at: ``t``, or the newest of those scrapes where it is later (a query at ``t``
+    would not see it)."""
+    deadline = time.monotonic() + patience
+    while True:
+        newest = [s.values[-1] for s in client.query(f"timestamp({scope.of(CURRENT_JOB.name)})",
+                                                     time.time()) if s.values]
+        recent = [v for v in newest if v >= t - SCRAPE_GAP]
+        behind = [v for v in recent if v < t]
+        if not behind:
+            return max([t, *recent])
+        if time.monotonic() > deadline:
+            warn(f"Prometheus' newest scrape of the scheduler is {t - min(behind):.3g} s "
+                 f"old (waited {patience:g} s for the next): a monitor session started and "
+                 "stopped since then is not seen; the last one scraped is taken")
+            return t
+        time.sleep(0.25)
+
+
 def _scraped_past(client: PrometheusClient, until: float, scope: Scope) -> bool:
     for metric in FRESHNESS:
         newest = client.query(f"min(timestamp({scope.of(metric)}))", time.time())

@@ -247,7 +247,10 @@ def test_a_session_shorter_than_a_scrape_still_has_its_peaks(cluster, session):
             assert len(listed) == 2  # a peak per worker and GPU, bound or not
             for p in listed:
                 if p["exact"]:
-                    assert started["start"] <= parse_rfc3339(p["time"]) <= stopped["stop"]
+                    assert started["start"] <= parse_rfc3339(p["time"]) <= stopped["stop"], (
+                        started, stopped, listed, run.stderr,
+                        stack.query("dask_job_monitor_start_timestamp_seconds[10s]"),
+                        stack.query("dask_job_monitor_stop_timestamp_seconds[10s]"))
             if not any(p["exact"] for p in listed):
                 break
         else:
