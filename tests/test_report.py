@@ -33,7 +33,7 @@ from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
-from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
+from dask_metrics.collector.series import GpuTable, Timeline, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import Page, png_size, render, requires_chromium
@@ -465,7 +465,7 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
     which hold the very numbers and phases ``export``'s worker files hold."""
     since, until = dataset.base, dataset.base + 600
     kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000),
-                 keep=True)
+                 most=2)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
         full = export(client, since, until, tmp_path / "full", metrics=list(REPORT_METRICS),
                       cluster="rep")
@@ -880,3 +880,27 @@ def test_the_first_screen_answers_and_no_word_is_broken(
         assert page.evaluate(BROKEN_WORDS_JS) == []
         assert page.evaluate(FIRST_SCREEN_JS)["overflow"] <= 0  # tables scroll, not the page
         assert page.console() == [] and page.requests() == []
+
+
+def test_only_the_tables_of_the_workers_to_chart_are_kept() -> None:
+    """--plots N keeps N tables as the workers go by (the highest peaks so far, the earlier
+    worker on a tie), not a fleet's: what is charted is what the whole ranking would pick."""
+    percents = {"w-0": 10.0, "w-1": 90.0, "w-2": 10.0, "w-3": 50.0, "w-4": 90.0, "w-5": 0.0}
+
+    class Seen:  # the Gatherer's part that _Kept reads: each worker's facts as it goes by
+        def __init__(self) -> None:
+            self.workers: list[WorkerFacts] = []
+
+        def __call__(self, info: WorkerInfo, *_: object) -> None:
+            peak = Peak(info.name, "0", "u", percents[info.name] * GIB, 100 * GIB, 0, "0", "0")
+            self.workers.append(WorkerFacts(info, {}, [peak] if percents[info.name] else [],
+                                            [], []))
+
+    for most, expected in ((0, []), (1, ["w-1"]), (2, ["w-1", "w-4"]),
+                           (3, ["w-1", "w-3", "w-4"]), (4, ["w-0", "w-1", "w-3", "w-4"]),
+                           (9, list(percents))):
+        kept = _Kept(Seen(), most)  # type: ignore[arg-type]
+        for name in percents:
+            kept(WorkerInfo(name), {}, Timeline([], []), WorkerTable([], [], [], []))
+            assert len(kept.tables) <= most
+        assert sorted(kept.tables) == expected, most

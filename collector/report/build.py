@@ -80,31 +80,37 @@ def _rows(path: Path) -> list[dict[str, str]] | None:
 
 
 class _Kept:
-    """The export's ``visit``: the Gatherer's, and (``keep``: where charts are drawn) each
-    worker's table kept for its chart (about 0.4 MiB per GPU-hour at 1 s scrapes)."""
+    """The export's ``visit``: the Gatherer's, and the tables of the ``most`` workers with
+    the highest peak memory (% of capacity) so far, for their charts (about 0.4 MiB per
+    GPU-hour at 1 s scrapes each: a fleet's tables are not all held at once). Ties go to
+    the earlier worker."""
 
-    def __init__(self, gather: Gatherer, keep: bool) -> None:
-        self.gather, self.keep = gather, keep
+    def __init__(self, gather: Gatherer, most: int) -> None:
+        self.gather, self.most = gather, most
         self.tables: dict[str, WorkerTable] = {}
+        self._ranks: list[tuple[float, int, str]] = []  # (-percent, visit order, worker)
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
                  activity: Timeline, table: WorkerTable) -> None:
         self.gather(info, series, activity, table)
-        if self.keep:
-            self.tables[info.name] = table
+        if not self.most:
+            return
+        facts = self.gather.workers[-1]
+        percent = max((p.peak_percent or 0.0 for p in facts.job_peaks), default=0.0)
+        self._ranks.append((-percent, len(self._ranks), info.name))
+        self.tables[info.name] = table
+        if len(self._ranks) > self.most:
+            dropped = max(self._ranks)
+            self._ranks.remove(dropped)
+            del self.tables[dropped[2]]
 
 
 def _plots(data: Path, files: Mapping[str, str], kept: _Kept, start: int,
-           report: Mapping[str, Any], most: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Charts of the ``most`` workers with the highest peak memory (% of capacity), in
-    worker order, as (entries for report.json, {chart name: SVG})."""
+           report: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Charts of the workers ``kept`` (those with the highest peak memory), in worker
+    order, as (entries for report.json, {chart name: SVG})."""
     workers = [w["worker"] for w in report["session"]["workers"]]
-    percent = {w: 0.0 for w in workers}
-    for job in report["jobs"]:
-        for p in job["peaks"]:
-            percent[p["worker"]] = max(percent.get(p["worker"], 0.0), p["peak_percent"] or 0.0)
-    highest = set(sorted(workers, key=lambda w: -percent[w])[:most])
-    chosen = [w for w in workers if w in highest]  # drawn in the report's worker order
+    chosen = [w for w in workers if w in kept.tables]
     if not chosen:
         return [{"file": None, "what": "no plots: none asked for (--plots 0)" if workers
                  else "no plots: no worker"}], {}
@@ -194,7 +200,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(until),
                       to_ms(peak_window), windows)
     tail = tail_of(windows, to_ms(peak_window)) / 1000
-    kept = _Kept(gather, keep=draw and plots > 0)
+    kept = _Kept(gather, most=plots if draw else 0)
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
         result = export(client, since, until, data, metrics=list(REPORT_METRICS),
@@ -218,7 +224,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
         charts: dict[str, str] = {}
         if draw:
             files = dict(zip(result.workers, result.files, strict=True))
-            body["plots"], charts = _plots(data, files, kept, to_ms(since), body, plots)
+            body["plots"], charts = _plots(data, files, kept, to_ms(since), body)
     return body, charts
 
 
