@@ -4,6 +4,7 @@ a baseline, words kept whole on the page, and what Jupyter shows."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import replace
 from typing import Any
@@ -123,11 +124,13 @@ def test_what_is_not_a_report_is_refused_as_a_value_error(body: Any) -> None:
 
 def test_a_hand_edited_baseline_compares_what_has_numbers() -> None:
     odd = report_of([{"job": "0", "job_name": ["etl"], "wall_seconds": "long",
-                      "gpu_seconds": True, "peak": "big", "energy_joules": 5}])
+                      "gpu_seconds": True, "peak": {"peak_bytes": float("nan")},
+                      "energy_joules": 5}])
     found = compare(report_of([{**job("['etl']", "0")}]), check_baseline(odd, "odd"), "odd")
     (entry,) = found["jobs"]
     assert entry["wall_seconds"]["before"] is None and entry["gpu_hours"]["before"] is None
     assert entry["peak_bytes"]["before"] is None and entry["energy_joules"]["before"] == 5
+    json.dumps(found, allow_nan=False)  # report.json stays JSON: no NaN from a NaN baseline
 
 
 # ---- the page ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ do not repeat across sessions). A job on one side only is listed as such.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,7 +39,9 @@ def check_baseline(body: Any, source: str) -> Mapping[str, Any]:
 
 def _number(value: Any) -> float | None:
     """A figure of a report, None where it has none (or a hand-edited file has no number)."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def figures(job: Mapping[str, Any]) -> dict[str, float | None]:
