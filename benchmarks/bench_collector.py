@@ -122,7 +122,7 @@ def _labels(labels: dict[str, str]) -> str:
 def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int,
                       fine: bool = True) -> int:
     """Write the fixture as OpenMetrics text (families together, samples in time order);
-    return the number of samples. ``fine`` False leaves out issue #13's series (the busy
+    return the number of samples. ``fine`` False leaves out where the time went (the busy
     counter, prefix tasks, activity counters): the data of an older scheduler preload."""
     times = range(seconds + 1)
     sched_times = range(-SCHED_LEAD, seconds + 1)
@@ -230,7 +230,7 @@ class Fixture:
 def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
             fine: bool = True) -> Fixture:
     """TSDB blocks of the fixture, built once per parameters and kept under ``cache``
-    (``fine``: with issue #13's series, see write_openmetrics).
+    (``fine``: with the series of where the time went, see write_openmetrics).
 
     The data ends at a whole hour at least three hours ago, as promtool's block rules like.
     """
@@ -271,9 +271,9 @@ def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
 def floor_queries(t0: float, t1: float, workers: Sequence[str], kind: str = "all"
                   ) -> list[tuple[str, float]]:
     """(PromQL, evaluation time) of the queries ``collector export`` sends for this range:
-    ``kind`` "all": every one (issue #13's and jobs.csv's included); "columns": only those
+    ``kind`` "all": every one (where the time went and jobs.csv included); "columns": only those
     that fetch the columns' data (worker discovery, the cluster's job/DAG, per worker its
-    columns' series and its tasks), the floor of issue #11."""
+    columns' series and its tasks), the export's floor."""
     start, end = round(t0 * 1000), round(t1 * 1000)
 
     def ranged(sel: str, lo_ms: int, wrap: str = "{}") -> list[tuple[str, float]]:
@@ -571,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         default=[1, 8], help="smaller worker counts for ours (default 1,8)")
     parser.add_argument("--cache", help="where the backfilled TSDB is kept between runs")
     parser.add_argument("--without-fine", action="store_true",
-                        help="a fixture without issue #13's series (an older scheduler preload)")
+                        help="a fixture without where the time went (an older scheduler preload)")
     parser.add_argument("--out", help="also write the markdown tables to this file")
     args = parser.parse_args(argv)
     began = time.perf_counter()

@@ -1,5 +1,6 @@
-"""``collector export`` against the plain fetch floor, on fixtures with and without issue #13's
-series, side by side (issue #11: at most 1.2x the floor of the default columns' queries).
+"""``collector export`` against the plain fetch floor, on fixtures with and without the
+series of where the time went, side by side (the target: at most 1.2x the floor of the
+default columns' queries).
 
     python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/base/pkg
 
@@ -8,8 +9,8 @@ activity counters; ``without``: an older scheduler preload's data, none of them)
 Prometheus, the arms alternate in rotating order, each a fresh process:
 
 - ``floor, columns``: requests + resp.json() of the queries that fetch the columns' data
-  (discovery, the cluster's job/DAG, per worker its six series and its tasks): issue #11's floor;
-- ``floor, all``: every query the export sends (issue #13's and jobs.csv's too);
+  (discovery, the cluster's job/DAG, per worker its six series and its tasks);
+- ``floor, all``: every query the export sends (where the time went and jobs.csv too);
 - ``this``: this checkout's ``collector export`` with bench_collector.py's ``--metrics``;
 - ``before`` (with ``--pythonpath``): the same CLI from another tree laid out as an
   importable ``dask_metrics/`` (e.g. ``git archive`` of an older commit, with collector/ and

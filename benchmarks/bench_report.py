@@ -1,4 +1,4 @@
-"""The session report against the export of the same session (issue #14: a report of a
+"""The session report against the export of the same session (the target: a report of a
 one-hour session of 32 workers x 4 GPUs takes no longer than its export).
 
     python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3

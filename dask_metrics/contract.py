@@ -349,7 +349,7 @@ PLUGIN_ERRORS = MetricSpec(
     "Scheduler-plugin hooks that raised; the scheduler carried on without that update.",
 )
 
-# -- scheduler preload: where the time went (issue #13) ------------------------------------
+# -- scheduler preload: where the time went -----------------------------------------------
 # Dask's fine performance metrics, re-exported: Dask keeps them in memory and shows them on
 # its dashboard only. One counter family per unit, the unit in the name; units Dask records
 # beyond seconds and bytes (custom ``context_meter``/``digest_metric`` units) get a family of

@@ -297,7 +297,7 @@ def make_dataset() -> Dataset:
     return Dataset((int(time.time()) - 6 * 3600) // 3600 * 3600)
 
 
-# ---- many Dask clusters, one Prometheus (issue #11) ------------------------------------------
+# ---- many Dask clusters, one Prometheus -----------------------------------------------------
 #
 # Windows relative to B (a whole hour about five hours ago), each 300 s, every 5 s:
 # - CLUSTERS [B, B+300]: clusters ml-a and ml-b, each with workers w-0 and w-1 (same names,
@@ -425,7 +425,7 @@ def make_cluster_dataset() -> ClusterDataset:
     return ClusterDataset((int(time.time()) - 5 * 3600) // 3600 * 3600)
 
 
-# ---- where the time went (issue #13) ---------------------------------------------------------
+# ---- where the time went --------------------------------------------------------------------
 #
 # Relative to W (a whole hour about four hours ago), 500 s; the export reads [W+100, W+400].
 # Cluster "lab": GPU sidecars every 5 s at 0, 5, ...; its scheduler every 5 s one second

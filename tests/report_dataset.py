@@ -1,4 +1,4 @@
-"""A scripted session for the session report's tests (issue #14), and the numbers its report
+"""A scripted session for the session report's tests, and the numbers its report
 must show, worked out here by hand from the script (not by the collector's code).
 
 Three Dask clusters in one Prometheus, samples every 5 s (GPUs and scheduler on the same

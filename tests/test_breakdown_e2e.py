@@ -1,6 +1,6 @@
-"""Issue #13 end to end on the local stack: a scheduler with the preload, two workers each
-with a sidecar on the fake NVML driver, a real Prometheus. Two jobs whose time per activity is
-known (a task sleeping inside ``context_meter.meter("I/O")``, a task spinning the CPU for a
+"""Where the time went, end to end on the local stack: a scheduler with the preload, two workers
+each with a sidecar on the fake NVML driver, a real Prometheus. Two jobs whose time per activity
+is known (a task sleeping inside ``context_meter.meter("I/O")``, a task spinning the CPU for a
 known CPU time, a custom ``digest_metric`` in bytes), a prefix that runs while the fake GPU's
 utilisation is scripted high and one that runs while it idles, and a task holding a known
 allocation; then Monitor.activities(), Monitor.gpu_by_prefix() and the worker columns.

@@ -1,4 +1,4 @@
-"""The ``dask_cluster`` label (issue #11): every series of every part carries it, with one
+"""The ``dask_cluster`` label: every series of every part carries it, with one
 value per cluster: the user's (option, environment, Dask config; the same name in every
 part), else the scheduler's default, which workers and sidecars learn without any setting."""
 

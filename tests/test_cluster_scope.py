@@ -1,4 +1,4 @@
-"""Many Dask clusters, one Prometheus (issue #11): two clusters with identically named
+"""Many Dask clusters, one Prometheus: two clusters with identically named
 workers, series without a dask_cluster label (older exporters), HA replicas' copies, and a
 re-export into a folder; backfilled into a real Prometheus (tests/collector_dataset.py's
 ClusterDataset), read back through the CLI and through Monitor."""

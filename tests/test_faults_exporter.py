@@ -1,4 +1,4 @@
-"""Faults of the sidecar exporter (issue #12, "Hardening"), each against a real sidecar process.
+"""Faults of the sidecar exporter, each against a real sidecar process.
 
 | part | fault | test (test_...) |
 |---|---|---|

@@ -1,4 +1,4 @@
-"""Faults of the ``Monitor`` API (issue #12, hardening).
+"""Faults of the ``Monitor`` API.
 
 | part | fault | test |
 |------|-------|------|

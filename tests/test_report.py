@@ -1,4 +1,4 @@
-"""The session report (issue #14): pure accounting, advice and rendering; then the report of a
+"""The session report: pure accounting, advice and rendering; then the report of a
 scripted session (tests/report_dataset.py) in a real Prometheus, its numbers in report.json
 and on the page, and the page rendered in headless Chromium."""
 

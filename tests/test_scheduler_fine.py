@@ -1,5 +1,5 @@
-"""Issue #13 in real in-process clusters: Dask's fine performance metrics per job, DAG and
-prefix, each worker's resources and the prefixes executing on it, as a scrape of the
+"""Where the time went, in real in-process clusters: Dask's fine performance metrics per
+job, DAG and prefix, each worker's resources and the prefixes executing on it, as a scrape of the
 scheduler's /metrics shows them.
 
 Tolerance: the exported numbers are Dask's own, to the last bit of float addition: per

@@ -198,7 +198,7 @@ def stolen(topic: str, msg: Any) -> tuple[Any, str] | None:
     return msg[1], msg[4]
 
 
-# -- fine performance metrics and worker resources (issue #13) ------------------------------
+# -- fine performance metrics and worker resources -----------------------------------------
 
 #: Contexts of Scheduler.cumulative_worker_metrics that are not exported cluster-wide:
 #: "execute" is exported per job from the spans, "p2p" repeats time already in "execute"

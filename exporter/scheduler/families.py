@@ -99,8 +99,8 @@ def families(snap: Snapshot, errors: dict[str, int], cluster: str,
 
 
 def _add_fine(add: Callable[[MetricSpec, list[str], float], None], fine: FineSnapshot) -> None:
-    """The issue-#13 series: activities per job and cluster-wide, worker resources, prefix
-    tasks."""
+    """The series of where the time went: activities per job and cluster-wide, worker
+    resources, prefix tasks."""
     specs: dict[str, MetricSpec] = {}
 
     def spec_of(family: str, unit: str) -> MetricSpec:

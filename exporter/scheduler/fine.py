@@ -1,4 +1,4 @@
-"""What one scrape exports of issue #13: where the time went (the activity ledger and the
+"""What one scrape exports of where the time went (the activity ledger and the
 scheduler's cluster-wide metrics), each worker's resources, and which task prefixes each
 worker executes now. Read at scrape time from what the scheduler already holds: no round
 trip to the workers, nothing per task transition."""
@@ -86,7 +86,8 @@ class ClusterTotals:
 
 def fine_snapshot(scheduler: Any, tracker: JobTracker, ledger: ActivityLedger,
                   cluster: ClusterTotals) -> FineSnapshot:
-    """This scrape's issue-#13 series, from the scheduler, the tracker and the ledger."""
+    """This scrape's series of where the time went, from the scheduler, the tracker and
+    the ledger."""
     executing = [
         (worker_label(name, address), tasks)
         for name, address, tasks in dask_internals.executing_tasks(scheduler)
