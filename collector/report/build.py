@@ -148,7 +148,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
     """The report of [since, until] (unix seconds): ``fmt`` "html" writes out/report.html and
     out/report.json; "text" returns the text rendering (and writes report.json where ``out``
     is given). ``plots``: how many workers to chart. ``baseline``: an earlier report to
-    compare the jobs with (see ``earlier``). Other arguments as for ``export``. Raises
+    compare the jobs with (a folder, report.json, its dict, "previous" or a WHEN: see
+    ``_earlier`` and ``_session_report``). Other arguments as for ``export``. Raises
     CollectorError as ``export`` does, BaselineError for a baseline that is not a report."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
