@@ -81,9 +81,9 @@ from dask_metrics.collector.series import (
     select_workers,
     worker_inventory,
     worker_table,
-    worker_timeline,
 )
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
+from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
@@ -96,7 +96,6 @@ from dask_metrics.contract import (
     JOBS_CSV,
     REPLICA_LABELS,
     WORKER_PREFIX_TASKS,
-    WORKER_TASKS,
 )
 
 DEFAULT_MAX_AGE = 120.0
@@ -133,7 +132,7 @@ class WorkerData(NamedTuple):
     """What one worker's part of an export reads from Prometheus."""
 
     gpu: dict[str, list[Series]]  # the columns' series (raw, or on the --step grid)
-    ran: Timeline  # its job/DAG at each scheduler scrape
+    ran: Timeline  # what it ran when (worker_runs)
     resources: dict[str, Samples]  # the worker columns' series
     prefixes: list[Series]  # dask_job_worker_prefix_tasks
     attribution: dict[str, list[Series]]  # raw busy, energy and memory used
@@ -164,9 +163,9 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     attribution = {m: source[m] for m in ATTRIBUTION_METRICS
                    if m in (source := apart if m in apart_metrics else gpu)} if executed else {}
     resources = worker_metrics(columns)
-    sched = [*resources, WORKER_TASKS.name, *([WORKER_PREFIX_TASKS.name] if executed else [])]
+    sched = [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if executed else [])]
     found = by_metric(fetch_worker_series(client, worker, sched, lo - age, hi, chunk, scope))
-    return WorkerData(gpu, worker_timeline(timeline.times, found.get(WORKER_TASKS.name, [])),
+    return WorkerData(gpu, ran_timeline(found, timeline.times, hi, age),
                       joined_by_metric({m: found[m] for m in resources if m in found}),
                       found.get(WORKER_PREFIX_TASKS.name, []), attribution)
 

@@ -27,8 +27,8 @@ from dask_metrics.collector.series import (
     plan_chunks,
     plan_step_chunks,
     worker_inventory,
-    worker_timeline,
 )
+from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline
 from dask_metrics.contract import (
     ACTIVITY_FAMILY,
     BUSY,
@@ -47,7 +47,6 @@ from dask_metrics.contract import (
     WORKER,
     WORKER_GPU_INFO,
     WORKER_PREFIX_TASKS,
-    WORKER_TASKS,
 )
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
@@ -269,12 +268,13 @@ def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookb
 
 
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
-                          start: int, end: int, chunk: int, scope: Scope = UNSCOPED
-                          ) -> Timeline:
-    """What ``worker`` ran at each scheduler scrape in [start, end]."""
-    tasks = fetch_raw(client, selector([WORKER_TASKS.name], worker, scope), start, end, chunk,
-                      scope)
-    return worker_timeline(cluster.times, tasks)
+                          start: int, end: int, chunk: int, max_age: int,
+                          scope: Scope = UNSCOPED) -> Timeline:
+    """What ``worker`` ran when in [start, end] (worker_runs)."""
+    found = by_metric(fetch_raw(client, selector(RAN_METRICS, worker, scope), start, end, chunk,
+                                scope))
+    return ran_timeline(found, cluster.times, end, max_age)
+
 
 
 def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[str], start: int,

@@ -377,7 +377,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
         series = fetch_gpu_series(client, info.name, PEAK_METRICS, start, end, chunk_ms, None,
                                   age, scope)
         activity = fetch_worker_activity(client, info.name, timeline, start - age, end,
-                                         chunk_ms, scope)
+                                         chunk_ms, age, scope)
         found += gpu_peaks(info.name, series, activity, age, by_job=by == "job", since=begin,
                            until=until_ms, names=names,
                            **window_keywords(windows.get(info.name, default)))

@@ -18,8 +18,8 @@ from itertools import pairwise, repeat
 from typing import NamedTuple
 
 from dask_metrics.collector.columns import TOTAL_METRIC, USED_METRIC, Column
-from dask_metrics.collector.lifetimes import job_key, job_order, qualify
-from dask_metrics.contract import DAG_ID, SCHEDULER_START, SIMULATED
+from dask_metrics.collector.lifetimes import qualify
+from dask_metrics.contract import SCHEDULER_START, SIMULATED
 
 IDLE = ("", "")
 Samples = tuple[list[int], list[float]]
@@ -278,10 +278,15 @@ def select_workers(workers: list[WorkerInfo], patterns: Sequence[str] | None) ->
 
 @dataclass(frozen=True)
 class Timeline:
-    """(job, dag) states at scrape times, for as-of lookups; ("", "") is idle."""
+    """(job, dag) states at scrape times, for as-of lookups; ("", "") is idle.
+
+    ``exact``: the times are where the state changed (the scheduler's own times, see
+    worker_runs), not scrapes that sampled it: a state holds from its time on, so an
+    interval between two GPU samples can be split at the times inside it."""
 
     times: list[int]
     states: list[tuple[str, str]]
+    exact: bool = False
 
     def at(self, t: int, max_age: int) -> tuple[str, str]:
         """The state of the last scrape at or before ``t`` (never a later one).
@@ -330,24 +335,6 @@ def cluster_timeline(job: Iterable[Series], dag: Iterable[Series]) -> Timeline:
     times = sorted(jobs.keys() | dags.keys())
     return Timeline(times, [(qualify(ident(jobs.get(t)), jobs.get(t, (0, ""))[1]),
                              ident(dags.get(t))) for t in times])
-
-
-def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series]) -> Timeline:
-    """What one worker ran at each scheduler scrape, from its dask_job_worker_tasks series.
-
-    The series exists only while the worker has tasks of that DAG, so a scrape without it is
-    idle. When the worker runs several DAGs at once the oldest one (lowest job id, then dag id)
-    is taken: a deterministic choice that follows the scheduler's own "oldest unfinished DAG".
-    """
-    dags = [((job_key(s.labels), s.labels.get(DAG_ID, "")), s) for s in tasks]
-    dags.sort(key=lambda item: (job_order(item[0][0]), id_key(item[0][1])))  # oldest first
-    active: dict[int, tuple[str, str]] = {}
-    for dag, s in dags:
-        for t, v in zip(s.times, s.values, strict=True):
-            if v > 0:
-                active.setdefault(t, dag)  # the oldest DAG with tasks then
-    times = sorted(set(scrapes) | active.keys())
-    return Timeline(times, list(map(active.get, times, repeat(IDLE))))
 
 
 # ---- per-GPU tables ------------------------------------------------------------------------

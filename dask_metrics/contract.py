@@ -261,6 +261,23 @@ WORKER_TASKS = MetricSpec(
     (DASK_CLUSTER, SCHEDULER_START, WORKER, JOB_ID, DAG_ID),
     "Tasks of this DAG processing on this worker now; present only while above 0.",
 )
+WORKER_DAG_START = MetricSpec(
+    "dask_job_worker_dag_start_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (DASK_CLUSTER, SCHEDULER_START, WORKER, JOB_ID, DAG_ID),
+    "Unix time the first task of this DAG began processing on this worker: the scheduler's "
+    "own time, so a DAG shorter than a scrape still has its edges. Exported until the DAG "
+    "finished finished-dag-ttl ago.",
+)
+WORKER_DAG_END = MetricSpec(
+    "dask_job_worker_dag_end_timestamp_seconds",
+    "gauge",
+    "seconds",
+    (DASK_CLUSTER, SCHEDULER_START, WORKER, JOB_ID, DAG_ID),
+    "Unix time the last task of this DAG stopped processing on this worker; absent while one "
+    "processes there.",
+)
 DAG_INFO = MetricSpec(
     "dask_job_dag_info",
     "gauge",
@@ -471,6 +488,8 @@ SCHEDULER_SPECS: list[MetricSpec] = [
     CURRENT_JOB,
     CURRENT_DAG,
     WORKER_TASKS,
+    WORKER_DAG_START,
+    WORKER_DAG_END,
     DAG_INFO,
     DAG_STATUS,
     DAG_SUBMITTED,

@@ -61,6 +61,9 @@ class Dag:
     finished: float | None = None
     exported: bool = False  # seen by at least one scrape since it finished
     forgotten: bool = False  # dropped by retention: nothing may keep data for it any more
+    # worker address -> [when its first task of the DAG began processing there, when its last
+    # one stopped (None while one processes)]: the scheduler's own times, finer than a scrape
+    spans: dict[str, list] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -151,6 +154,9 @@ class Snapshot:
     # job id, dag id, submitted, first task started, finished (unix seconds; None: not yet)
     dag_times: list[tuple[int, int, float, float | None, float | None]] = field(
         default_factory=list)
+    # worker label, job id, dag id, its first task there began, its last one stopped (None:
+    # one processes now)
+    worker_spans: list[tuple[str, int, int, float, float | None]] = field(default_factory=list)
 
 
 def clean_label(value: object, max_length: int) -> str:
@@ -313,7 +319,7 @@ class JobTracker:
             if dag is not None and worker is not None:
                 where = (worker, dag)
                 self._processing[key] = where
-                self._counts[where] = self._counts.get(where, 0) + 1
+                self._increment(where)
                 if dag.status is DagStatus.WAITING:
                     dag.status = DagStatus.RUNNING
                     dag.started = self._clock()
@@ -332,7 +338,18 @@ class JobTracker:
         self._decrement(where)
         moved = (worker, where[1])
         self._processing[key] = moved
-        self._counts[moved] = self._counts.get(moved, 0) + 1
+        self._increment(moved)
+
+    def _increment(self, where: tuple[str, Dag]) -> None:
+        count = self._counts.get(where, 0)
+        self._counts[where] = count + 1
+        if not count:  # the worker begins (or resumes) processing tasks of the DAG
+            address, dag = where
+            span = dag.spans.get(address)
+            if span is None:
+                dag.spans[address] = [self._clock(), None]
+            else:
+                span[1] = None
 
     def _decrement(self, where: tuple[str, Dag]) -> None:
         left = self._counts[where] - 1
@@ -340,6 +357,9 @@ class JobTracker:
             self._counts[where] = left
         else:
             del self._counts[where]
+            span = where[1].spans.get(where[0])
+            if span is not None:
+                span[1] = self._clock()
 
     def _task_over(self, key: Key, failed: bool) -> None:
         dags = self._wanted.pop(key, None)
@@ -487,11 +507,14 @@ class JobTracker:
         changed size under the copy (a copy in C can still be interrupted when it triggers
         garbage collection), then reads only the copies.
         """
+        now = self._clock()
         for _ in range(100):
             try:
                 workers = dict(self._workers)
                 counts = list(self._counts.items())
                 finished, unfinished = list(self._finished), list(self._unfinished)
+                spans = [(d, list(d.spans.items())) for d in (*finished, *unfinished)
+                         if d.spans and not self._span_aged(d, now)]
                 break
             except RuntimeError:  # "changed size during iteration": copy again
                 continue
@@ -499,6 +522,8 @@ class JobTracker:
             raise RuntimeError("the tracker kept changing during 100 snapshot attempts")
         for dag in finished:
             dag.exported = True
+            if dag.spans and self._span_aged(dag, now):
+                dag.spans = {}  # its DAG finished a TTL ago: every scrape has had them
         session = self._session
         oldest = unfinished[0] if unfinished else None
         dags = finished + unfinished
@@ -521,4 +546,13 @@ class JobTracker:
             completed={status.name.lower(): n for status, n in self.completed.items()},
             unscraped=self.unscraped_dropped,
             dag_times=[(d.job.id, d.id, d.submitted, d.started, d.finished) for d in dags],
+            worker_spans=[(label(a), d.job.id, d.id, begin, end)
+                          for d, items in spans for a, (begin, end) in items],
         )
+
+    def _span_aged(self, dag: Dag, now: float) -> bool:
+        """A finished DAG's worker spans are exported for ``finished_dag_ttl`` after it
+        finished (several scrapes at any interval up to minutes), not as long as the DAG is
+        retained: they are one series per worker that ran it."""
+        return (dag.finished is not None and dag.exported
+                and now - dag.finished >= self.finished_dag_ttl)

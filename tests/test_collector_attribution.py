@@ -35,8 +35,8 @@ from dask_metrics.collector.series import (
     cluster_timeline,
     joined_by_metric,
     worker_table,
-    worker_timeline,
 )
+from dask_metrics.collector.worker_runs import worker_timeline
 from dask_metrics.contract import (
     ACTIVITY_COLUMNS,
     GPU_BY_PREFIX_COLUMNS,

@@ -53,7 +53,6 @@ from dask_metrics.collector.series import (
     select_workers,
     worker_inventory,
     worker_table,
-    worker_timeline,
 )
 from dask_metrics.collector.timespec import (
     MONITOR,
@@ -62,6 +61,7 @@ from dask_metrics.collector.timespec import (
     parse_duration,
     parse_when,
 )
+from dask_metrics.collector.worker_runs import worker_timeline
 
 NOW = 1_700_000_000.0
 

@@ -131,6 +131,38 @@ def test_worker_counts_follow_start_steal_retry_loss_and_error():
     assert sim.statuses() == {(0, 0): DagStatus.ERRED}
 
 
+def test_worker_spans_are_the_scheduler_times_a_worker_began_and_stopped_a_dag():
+    sim = Sim(finished_dag_ttl=60.0)
+
+    def spans() -> dict[tuple[str, int, int], tuple[float, float | None]]:
+        return {(w, j, d): (b, e) for w, j, d, b, e in sim.tracker.snapshot().worker_spans}
+
+    sim.submit("c", ["a1", "a2", "b1"])
+    sim.start("a1", "w1")
+    sim.clock.now += 0.25  # a second task on the same worker does not move its start
+    sim.start("a2", "w1")
+    assert spans() == {("w1", 0, 0): (1000.0, None)}
+    sim.clock.now += 0.5
+    sim.tracker.task_moved("a2", "w2")  # stolen: w2 begins, w1 still has a1
+    sim.clock.now += 0.5
+    sim.finish("a1")  # w1 stops at 1001.25
+    assert spans() == {("w1", 0, 0): (1000.0, 1001.25), ("w2", 0, 0): (1000.75, None)}
+    sim.clock.now += 1
+    sim.start("b1", "w1")  # w1 resumes: its span is open again, same start
+    sim.clock.now += 1
+    sim.tracker.remove_worker("w2")  # a worker that leaves stops everything it processed
+    sim.go("a2", "released")
+    sim.start("a2", "w1")
+    sim.clock.now += 1
+    sim.finish("a2", "b1")
+    assert spans() == {("w1", 0, 0): (1000.0, 1004.25), ("w2", 0, 0): (1000.75, 1003.25)}
+    sim.clock.now += 59  # exported for finished-dag-ttl after the DAG finished, then not
+    assert len(spans()) == 2
+    sim.clock.now += 1
+    assert spans() == {}
+    assert sim.statuses() == {(0, 0): DagStatus.FINISHED}  # the DAG itself is still retained
+
+
 def test_remove_worker_drops_counts_that_no_transition_cleared():
     sim = Sim()
     sim.submit("c", ["t"])

@@ -33,8 +33,9 @@ from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
-from dask_metrics.collector.series import GpuTable, Timeline, WorkerInfo, WorkerTable
+from dask_metrics.collector.series import GpuTable, Series, Timeline, WorkerInfo, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
+from dask_metrics.collector.worker_runs import span_timeline, worker_spans, worker_timeline
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import Page, png_size, render, requires_chromium
 from tests.helpers import collector
@@ -93,6 +94,63 @@ def test_an_interval_belongs_to_the_dag_at_its_end_and_gaps_count_nothing() -> N
     assert (dag1.seconds, dag1.busy, dag1.energy, dag1.energy_intervals) == (5, 5, 0, 0)
     idle = found[("", "", "0", "GPU-x")]
     assert (idle.seconds, idle.busy, idle.idle, idle.energy) == (5, 2, 0, 500)
+
+
+def test_with_the_schedulers_own_times_an_interval_is_split_where_the_dag_changed() -> None:
+    """Scrapes every 15 s; DAG 1/0 runs 2-7 s at 100 %, 1/1 runs 7-31 s at 50 %, then
+    nothing: every part of an interval takes its share of the busy and energy counters'
+    increase (even use within the interval: exact here by construction)."""
+    spans = [(2000, 7000, ("1", "0")), (7000, 31000, ("1", "1"))]
+    activity = span_timeline(spans, 120_000)
+    times = [0, 15000, 30000, 45000]
+    busy = [0.0, 5 + 4.0, 9 + 7.5, 16.5 + 0.5]
+    energy = [0.0, 1300.0, 2500.0, 2700.0]
+    states = activity.at_each(times, 120_000)
+    n = len(times)
+    gpu = GpuTable("0", "GPU-x", times, [[1.0] * n, [1.0] * n, [0.0] * n, [1.0] * n, energy,
+                                         busy])
+    found = gpu_usage(WorkerTable([gpu], times, states, states), [*COLUMNS, "busy-seconds"],
+                      120_000, activity)
+    first, second = found[("1", "0", "0", "GPU-x")], found[("1", "1", "0", "GPU-x")]
+    assert first.seconds == 5 and second.seconds == 24
+    assert first.busy == pytest.approx(9 * 5 / 15) and (first.first, first.last) == (2000, 7000)
+    assert second.busy == pytest.approx(9 * 8 / 15 + 7.5 + 0.5 / 15)
+    assert first.energy == pytest.approx(1300 * 5 / 15)
+    assert second.energy == pytest.approx(1300 * 8 / 15 + 1200 + 200 / 15)
+    nothing = found[("", "", "0", "GPU-x")]
+    assert nothing.seconds == 2 + 14 and nothing.idle == 0
+    # without the scheduler's times (an older preload), the state at each interval's end
+    late = gpu_usage(WorkerTable([gpu], times, states, states), [*COLUMNS, "busy-seconds"],
+                     120_000)
+    assert ("1", "0", "0", "GPU-x") not in late
+
+
+def test_a_workers_timeline_follows_the_schedulers_times_oldest_dag_first() -> None:
+    def series(metric_value: float, times: list[int], **labels: str) -> Series:
+        return Series({"job_id": "1", **labels}, times, [metric_value] * len(times))
+
+    starts = [series(10.0, [15000, 30000, 45000], dag_id="0"),
+              series(12.5, [15000], dag_id="1"),  # began and ended between two scrapes
+              series(40.0, [45000, 60000], dag_id="2")]  # still running at the last scrape
+    ends = [series(20.0, [30000, 45000], dag_id="0"), series(13.0, [15000], dag_id="1")]
+    spans = worker_spans(starts, ends, until=61000, max_age=20000)
+    assert sorted(spans) == [(10000, 20000, ("1", "0")), (12500, 13000, ("1", "1")),
+                             (40000, 61000, ("1", "2"))]
+    timeline = worker_timeline([15000, 30000], [], starts, ends, 61000, 20000)
+    assert timeline.exact
+    at = dict(zip(timeline.times, timeline.states, strict=True))
+    assert at[10000] == ("1", "0") and 12500 not in at  # the older DAG holds the worker
+    assert at[20000] == ("", "") and at[40000] == ("1", "2") and at[61000] == ("", "")
+    held = [b - a for a, b, state in zip(timeline.times, timeline.times[1:], timeline.states,
+                                         strict=False) if state[0]]
+    assert max(held) <= 10000  # a point every max_age / 2 while a DAG holds the worker
+    assert timeline.at(19999, 20000) == ("1", "0") and timeline.at(20000, 20000) == ("", "")
+    # the scheduler went away with DAG 2 running: it ends at its last scrape
+    assert worker_spans(starts[2:], [], until=200000, max_age=20000) == [
+        (40000, 60000, ("1", "2"))]
+    # no span series: the tasks at each scrape
+    tasks = [Series({"job_id": "1", "dag_id": "0"}, [15000], [2.0])]
+    assert not worker_timeline([15000, 30000], tasks).exact
 
 
 def test_busy_seconds_come_from_the_counter_where_it_is() -> None:

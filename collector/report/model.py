@@ -25,6 +25,7 @@ from dask_metrics.collector.report.usage import (
     IDLE_PERCENT,
     Usage,
     UsageKey,
+    attribute,
     edge_usage,
     gpu_usage,
     total,
@@ -96,7 +97,7 @@ class Gatherer:
         energy = list(self.columns).index(ENERGY) if ENERGY in self.columns else None
         metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
             v is not None and v == v for v in g.columns[energy]))
-        usage = gpu_usage(table, self.columns, self.max_age)
+        usage = gpu_usage(table, self.columns, self.max_age, activity)
         self._add_edges(usage, series, activity)
         self.workers.append(WorkerFacts(info, usage,
                                         job_peaks(by_dag), by_dag, whole, metered))
@@ -110,11 +111,11 @@ class Gatherer:
                                                      if n in self.columns])}
         for (gpu, uuid), samples in gpu_series({m: series.get(m, []) for m in metrics}).items():
             counters = {metrics[m]: found for m, found in samples.items()}
-            for t, part in edge_usage(counters, self.since, self.until, self.max_age):
-                job, dag = activity.at(t, self.max_age)
-                if not job:
-                    part.idle = 0.0
-                usage.setdefault((job, dag, gpu, uuid), Usage()).add(part)
+            for t, whole in edge_usage(counters, self.since, self.until, self.max_age):
+                for (job, dag), part in attribute(whole, t, activity, self.max_age):
+                    if not job:
+                        part.idle = 0.0
+                    usage.setdefault((job, dag, gpu, uuid), Usage()).add(part)
 
 
 # ---- numbers for JSON ------------------------------------------------------------------------

@@ -27,10 +27,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise, repeat
 from operator import sub
 from typing import NamedTuple, TypeVar
 
-from dask_metrics.collector.series import Samples, WorkerTable
+from dask_metrics.collector.series import Samples, Timeline, WorkerTable
 
 IDLE_PERCENT = 5.0
 """Utilisation (%) below which a GPU counts as idle."""
@@ -87,16 +88,24 @@ def _max(a: _N | None, b: _N | None) -> _N | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
-              ) -> dict[UsageKey, Usage]:
+def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
+              activity: Timeline | None = None) -> dict[UsageKey, Usage]:
     """{(job, dag, gpu, uuid): Usage} of one worker's table (``columns``: its column names,
     in the table's order; ``compute-util`` in %, ``energy`` in J).
+
+    With an ``exact`` ``activity`` (the scheduler's own times, see worker_runs) an interval
+    belongs to what ran from its start on, and one in which that changed is split at the
+    changes: each part takes its share of the interval's counter increases in proportion
+    to its time (exact where the GPU's use was even over the interval). Otherwise an
+    interval belongs to the state at its end (the table's ``worker``).
 
     Works run by run (consecutive intervals of one state), each run's sums taken over whole
     slices: an export has millions of intervals, and a Python step per interval was most of
     a report's time."""
     at = {name: columns.index(name) for name in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED,
                                                  RMM_POOL) if name in columns}
+    exact = activity is not None and activity.exact
+    changes = _changes(activity) if exact else {}
     found: dict[UsageKey, Usage] = {}
     for g in table.gpus:
         times = g.times
@@ -107,13 +116,101 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int
             states = [state_at[t] for t in times]
         cols = _Columns(*(g.columns[at[n]] if n in at else None
                           for n in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED, RMM_POOL)))
+        split: list[int] = []
+        if exact:  # interval i (ending at times[i]) ran what ran at its start
+            split = _split_intervals(times, list(changes))
+            states = [None, *states[:-1]]
+            for i in split:
+                states[i] = None
         cuts = [i for i in range(2, len(times)) if states[i] != states[i - 1]]
         for lo, hi in zip([1, *cuts], [*cuts, len(times)], strict=True):
-            if lo >= hi:
+            if lo >= hi or states[lo] is None:
                 continue
             job, dag = states[lo]
             _add_run(found, (job, dag, g.gpu, g.uuid), times, cols, lo, hi, max_age)
+        for i in split:
+            for (job, dag), part in _parts(times, cols, i, changes, max_age):
+                if not job:
+                    part.idle = 0.0  # idle counts while a job holds the worker
+                found.setdefault((job, dag, g.gpu, g.uuid), Usage()).add(part)
     return found
+
+
+def _changes(activity: Timeline) -> dict[int, tuple[str, str]]:
+    """{time: the state from then on} where the timeline's state changes."""
+    out: dict[int, tuple[str, str]] = {}
+    before = None
+    for t, state in zip(activity.times, activity.states, strict=True):
+        if state != before:
+            out[t] = before = state
+    return out
+
+
+def _split_intervals(times: Sequence[int], changes: Sequence[int]) -> list[int]:
+    """The i of the intervals (times[i-1], times[i]) with a change strictly inside."""
+    right = list(map(bisect_right, repeat(changes), times))
+    left = list(map(bisect_left, repeat(changes), times))
+    return [i for i in range(1, len(times)) if left[i] > right[i - 1]]
+
+
+def _parts(times: Sequence[int], cols: _Columns, i: int,
+           changes: Mapping[int, tuple[str, str]], max_age: int
+           ) -> list[tuple[tuple[str, str], Usage]]:
+    """Interval i cut at the changes inside it: (state, its share) per part."""
+    t0, t1 = times[i - 1], times[i]
+    if t1 - t0 > max_age:
+        return []
+    rises = {name: _rise(col, i) for name, col in
+             ((BUSY, cols.busy), (ENERGY, cols.energies), (SM, cols.sm), (TENSOR, cols.tensor))}
+    whole = _share(rises, cols.utils[i] if cols.utils is not None else None, t0, t1, t0, t1)
+    whole.rmm_used = cols.rmm_used[i] if cols.rmm_used is not None else None
+    whole.rmm_pool = cols.rmm_pool[i] if cols.rmm_pool is not None else None
+    return split(whole, changes, _state_at(changes, t0))
+
+
+def split(part: Usage, changes: Mapping[int, tuple[str, str]], state: tuple[str, str]
+          ) -> list[tuple[tuple[str, str], Usage]]:
+    """``part`` (over [first, last]) cut at the ``changes`` inside it, each piece with its
+    share of the sums in proportion to its time; ``state``: what ran at ``first``. The
+    samples at the end (RMM) are the last piece's."""
+    a, b = part.first, part.last
+    if a is None or b is None or b <= a:
+        return [(state, part)]
+    out = []
+    inside = [t for t in changes if a < t < b]
+    for x, y in pairwise([a, *inside, b]):
+        f = (y - x) / (b - a)
+        piece = Usage(part.seconds * f, part.busy * f, part.idle * f, part.energy * f,
+                      part.energy_intervals, x, y, part.sm_active * f, part.sm_measured * f,
+                      part.tensor_active * f, part.tensor_measured * f)
+        if y == b:
+            piece.rmm_used, piece.rmm_pool = part.rmm_used, part.rmm_pool
+        out.append((state, piece))
+        state = changes.get(y, state)
+    return out
+
+
+def attribute(part: Usage, t: int, activity: Timeline, max_age: int
+              ) -> list[tuple[tuple[str, str], Usage]]:
+    """What ran during ``part``: with an exact timeline, ``split`` at its changes; else the
+    state at ``t``."""
+    if not activity.exact:
+        return [(activity.at(t, max_age), part)]
+    changes = _changes(activity)
+    return split(part, changes, _state_at(changes, part.first if part.first is not None else t))
+
+
+def _state_at(changes: Mapping[int, tuple[str, str]], t: int) -> tuple[str, str]:
+    times = list(changes)
+    k = bisect_right(times, t)
+    return changes[times[k - 1]] if k else ("", "")
+
+
+def _rise(col: _Column, i: int) -> float | None:
+    if col is None:
+        return None
+    c0, c1 = col[i - 1], col[i]
+    return c1 - c0 if c0 is not None and c1 is not None and c1 >= c0 else None
 
 
 _Column = Sequence[float | None] | None  # None: the export has not the column
@@ -226,10 +323,8 @@ def edge_usage(counters: Mapping[str, Samples], since: int, until: int, max_age:
 def _part(counters: Mapping[str, Samples], t0: int, t1: int, a: int, b: int, max_age: int
           ) -> Usage:
     """The share [a, b] of the interval (t0, t1] (a gap when longer than ``max_age``)."""
-    u = Usage()
     if t1 - t0 > max_age or b <= a:
-        return u
-    share = (b - a) / (t1 - t0)
+        return Usage()
 
     def rise(name: str) -> float | None:
         found = counters.get(name)
@@ -239,16 +334,29 @@ def _part(counters: Mapping[str, Samples], t0: int, t1: int, a: int, b: int, max
         c0, c1 = at.get(t0), at.get(t1)
         return c1 - c0 if c0 is not None and c1 is not None and c1 >= c0 else None
 
+    return _share({name: rise(name) for name in EDGE_COUNTERS}, None, t0, t1, a, b)
+
+
+def _share(rises: Mapping[str, float | None], util: float | None, t0: int, t1: int, a: int,
+           b: int) -> Usage:
+    """The part [a, b] of the interval (t0, t1]: its time, and each counter's increase over
+    the interval (``rises``; None: not measured) in proportion to that time. Busy seconds
+    without a counter: ``util`` (%, sampled at t1) x the part's time."""
+    u = Usage()
+    share = (b - a) / (t1 - t0)
     u.seconds, u.first, u.last = (b - a) / 1000, a, b
-    if (busy := rise(BUSY)) is not None:
+    busy = rises.get(BUSY)
+    if busy is None and util is not None and util == util:
+        busy = util * (t1 - t0) / 100_000
+    if busy is not None:
         u.busy = busy * share
         if busy * 100_000 < IDLE_PERCENT * (t1 - t0):
             u.idle = u.seconds
-    if (energy := rise(ENERGY)) is not None:
+    if (energy := rises.get(ENERGY)) is not None:
         u.energy, u.energy_intervals = energy * share, 1
-    if (sm := rise(SM)) is not None:
+    if (sm := rises.get(SM)) is not None:
         u.sm_active, u.sm_measured = sm * share, u.seconds
-    if (tensor := rise(TENSOR)) is not None:
+    if (tensor := rises.get(TENSOR)) is not None:
         u.tensor_active, u.tensor_measured = tensor * share, u.seconds
     return u
 

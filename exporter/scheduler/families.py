@@ -30,6 +30,8 @@ from dask_metrics.contract import (
     SCHEDULER_START,
     SCHEDULER_STARTED,
     WORKER_CPU,
+    WORKER_DAG_END,
+    WORKER_DAG_START,
     WORKER_EXECUTING,
     WORKER_GPU_INFO,
     WORKER_MANAGED_MEMORY,
@@ -73,6 +75,11 @@ def families(snap: Snapshot, errors: dict[str, int], cluster: str,
     add(CURRENT_DAG, [], snap.current_dag)
     for worker, job_id, dag_id, tasks in snap.worker_tasks:
         add(WORKER_TASKS, [worker, str(job_id), str(dag_id)], tasks)
+    for worker, job_id, dag_id, begin, end in snap.worker_spans:
+        ids = [worker, str(job_id), str(dag_id)]
+        add(WORKER_DAG_START, ids, begin)
+        if end is not None:
+            add(WORKER_DAG_END, ids, end)
     for job_id, dag_id, job_name, client, status in snap.dags:
         add(DAG_INFO, [str(job_id), str(dag_id), job_name, client], 1)
         add(DAG_STATUS, [str(job_id), str(dag_id)], status)
