@@ -51,6 +51,7 @@ from dask_metrics.collector.fetch import (
     fetch_jobs,
     fetch_worker_series,
     in_cluster,
+    lookahead,
     prefix_workers,
     present,
 )
@@ -83,7 +84,7 @@ from dask_metrics.collector.series import (
     worker_table,
 )
 from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
-from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline
+from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
@@ -164,7 +165,8 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
                    if m in (source := apart if m in apart_metrics else gpu)} if executed else {}
     resources = worker_metrics(columns)
     sched = [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if executed else [])]
-    found = by_metric(fetch_worker_series(client, worker, sched, lo - age, hi, chunk, scope))
+    found = within(by_metric(fetch_worker_series(client, worker, sched, lo - age,
+                                                 lookahead(hi, age), chunk, scope)), lo - age, hi)
     return WorkerData(gpu, ran_timeline(found, timeline.times, hi, age),
                       joined_by_metric({m: found[m] for m in resources if m in found}),
                       found.get(WORKER_PREFIX_TASKS.name, []), attribution)

@@ -28,7 +28,7 @@ from dask_metrics.collector.series import (
     plan_step_chunks,
     worker_inventory,
 )
-from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline
+from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
 from dask_metrics.contract import (
     ACTIVITY_FAMILY,
     BUSY,
@@ -253,11 +253,11 @@ def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookb
 
     What the rows cannot show is said as a warning: a range over several lives of the
     scheduler, and DAGs the scheduler forgot before any scrape saw them."""
-    after = min(end + lookback, max(round(time.time() * 1000), end))
+    after = lookahead(end, lookback)
     found = by_metric(fetch_raw(client, selector([DAG_STATUS.name, *DAG_TIMES,
                                                   DAGS_UNSCRAPED.name], scope=scope),
                                 start - lookback, after, chunk, scope))
-    info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, end, chunk, scope)
+    info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, after, chunk, scope)
     times = {m: found[m] for m in DAG_TIMES if m in found}
     rows = job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None)
     for line in (restarts(r.job for r in rows),
@@ -267,13 +267,19 @@ def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookb
     return rows
 
 
+def lookahead(end: int, by: int) -> int:
+    """``end`` + ``by`` (ms), never past now: how far a range's scheduler series are read to
+    see what the scheduler recorded about it at its next scrape (an outcome, an end)."""
+    return min(end + by, max(round(time.time() * 1000), end))
+
+
 def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
                           start: int, end: int, chunk: int, max_age: int,
                           scope: Scope = UNSCOPED) -> Timeline:
     """What ``worker`` ran when in [start, end] (worker_runs)."""
-    found = by_metric(fetch_raw(client, selector(RAN_METRICS, worker, scope), start, end, chunk,
-                                scope))
-    return ran_timeline(found, cluster.times, end, max_age)
+    found = by_metric(fetch_raw(client, selector(RAN_METRICS, worker, scope), start,
+                                lookahead(end, max_age), chunk, scope))
+    return ran_timeline(within(found, start, end), cluster.times, end, max_age)
 
 
 

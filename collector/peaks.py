@@ -254,19 +254,17 @@ def _peaks_on(worker: str, readings: Sequence[_Readings], activity: Timeline, by
               max_age: int, lo: int, hi: int, names: JobNames) -> list[Peak]:
     job_spans = _spans(activity, max_age, lo, hi) if by_job else {}
     peaks = []
-    for gpu, uuid, known, totals, dated, times, values in readings:
-        if not times:
-            if dated and known and not by_job:  # shorter than a scrape: what the windows say
-                first = known.times[0]
-                if first - known.reach[0] >= hi:
-                    continue  # its exporter started after the range
-                at_most = upper_bound(known, lo, hi, 0.0)
-                t = max(lo, first)
-                job, dag = activity.at(t, max_age)
-                peaks.append(Peak(worker, gpu, uuid,
-                                  at_most if math.isfinite(at_most) else math.nan,
-                                  _total_at(totals, t), t, job, dag, names.names.get(job, ""),
-                                  names.phase(job, dag), at_most))
+    for reading in readings:
+        gpu, uuid, known, totals, dated, times, values = reading
+
+        def at_most(spans: Sequence[tuple[int, int]], t: int, reading: _Readings = reading
+                    ) -> Peak:
+            """No reading is dated inside ``spans``: what the windows say (see Peak)."""
+            return _at_most(worker, reading, spans, activity.at(t, max_age), t, names)
+
+        if not times and not by_job:
+            if dated and known and known.times[0] - known.reach[0] < hi:  # shorter than a
+                peaks.append(at_most([(lo, hi)], max(lo, known.times[0])))  # scrape
             continue
         states = activity.at_each(times, max_age)
         best: dict[str, tuple[float, int, int]] = {}  # job: (peak, -time, position)
@@ -280,7 +278,14 @@ def _peaks_on(worker: str, readings: Sequence[_Readings], activity: Timeline, by
                 if job not in best or (top, -times[i]) > best[job][:2]:
                     best[job] = (top, -times[i], i)
             pos = end
-        for key in sorted(best, key=job_order):
+        unseen = {}  # jobs that ran with no reading dated inside their spans
+        if dated and known:
+            unseen = {key: at_most(spans, spans[0][0]) for key, spans in job_spans.items()
+                      if key not in best and spans[0][0] < known.times[-1]}
+        for key in sorted([*best, *unseen], key=job_order):
+            if key in unseen:
+                peaks.append(unseen[key])
+                continue
             i = best[key][2]
             t, v, (job, dag) = times[i], values[i], states[i]
             upper = None
@@ -291,6 +296,18 @@ def _peaks_on(worker: str, readings: Sequence[_Readings], activity: Timeline, by
             peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
                               names.names.get(job, ""), names.phase(job, dag), upper, dated))
     return peaks
+
+
+def _at_most(worker: str, reading: _Readings, spans: Sequence[tuple[int, int]],
+             state: tuple[str, str], t: int, names: JobNames) -> Peak:
+    """The peak of a GPU in ``spans`` where no reading is dated inside them: the highest
+    its windows may hide there, as a bound (Peak: peak_bytes == upper_bytes)."""
+    assert reading.known is not None
+    bound = max(upper_bound(reading.known, a, b, 0.0) for a, b in spans)
+    job, dag = state
+    return Peak(worker, reading.gpu, reading.uuid, bound if math.isfinite(bound) else math.nan,
+                _total_at(reading.totals, t), t, job, dag, names.names.get(job, ""),
+                names.phase(job, dag), bound)
 
 
 def tail_of(windows: Mapping[str, tuple[int, int]], default: int) -> int:

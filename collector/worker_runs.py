@@ -25,7 +25,7 @@ from heapq import heappop, heappush
 from itertools import repeat
 
 from dask_metrics.collector.lifetimes import job_key, job_order
-from dask_metrics.collector.series import IDLE, Series, Timeline, id_key
+from dask_metrics.collector.series import IDLE, Series, Timeline, clip, id_key
 from dask_metrics.contract import DAG_ID, WORKER_DAG_END, WORKER_DAG_START, WORKER_TASKS
 
 State = tuple[str, str]
@@ -134,3 +134,13 @@ def ran_timeline(found: Mapping[str, list[Series]], scrapes: Sequence[int], unti
     return worker_timeline(scrapes, found.get(WORKER_TASKS.name, []),
                            found.get(WORKER_DAG_START.name, []),
                            found.get(WORKER_DAG_END.name, []), until, max_age)
+
+
+SPAN_METRICS = (WORKER_DAG_START.name, WORKER_DAG_END.name)
+
+
+def within(found: Mapping[str, list[Series]], lo: int, hi: int) -> dict[str, list[Series]]:
+    """Scheduler series read past ``hi`` (``fetch.lookahead``): the span series whole (a DAG
+    running at ``hi`` has its end at a later scrape), every other one clipped to [lo, hi]."""
+    return {m: series if m in SPAN_METRICS else clip(series, lo, hi, True)
+            for m, series in found.items()}

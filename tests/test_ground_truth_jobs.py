@@ -1,0 +1,238 @@
+"""Per-job numbers against a scripted truth, through a real scheduler, worker and sidecar and
+four real Prometheus servers scraping both every 1 s, 5 s, 15 s and 60 s.
+
+Three jobs run back to back on one worker whose fake GPU follows a script: ``etl`` (6 s, with a
+spike a second before it ends), ``train`` right after it (3 s: shorter than a 5 s scrape), a
+gap, ``score`` (2 s); a larger spike a second before ``etl`` starts belongs to no job. Each
+job's report must say what the script did: its GPU time, its peak (exact where it says so,
+else a bound that holds the truth), and its busy time and energy within the documented
+tolerance (docs/collector.md, "How exact the per-job numbers are").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from distributed import Client
+
+from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
+from tests.fake_nvml import FakeNVML, GiB
+from tests.helpers import clean_env, collector, wait_for
+from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
+
+pytestmark = [requires_prometheus, pytest.mark.integration]
+
+INTERVALS = (1, 5, 15, 60)
+LEAD = 10.0  # seconds from scripting to the script's epoch
+BASE_GIB, IDLE_MW = 2.0, 60_000
+BEFORE = (-1.5, -1.0, 12.0)  # a larger spike a second before etl: no job's
+# name, from, to (seconds after the epoch), util %, power mW, GiB, spike (from, to, GiB)
+JOBS = (("etl", 0.0, 6.0, 100, 250_000, 3.0, (4.6, 5.0, 9.0)),
+        ("train", 6.0, 9.0, 40, 120_000, 4.0, (7.0, 7.4, 5.0)),
+        ("score", 9.5, 11.5, 80, 200_000, 2.5, None))
+END = 14.0
+SLACK = 0.3  # seconds: a DAG's edges on the scheduler against the script's (submission, return)
+
+
+def hold_until(t: float) -> float:
+    """A task that keeps its worker until ``t`` (Unix seconds)."""
+    time.sleep(max(0.0, t - time.time()))
+    return t
+
+
+def script() -> dict[float, dict[str, Any]]:
+    """{seconds after the epoch: the GPU's fields from then on}."""
+    base = {"memory_used": int(BASE_GIB * GiB), "gpu_util": 0, "power_mw": IDLE_MW}
+    steps: dict[float, dict[str, Any]] = {}
+    lo, hi, gib = BEFORE
+    steps[lo] = {**base, "memory_used": int(gib * GiB)}
+    steps[hi] = dict(base)
+    for _, start, stop, util, mw, gib, spike in JOBS:
+        steps[stop] = dict(base)
+        job = {"memory_used": int(gib * GiB), "gpu_util": util, "power_mw": mw}
+        steps[start] = job
+        if spike:
+            steps[spike[0]] = {**job, "memory_used": int(spike[2] * GiB)}
+            steps[spike[1]] = job
+    return dict(sorted(steps.items()))
+
+
+def integral(field: str, a: float, b: float) -> float:
+    """The script's ``field`` integrated over [a, b] (seconds after the epoch)."""
+    steps = list(script().items())
+    total = 0.0
+    for (t0, fields), t1 in zip(steps, [t for t, _ in steps[1:]] + [float("inf")],
+                                strict=True):
+        lo, hi = max(a, t0), min(b, t1)
+        if hi > lo:
+            total += fields[field] * (hi - lo)
+    base = {"gpu_util": 0, "power_mw": IDLE_MW}[field]
+    first = steps[0][0]
+    if a < first:
+        total += base * (min(b, first) - a)
+    return total
+
+
+def edge_bound(field: str, samples: list[float], edges: tuple[float, float]) -> float:
+    """What a job's ``field`` integral can be off by: the script's integral over each scrape
+    interval of the GPU that holds one of the job's edges (its share there is proportional
+    to time), plus the edges' own slack."""
+    bound = 0.0
+    for edge in edges:
+        for t0, t1 in pairwise(samples):
+            if t0 < edge < t1:
+                bound += integral(field, t0, t1)
+        bound += integral(field, edge - SLACK, edge + SLACK)
+    return bound
+
+
+class Truth:
+    def __init__(self, epoch: float, servers: dict[int, PrometheusServer], folder: Path
+                 ) -> None:
+        self.epoch, self.servers, self.folder = epoch, servers, folder
+
+    def gpu_samples(self, every: int) -> list[float]:
+        """The server's samples of the GPU, seconds after the epoch."""
+        (series,) = query(self.servers[every], "dask_gpu_memory_used_bytes[10m]")
+        return [t - self.epoch for t, _ in series["values"]]
+
+    def evidence(self, every: int) -> dict[str, Any]:
+        """What the server holds of the GPU's samples and each worker's DAG edges, in
+        seconds after the epoch: for a failure's message."""
+        out: dict[str, Any] = {"gpu samples": [round(t, 2) for t in self.gpu_samples(every)]}
+        for name in ("start", "end"):
+            for s in query(self.servers[every],
+                           f"dask_job_worker_dag_{name}_timestamp_seconds[10m]"):
+                key = f"{name} {s['metric'].get('job_id')}/{s['metric'].get('dag_id')}"
+                out[key] = sorted({round(v - self.epoch, 3) for _, v in s["values"]})
+        return out
+
+    def report(self, every: int) -> dict[str, Any]:
+        out = self.folder / f"report-{every}"
+        run = collector("report", "--since", f"{self.epoch - 3:.3f}",
+                        "--until", f"{self.epoch + END:.3f}", "--out", str(out),
+                        "--prometheus", self.servers[every].url)
+        assert run.code == 0, run.err
+        return json.loads((out / "report.json").read_text())
+
+
+def query(server: PrometheusServer, expr: str) -> list[dict[str, Any]]:
+    answer = requests.get(f"{server.url}/api/v1/query", params={"query": expr}, timeout=10)
+    answer.raise_for_status()
+    return [{"metric": r["metric"], "values": [(float(t), float(v)) for t, v in
+                                               r.get("values", [r.get("value")])]}
+            for r in answer.json()["data"]["result"]]
+
+
+def newest(server: PrometheusServer, job: str) -> float:
+    found = query(server, f'max(timestamp(up{{job="{job}"}}))')
+    return found[0]["values"][-1][1] if found else 0.0
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iterator[Truth]:
+    folder = tmp_path_factory.mktemp("truth-jobs")
+    fake = FakeNVML(folder / "nvml_state", fake_nvml_lib, gpus=1)
+    fake.gpus[0].memory_used = int(BASE_GIB * GiB)
+    fake.gpus[0].gpu_util = 0
+    fake.gpus[0].power_mw = IDLE_MW
+    fake.write()
+    # the sidecar's peak window covers the slowest scrape interval (docs/exporter.md)
+    worker = WorkerSpec("w0", gpus=fake.uuid(0),
+                        env={"DASK_METRICS_EXPORTER_PEAK_WINDOW": "60"})
+    options = StackOptions(folder / "stack", env=clean_env(fake.env), sample_interval=0.1,
+                           worker_specs=[worker])
+    with LocalStack(options) as local, ExitStack() as stack:
+        config = yaml.safe_load((options.folder / "prometheus.yml").read_text())
+        servers: dict[int, PrometheusServer] = {}
+        for every in INTERVALS:
+            jobs = [{**job, "scrape_interval": f"{every}s",
+                     "scrape_timeout": f"{min(every, 5)}s"} for job in config["scrape_configs"]]
+            servers[every] = stack.enter_context(run_prometheus(folder / f"prom-{every}",
+                                                                scrape_configs=jobs))
+        for every, server in servers.items():
+            for job in ("dask-gpu", "dask-scheduler"):
+                wait_for(lambda s=server, j=job: newest(s, j), timeout=2 * every + 30,
+                         interval=0.5, what=f"the {every} s server's first scrape of {job}")
+        clients = {name: stack.enter_context(Client(local.scheduler_address, name=name,
+                                                    set_as_default=False))
+                   for name, *_ in JOBS}
+        for name, client in clients.items():  # a client's first submission is slow
+            client.wait_for_workers(1, timeout=60)
+            client.submit(hold_until, 0.0, key=f"{name}-warm-up", pure=False).result(60)
+        epoch, gpu = time.time() + LEAD, fake.gpus[0]
+        # the energy counter goes on across the new epoch (it restarts from energy_mj there)
+        gpu.energy_mj += round(gpu.power_mw * (epoch - fake.epoch))
+        fake.epoch = epoch
+        for t, fields in script().items():
+            fake.at(t, 0, **fields)
+        fake.write()
+        futures = []
+        for name, start, stop, *_ in JOBS:
+            time.sleep(max(0.0, epoch + start - time.time()))
+            futures.append(clients[name].submit(hold_until, epoch + stop, key=f"{name}-0",
+                                                pure=False))
+        for future in futures:
+            future.result(timeout=60)
+        for every, server in servers.items():  # each has scraped both past the end
+            for job in ("dask-gpu", "dask-scheduler"):
+                wait_for(lambda s=server, j=job: newest(s, j), lambda t: t > epoch + END + 1,
+                         timeout=2 * every + 60, interval=0.5,
+                         what=f"the {every} s server's scrape of {job} after the range")
+        yield Truth(epoch, servers, folder)
+
+
+def jobs_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {job["job_name"]: job for job in report["jobs"]}
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_each_job_holds_the_gpu_for_its_own_time_and_peak(truth: Truth, every: int) -> None:
+    found = jobs_of(truth.report(every))
+    assert set(found) == {name for name, *_ in JOBS}, (
+        [(j["job"], j["job_name"], j["gpu_seconds"], j["status"]) for j in found.values()],
+        truth.evidence(every))
+    for name, start, stop, _, _, gib, spike in JOBS:
+        job = found[name]
+        assert job["status"] == "finished", job
+        # DAG 0: the client's warm-up before the script's epoch (milliseconds on the GPU)
+        assert job["gpu_seconds"] == pytest.approx(stop - start, abs=SLACK), (
+            name, job["gpu_seconds"], [(d["dag"], d["gpu_seconds"]) for d in job["dags"]],
+            truth.evidence(every))
+        peak, true_peak = job["peak"], max(gib, spike[2] if spike else 0) * GiB
+        assert peak is not None, (name, job)
+        if peak["exact"]:
+            assert peak["peak_bytes"] == true_peak, (name, peak)
+        else:  # a bound: never the spike before etl, never a neighbour's spike as exact
+            upper = peak["upper_bound_bytes"]
+            if peak["peak_bytes"] is not None and upper != peak["peak_bytes"]:
+                assert peak["peak_bytes"] <= true_peak, (name, peak)
+            assert upper is None or true_peak <= upper, (name, peak)
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_each_jobs_busy_time_and_energy_are_the_script_within_the_edges_share(
+        truth: Truth, every: int) -> None:
+    found, samples = jobs_of(truth.report(every)), truth.gpu_samples(every)
+    for name, start, stop, *_ in JOBS:
+        job = found[name]
+        busy = integral("gpu_util", start, stop) / 100
+        bound = edge_bound("gpu_util", samples, (start, stop)) / 100
+        assert abs(job["busy_seconds"] - busy) <= bound + 1e-6, (name, job, busy, bound)
+        joules = integral("power_mw", start, stop) / 1000
+        bound = edge_bound("power_mw", samples, (start, stop)) / 1000
+        assert job["energy_joules"] is not None, (name, job)
+        assert abs(job["energy_joules"] - joules) <= bound + 1.0, (name, job, joules, bound)
+    if every == 1:  # at 1 s the bound is a few percent: the numbers are close to the truth
+        etl = found["etl"]
+        assert etl["busy_seconds"] == pytest.approx(6.0, abs=1.0)
+        assert etl["energy_joules"] == pytest.approx(1500, abs=250)
