@@ -3,6 +3,8 @@ up. The rows are the export's own (``worker_table``), so every number on the rep
 computed from exactly the samples a user finds in the CSV files.
 
 Attribution: the interval between two consecutive samples of a GPU belongs to what its
+worker ran then: by the scheduler's own times where the preload exports them (an interval
+in which that changed is split at the change, in proportion to time), else what the
 worker ran at the later sample (its ``worker_job``/``worker_dag``, the as-of join of the
 export); an interval longer than ``max_age`` is a gap and counts for nothing. In it:
 
