@@ -3,12 +3,12 @@
 Two sources, the first wherever the scheduler preload exports it:
 
 - **the scheduler's own times** (dask_job_worker_dag_start_timestamp_seconds and
-  dask_job_worker_dag_end_timestamp_seconds): when the
-  worker's first task of a DAG began processing and when its last one stopped. The DAG holds
-  the worker from that start to that end, gaps between its tasks included, whatever the
-  scrape interval: a DAG shorter than a scrape keeps its edges, and a GPU sample or a dated
-  peak is credited to what ran at that instant. The timeline is ``exact``: its points are
-  the edges themselves, so an interval between two GPU samples can be split at them.
+  dask_job_worker_dag_end_timestamp_seconds): when the worker's first task of a DAG began
+  processing and when its last one stopped. The DAG holds the worker from that start to
+  that end, gaps between its tasks included, whatever the scrape interval: a DAG shorter
+  than a scrape keeps its edges, and a GPU sample or a dated peak is credited to what ran
+  at that instant. The timeline is ``exact``: its points are the edges themselves, so an
+  interval between two GPU samples can be split at them.
 - **dask_job_worker_tasks at each scheduler scrape** (older preloads): what the worker ran
   then, held until the next scrape; a DAG that began and ended between two scrapes is not
   seen.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import random
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -61,7 +62,7 @@ from dask_metrics.collector.timespec import (
     parse_duration,
     parse_when,
 )
-from dask_metrics.collector.worker_runs import worker_timeline
+from dask_metrics.collector.worker_runs import span_timeline, worker_timeline
 
 NOW = 1_700_000_000.0
 
@@ -519,3 +520,19 @@ def test_join_lays_following_and_touching_pieces_end_to_end_as_a_merge_would() -
         rng.shuffle(pieces)
         pieces.insert(rng.randrange(len(pieces) + 1), Series({}, [], []))
         assert join(pieces) == merged(pieces), pieces
+
+
+def test_a_span_timeline_gives_the_oldest_dag_holding_the_worker_at_any_time():
+    """Random overlapping spans against a brute force at every millisecond."""
+    rng = random.Random(11)
+    for _ in range(200):
+        spans = []
+        for job in range(rng.randint(1, 6)):
+            begin = rng.randint(0, 400)
+            spans.append((begin, begin + rng.randint(1, 300), (str(job), str(rng.randint(0, 2)))))
+        max_age = rng.choice([10, 50, 1000])
+        timeline = span_timeline(spans, max_age)
+        for t in range(-5, 720, 3):
+            held = [s for b, e, s in spans if b <= t < e]
+            want = min(held, key=lambda s: (int(s[0]), int(s[1]))) if held else ("", "")
+            assert timeline.at(t, max_age) == want, (spans, max_age, t)

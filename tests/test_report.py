@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import html
+import itertools
 import json
+import random
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -123,6 +125,35 @@ def test_with_the_schedulers_own_times_an_interval_is_split_where_the_dag_change
     late = gpu_usage(WorkerTable([gpu], times, states, states), [*COLUMNS, "busy-seconds"],
                      120_000)
     assert ("1", "0", "0", "GPU-x") not in late
+
+
+def test_splitting_at_the_schedulers_times_loses_and_adds_nothing() -> None:
+    """Random samples and DAG spans: the parts add up to the GPU's whole time, busy
+    seconds and energy, whatever the cuts."""
+    rng = random.Random(5)
+    for _ in range(100):
+        times = sorted(rng.sample(range(0, 60_000), rng.randint(2, 12)))
+        busy = list(itertools.accumulate(rng.uniform(0, 2) for _ in times))
+        energy = list(itertools.accumulate(rng.uniform(0, 300) for _ in times))
+        spans = []
+        for job in range(rng.randint(0, 5)):
+            begin = rng.randint(-5_000, 60_000)
+            spans.append((begin, begin + rng.randint(1, 20_000), (str(job), "0")))
+        activity = span_timeline(spans, 120_000)
+        states = activity.at_each(times, 120_000)
+        n = len(times)
+        gpu = GpuTable("0", "GPU-x", times, [[1.0] * n, [1.0] * n, [50.0] * n, [1.0] * n,
+                                             energy, busy])
+        found = gpu_usage(WorkerTable([gpu], times, states, states),
+                          [*COLUMNS, "busy-seconds"], 120_000, activity)
+        whole = Usage()
+        for u in found.values():
+            whole.add(u)
+        assert whole.seconds == pytest.approx((times[-1] - times[0]) / 1000)
+        assert whole.busy == pytest.approx(busy[-1] - busy[0])
+        assert whole.energy == pytest.approx(energy[-1] - energy[0])
+        for (job, _, _, _), u in found.items():  # each part inside what ran then
+            assert all(activity.at(t, 120_000)[0] == job for t in (u.first, u.last - 1))
 
 
 def test_a_workers_timeline_follows_the_schedulers_times_oldest_dag_first() -> None:
