@@ -1,7 +1,7 @@
 """Collector export against a backfilled Prometheus: ours, a ``requests`` floor, and a peer.
 
     python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3 \
-        --out benchmarks/collector_results.md
+        --out /tmp/collector.md
 
 Writes a deterministic OpenMetrics fixture (``dask_gpu_info``, six ``dask_gpu_*`` source
 series at 1 s, and the scheduler's ``dask_job_current_job/_dag`` and
