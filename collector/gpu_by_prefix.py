@@ -42,23 +42,23 @@ from dask_metrics.contract import (
 
 PrefixKey = tuple[str, str, str]  # job, dag, prefix
 State = tuple[tuple[PrefixKey, float], ...]  # (key, tasks) of what executed, in key order
-IDLE: State = ()
+NO_TASKS: State = ()  # no task executed on the worker
 
 
 @dataclass(frozen=True)
 class PrefixTimeline:
     """What executed on one worker, as of each scheduler scrape: from ``times[i]`` on, the
-    state ``states[ids[i]]``. A scrape's state expires ``max_age`` after it (an IDLE entry
+    state ``states[ids[i]]``. A scrape's state expires ``max_age`` after it (an NO_TASKS entry
     is added there when no scrape follows sooner), so a lookup is one bisection. Few
     distinct states recur over many scrapes: each GPU's samples are first summed per state,
     and only the sums split per task."""
 
     times: list[int]
-    ids: list[int]  # one more than times: ids[0] is before the first scrape (IDLE)
-    states: list[State]  # states[0] is IDLE
+    ids: list[int]  # one more than times: ids[0] is before the first scrape (NO_TASKS)
+    states: list[State]  # states[0] is NO_TASKS
 
     def ids_at(self, times: Sequence[int]) -> list[int]:
-        """The state id at each of ``times`` (0: IDLE)."""
+        """The state id at each of ``times`` (0: NO_TASKS)."""
         return list(map(self.ids.__getitem__, map(bisect_right, repeat(self.times), times)))
 
 
@@ -79,7 +79,7 @@ def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: i
         for t, v in zip(times, values, strict=True):
             if v > 0:
                 executing.setdefault(t, []).append((key, v))
-    known: dict[State, int] = {IDLE: 0}
+    known: dict[State, int] = {NO_TASKS: 0}
     times, ids = [], [0]
     order = sorted(executing.keys() | set(scrapes))
     last: list[tuple[PrefixKey, float]] | None = None
@@ -125,7 +125,7 @@ class PrefixUse:
 
 def _per_state(ids: Iterable[int], amounts: Sequence[float],
                fold: Callable[[Iterable[float]], float]) -> dict[int, float]:
-    """``amounts`` folded (sum, max) per state id, IDLE left out. A state holds for many
+    """``amounts`` folded (sum, max) per state id, NO_TASKS left out. A state holds for many
     samples in a row, so the runs are folded at C speed."""
     out: dict[int, float] = {}
     pos = 0
@@ -160,7 +160,7 @@ class _Together:
 
     def __init__(self, views: Sequence[_Lookup]) -> None:
         self.views = views
-        self.states: list[State] = [IDLE]
+        self.states: list[State] = [NO_TASKS]
         self._known: dict[tuple[int, ...], int] = {}
 
     def __call__(self, times: list[int]) -> list[int]:

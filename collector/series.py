@@ -21,7 +21,7 @@ from dask_metrics.collector.columns import TOTAL_METRIC, USED_METRIC, Column
 from dask_metrics.collector.lifetimes import qualify
 from dask_metrics.contract import SCHEDULER_START, SIMULATED
 
-IDLE = ("", "")
+NOTHING_RAN = ("", "")  # the (job, dag) state of a worker or cluster that ran no DAG
 Samples = tuple[list[int], list[float]]
 """(times, values) of one series, or of several joined."""
 
@@ -287,6 +287,9 @@ class Timeline:
     times: list[int]
     states: list[tuple[str, str]]
     exact: bool = False
+    # the last ``positions`` answer, [times asked, max_age, answer]: a worker's GPUs mostly
+    # share their sample times, and timelines of the same times (by job, by DAG) share it
+    memo: list = field(default_factory=list, compare=False, repr=False)
 
     def at(self, t: int, max_age: int) -> tuple[str, str]:
         """The state of the last scrape at or before ``t`` (never a later one).
@@ -299,26 +302,20 @@ class Timeline:
     def at_each(self, times: Sequence[int], max_age: int) -> list[tuple[str, str]]:
         """``at`` for every one of ``times``: one lookup per GPU sample time of an export,
         made without a Python call each."""
-        return list(map([IDLE, *self.states].__getitem__, _scrape_positions(
-            self.times, times, max_age)))
+        return list(map([NOTHING_RAN, *self.states].__getitem__,
+                        self.positions(times, max_age)))
 
-
-_last_positions: tuple[list[int], list[int], int, list[int]] | None = None
-
-
-def _scrape_positions(scrapes: list[int], times: Sequence[int], max_age: int) -> list[int]:
-    """1 + the position in ``scrapes`` of the last one at or before each of ``times`` and at
-    most ``max_age`` older, else 0. A worker's GPUs mostly share their sample times, and its
-    timelines (by job, by DAG) their scrapes: the last answer is kept and given again while
-    the same scrapes are asked about the same times."""
-    global _last_positions
-    last = _last_positions
-    if last is not None and last[0] is scrapes and last[2] == max_age and last[1] == times:
-        return last[3]
-    positions = [i if i and t - scrapes[i - 1] <= max_age else 0
+    def positions(self, times: Sequence[int], max_age: int) -> list[int]:
+        """1 + the position in ``self.times`` of the last one at or before each of ``times``
+        and at most ``max_age`` older, else 0."""
+        memo = self.memo
+        if memo and memo[1] == max_age and memo[0] == times:
+            return memo[2]
+        scrapes = self.times
+        found = [i if i and t - scrapes[i - 1] <= max_age else 0
                  for t, i in zip(times, map(bisect_right, repeat(scrapes), times), strict=True)]
-    _last_positions = (scrapes, list(times), max_age, positions)
-    return positions
+        memo[:] = [list(times), max_age, found]
+        return found
 
 
 def cluster_timeline(job: Iterable[Series], dag: Iterable[Series]) -> Timeline:

@@ -25,7 +25,7 @@ from heapq import heappop, heappush
 from itertools import repeat
 
 from dask_metrics.collector.lifetimes import job_key, job_order
-from dask_metrics.collector.series import IDLE, Series, Timeline, clip, id_key
+from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, clip, id_key
 from dask_metrics.contract import DAG_ID, WORKER_DAG_END, WORKER_DAG_START, WORKER_TASKS
 
 State = tuple[str, str]
@@ -91,8 +91,8 @@ def span_timeline(spans: Sequence[Span], max_age: int) -> Timeline:
             i += 1
         while oldest and held[oldest[0][1]] <= 0:
             heappop(oldest)
-        state = oldest[0][1] if oldest else IDLE
-        if states and states[-1] != IDLE:  # points through the stretch before this edge
+        state = oldest[0][1] if oldest else NOTHING_RAN
+        if states and states[-1] != NOTHING_RAN:  # points through the stretch before this edge
             fill = range(times[-1] + step, t, step)
             times += fill
             states += [states[-1]] * len(fill)
@@ -112,7 +112,7 @@ def scrape_timeline(scrapes: Sequence[int], tasks: Iterable[Series]) -> Timeline
             if v > 0:
                 active.setdefault(t, dag)  # the oldest DAG with tasks then
     times = sorted(set(scrapes) | active.keys())
-    return Timeline(times, list(map(active.get, times, repeat(IDLE))))
+    return Timeline(times, list(map(active.get, times, repeat(NOTHING_RAN))))
 
 
 def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series],

@@ -134,13 +134,13 @@ def _by(session: MonitorSession) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerInfo:
+class TrackedWorker:
     label: str
     gpus: tuple[tuple[int, str], ...] = ()  # (index, uuid)
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class TrackerSnapshot:
     """Everything one scrape exports, copied so the exporter never iterates live state."""
 
     current_job: int
@@ -207,7 +207,7 @@ class JobTracker:
         self._wanted: dict[Key, list[Dag]] = {}  # wanted task not over -> DAGs waiting on it
         self._processing: dict[Key, tuple[str, Dag]] = {}  # task -> (worker address, DAG)
         self._counts: dict[tuple[str, Dag], int] = {}  # (worker address, DAG) -> tasks
-        self._workers: dict[str, WorkerInfo] = {}
+        self._workers: dict[str, TrackedWorker] = {}
         self.completed: dict[DagStatus, int] = {DagStatus.FINISHED: 0, DagStatus.ERRED: 0}
 
         self._session: MonitorSession | None = None
@@ -384,7 +384,7 @@ class JobTracker:
     # -- workers ---------------------------------------------------------------------------
 
     def add_worker(self, address: str, label: str, gpus: Iterable[tuple[int, str]] = ()) -> None:
-        self._workers[address] = WorkerInfo(label, tuple(gpus))
+        self._workers[address] = TrackedWorker(label, tuple(gpus))
 
     def remove_worker(self, address: str) -> None:
         """Forget a worker; any task still counted on it stops counting."""
@@ -499,7 +499,7 @@ class JobTracker:
             "workers": len(self._workers),
         }
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> TrackerSnapshot:
         """What a scrape exports now; marks finished DAGs as exported (they may age out).
 
         Safe to call from another thread than the one feeding the tracker (an HTTP server
@@ -532,7 +532,7 @@ class JobTracker:
             info = workers.get(address)
             return info.label if info is not None else address
 
-        return Snapshot(
+        return TrackerSnapshot(
             current_job=oldest.job.id if oldest is not None else IDLE,
             current_dag=oldest.id if oldest is not None else IDLE,
             worker_tasks=[(label(a), d.job.id, d.id, n) for (a, d), n in counts],

@@ -39,7 +39,7 @@ from dask_metrics.collector.layouts import (
 from dask_metrics.collector.peaks import format_table, gpu_peaks
 from dask_metrics.collector.promapi import PrometheusClient, redact_url, split_credentials
 from dask_metrics.collector.series import (
-    IDLE,
+    NOTHING_RAN,
     Series,
     Timeline,
     WorkerInfo,
@@ -172,14 +172,14 @@ def test_cluster_state_is_the_last_scrape_at_or_before() -> None:
     dag = _series({1000: -1, 2000: 0, 3000: 1})
     timeline = cluster_timeline([job], [dag])
     age = 60_000
-    assert timeline.at(999, age) == IDLE            # before the first scrape
-    assert timeline.at(1000, age) == IDLE           # -1 is idle
-    assert timeline.at(1999, age) == IDLE           # just before the scrape that says job 0
+    assert timeline.at(999, age) == NOTHING_RAN            # before the first scrape
+    assert timeline.at(1000, age) == NOTHING_RAN           # -1 is idle
+    assert timeline.at(1999, age) == NOTHING_RAN           # just before the scrape that says job 0
     assert timeline.at(2000, age) == ("0", "0")     # exactly at it
     assert timeline.at(2999, age) == ("0", "0")
     assert timeline.at(3000, age) == ("0", "1")
     assert timeline.at(3000 + age, age) == ("0", "1")
-    assert timeline.at(3001 + age, age) == IDLE     # the scheduler was not scraped since
+    assert timeline.at(3001 + age, age) == NOTHING_RAN     # the scheduler was not scraped since
 
 
 def test_worker_state_is_absent_when_idle_and_the_oldest_dag_when_several() -> None:
@@ -188,10 +188,10 @@ def test_worker_state_is_absent_when_idle_and_the_oldest_dag_when_several() -> N
              _series({3000: 2}, job_id="10", dag_id="0"),
              _series({3000: 5}, job_id="9", dag_id="10")]
     timeline = worker_timeline(scrapes, tasks)
-    assert timeline.at(1500, 10_000) == IDLE
+    assert timeline.at(1500, 10_000) == NOTHING_RAN
     assert timeline.at(2000, 10_000) == ("9", "2")
     assert timeline.at(3500, 10_000) == ("9", "2")  # 9 < 10 numerically; dag 2 < dag 10
-    assert timeline.at(4000, 10_000) == IDLE         # series absent from that scrape
+    assert timeline.at(4000, 10_000) == NOTHING_RAN         # series absent from that scrape
 
 
 def test_gpu_tables_keep_gaps_and_join_restarted_series() -> None:

@@ -31,7 +31,7 @@ from dask_metrics.collector.report.usage import (
     total,
 )
 from dask_metrics.collector.series import (
-    IDLE,
+    NOTHING_RAN,
     Series,
     Timeline,
     WorkerInfo,
@@ -61,8 +61,10 @@ class WorkerFacts:
 def dag_timeline(activity: Timeline) -> Timeline:
     """The worker's timeline with each state's job made "job/dag", so that ``gpu_peaks``'
     per-job grouping groups by DAG."""
-    return Timeline(activity.times, [IDLE if not job else (f"{job}{DAG_SEPARATOR}{dag}", dag)
-                                     for job, dag in activity.states])
+    return Timeline(activity.times, [NOTHING_RAN if not job else (f"{job}{DAG_SEPARATOR}{dag}",
+                                                                   dag)
+                                     for job, dag in activity.states],
+                    activity.exact, activity.memo)  # the same times: the same lookups
 
 
 def job_peaks(dag_peaks: Iterable[Peak]) -> list[Peak]:

@@ -49,14 +49,14 @@ from dask_metrics.contract import (
     activity_spec,
     cluster_activity_spec,
 )
-from dask_metrics.exporter.job_tracker import Snapshot
+from dask_metrics.exporter.job_tracker import TrackerSnapshot
 from dask_metrics.exporter.scheduler.fine import FineSnapshot
 from dask_metrics.metricspec import MetricSpec
 
 logger = logging.getLogger(__name__)
 
 
-def families(snap: Snapshot, errors: dict[str, int], cluster: str,
+def families(snap: TrackerSnapshot, errors: dict[str, int], cluster: str,
              fine: FineSnapshot | None = None, started: float = 0.0) -> list[Metric]:
     """The metric families of one scrape; every series is labelled dask_cluster=cluster,
     and those of jobs, DAGs and sessions scheduler_start=``started`` (this scheduler's
