@@ -32,6 +32,7 @@ from dask_metrics.collector.errors import (
     UsageError,
     raise_on_termination,
 )
+from dask_metrics.collector.errors import option as long_option
 from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.layouts import LAYOUTS
@@ -468,8 +469,20 @@ def _replica_labels(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*REPLICA_LABELS, *given]))
 
 
+#: Keywords of the Python API whose command-line option is spelled otherwise.
+OPTION_OF = {"url": "--prometheus", "password": "--password-file",
+             "bearer_token": "--bearer-token-file", "read_timeout": "--timeout",
+             "connect_timeout": "--timeout"}
+
+
+def cli_option(name: str) -> str:
+    """The option that sets the keyword ``name`` (errors.setting)."""
+    return OPTION_OF.get(name) or long_option(name)
+
+
 def _fail(code: int, message: object) -> int:
-    print(f"collector: error: {message}", file=sys.stderr)
+    text = message.worded(cli_option) if isinstance(message, CollectorError) else message
+    print(f"collector: error: {text}", file=sys.stderr)
     return code
 
 

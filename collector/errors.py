@@ -1,17 +1,57 @@
 """The two kinds of failure the command line tells apart: bad input (exit 2), and anything
-that went wrong while working (exit 1). Messages are one line, meant for a person."""
+that went wrong while working (exit 1). Messages are one line, meant for a person.
+
+A message names the settings it asks to change with ``setting("chunk")``: a Python caller
+reads the keyword (``chunk``), the command line its option (``--chunk``), from one text."""
 
 from __future__ import annotations
 
+import re
 import signal
+from collections.abc import Callable
+
+_SETTING = re.compile(r"\{setting:([a-z_]+)\}")
+
+
+def setting(name: str) -> str:
+    """``name`` (a keyword argument) as a message writes it, to be worded by its reader."""
+    return f"{{setting:{name}}}"
+
+
+def keyword(name: str) -> str:
+    return name
+
+
+def option(name: str) -> str:
+    """The command line's option for a keyword: ``password_file`` is ``--password-file``."""
+    return "--" + name.replace("_", "-")
 
 
 class CollectorError(Exception):
-    """A runtime failure: the message says what failed and what to do about it."""
+    """A runtime failure: the message says what failed and what to do about it. ``str()``
+    names settings by their keyword; ``worded(option)`` by their command-line option."""
+
+    def __str__(self) -> str:
+        return self.worded(keyword)
+
+    def worded(self, name: Callable[[str], str]) -> str:
+        return _SETTING.sub(lambda m: name(m.group(1)), super().__str__())
 
 
 class UsageError(CollectorError):
     """The request itself is wrong (a bad option value, a missing URL, an unknown metric)."""
+
+
+class ArgumentError(UsageError, ValueError):
+    """A bad argument of a library call, with what was given and what is accepted: a
+    ``ValueError`` to Python callers, exit 2 on the command line (worded with the option)."""
+
+    def __init__(self, name: str, value: object, problem: str, accepted: str = "") -> None:
+        """``problem`` follows the value ("is longer than the range (5m)"); ``accepted``
+        says what would do."""
+        self.name, self.value, self.problem, self.accepted = name, value, problem, accepted
+        super().__init__(f"{setting(name)} {value} {problem}"
+                         + (f": {accepted}" if accepted else ""))
 
 
 class Terminated(BaseException):

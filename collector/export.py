@@ -36,7 +36,7 @@ from dask_metrics.collector.columns import (
     source_metrics,
     worker_metrics,
 )
-from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
 from dask_metrics.collector.fetch import (
     ATTRIBUTION_METRICS,
     TRIM_ABOVE_CHUNKS,
@@ -194,7 +194,7 @@ def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool,
                    url: str) -> str | None:
     """The cluster an export reads, from the clusters ``found`` in its range: the one named,
     the only one, or None (every cluster) with ``any_cluster``; raises CollectorError or
-    UsageError saying what was found."""
+    ArgumentError saying what was found."""
     if not found:
         raise NoGpuSeries(f"no GPU series (dask_gpu_info) {span} at {url}: is "
                              "Prometheus scraping the GPU exporters, and is the time range right?")
@@ -202,8 +202,9 @@ def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool,
         return None
     if cluster is None:
         if len(found) > 1:
-            raise UsageError(f"Prometheus holds GPU series of {len(found)} Dask clusters {span}: "
-                             f"{cluster_names(found)}; choose one with --cluster NAME")
+            raise ArgumentError("cluster", "not given", f"while Prometheus holds GPU series of "
+                                f"{len(found)} Dask clusters {span}: {cluster_names(found)}",
+                                f"choose one with {setting('cluster')} NAME")
         return found[0]
     if cluster not in found:
         raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
@@ -226,7 +227,7 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     all (every series, whatever its cluster). The clusters are the dask_cluster values of
     dask_gpu_info in the range, read by the same queries that find the workers.
 
-    Raises UsageError when several clusters are found and none is named (the message lists
+    Raises ArgumentError when several clusters are found and none is named (the message lists
     them), CollectorError when there is no GPU series, no such cluster or no such worker.
     """
     span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
@@ -311,13 +312,14 @@ def check_step(since: float, until: float, step: float) -> None:
     """A grid of ``step`` over [since, until] has more than one point and not millions."""
     span, points = until - since, (until - since) / step
     if points < 1:
-        raise UsageError(f"--step {format_duration(step)} is longer than the range "
-                         f"({format_duration(span)}): give a shorter step, or none for raw "
-                         "samples")
+        raise ArgumentError("step", format_duration(step),
+                            f"is longer than the range ({format_duration(span)})",
+                            "give a shorter step, or none for raw samples")
     if points > MAX_STEP_ROWS:
-        raise UsageError(f"--step {format_duration(step)} over {format_duration(span)} makes "
-                         f"{points:,.0f} rows per GPU (at most {MAX_STEP_ROWS:,}): give a "
-                         "longer step, or none for the raw samples as scraped")
+        raise ArgumentError("step", format_duration(step),
+                            f"over {format_duration(span)} makes {points:,.0f} rows per GPU "
+                            f"(at most {MAX_STEP_ROWS:,})",
+                            "give a longer step, or none for the raw samples as scraped")
 
 
 # No reference cycles are created; the decoded JSON's many lists would trigger repeated full

@@ -29,7 +29,7 @@ from urllib3.exceptions import InvalidHeader, MaxRetryError, ReadTimeoutError, R
 from urllib3.util.retry import Retry
 
 from dask_metrics import __version__
-from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.errors import CollectorError, setting
 from dask_metrics.collector.series import Series
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -504,37 +504,38 @@ class PrometheusClient:
             if size > limit:
                 raise self._error(f"Prometheus at {self.url} answered more than "
                                   f"{_size(limit)}, the most the collector reads: lower "
-                                  "--chunk, or select fewer --workers")
+                                  f"{setting('chunk')}, or select fewer {setting('workers')}")
             yield chunk
 
     def _failure(self, exc: BaseException) -> str:
         """The message for a request that failed in requests or urllib3."""
         s = self.settings
         if isinstance(exc, requests.exceptions.SSLError):
-            return f"TLS with {self.url} failed ({_reason(exc)}): check --ca-file, --cert and --key"
+            return (f"TLS with {self.url} failed ({_reason(exc)}): check {setting('ca_file')}, "
+                    f"{setting('cert')} and {setting('key')}")
         if isinstance(exc, requests.exceptions.ConnectTimeout):
             return (f"cannot reach Prometheus at {self.url}: no connection within "
-                    f"{s.connect_timeout:g} s; check --prometheus and the network")
+                    f"{s.connect_timeout:g} s; check {setting('url')} and the network")
         if isinstance(exc, requests.exceptions.ReadTimeout) or (
                 isinstance(exc, requests.exceptions.ConnectionError)
                 and _caused_by(exc, ReadTimeoutError)):  # read retries spent: requests says so
             return self._too_slow()
         if isinstance(exc, requests.exceptions.ConnectionError):
             return (f"cannot reach Prometheus at {self.url} ({_reason(exc)}): is it running, "
-                    "and is --prometheus right?")
+                    f"and is {setting('url')} right?")
         return f"request to Prometheus at {self.url} failed: {_reason(exc)}"
 
     def _too_slow(self) -> str:
         s = self.settings
         tries = f" ({s.retries} retries)" if s.retries else ""
         return (f"Prometheus at {self.url} did not answer within {s.read_timeout:g} s{tries}: "
-                "raise --timeout, or lower --chunk")
+                f"raise {setting('read_timeout')}, or lower {setting('chunk')}")
 
     def _too_long(self) -> str:
         return (f"Prometheus at {self.url} did not finish its answer within "
                 f"{self.settings.deadline:g} s, although it kept sending: "
-                f"raise --timeout (each try may take max({MIN_DEADLINE:g} s, "
-                f"{DEADLINE_FACTOR} x it)), or lower --chunk")
+                f"raise {setting('read_timeout')} (each try may take max({MIN_DEADLINE:g} s, "
+                f"{DEADLINE_FACTOR} x it)), or lower {setting('chunk')}")
 
     def _decode(self, resp: _Answer, what: str) -> Any:
         status = resp.status
@@ -546,8 +547,8 @@ class PrometheusClient:
         if status in (401, 403):
             raise self._error(
                 f"Prometheus at {self.url} refused the credentials ({reason}: "
-                f"{self._snippet(resp.text, 80)}): check --user/--password-file, "
-                "--bearer-token-file, or a tenant header such as X-Scope-OrgID", status)
+                f"{self._snippet(resp.text, 80)}): check {setting('user')}/{setting('password')}, "
+                f"{setting('bearer_token')}, or a tenant header such as X-Scope-OrgID", status)
         if isinstance(body, dict) and body.get("status") == "error":
             error_type, error = str(body.get("errorType", "")), str(body.get("error", ""))
             text = error.lower()
@@ -561,7 +562,7 @@ class PrometheusClient:
                                                 or "pathPrefix" in resp.text)):
             # VictoriaMetrics answers 400 outside its prefix: "unsupported path requested",
             # or "missing -http.pathPrefix=... in the requested path" when it has one
-            raise self._error(f"{self.url}/api/v1/... not found ({reason}): give --prometheus "
+            raise self._error(f"{self.url}/api/v1/... not found ({reason}): give {setting('url')} "
                               "the API's base URL, with its path prefix if it has one "
                               "(e.g. http://host/prometheus)", status)
         if status in RETRY_STATUSES:
@@ -573,12 +574,13 @@ class PrometheusClient:
                                   "later", status)
             raise self._error(f"Prometheus at {self.url} failed with {reason} after "
                               f"{self.settings.retries} retries ({self._snippet(resp.text, 120)}): "
-                              "try again later, or lower --chunk", status)
+                              f"try again later, or lower {setting('chunk')}", status)
         if not isinstance(body, dict) or status != 200:
             kind = resp.headers.get("Content-Type", "no content type")
             raise self._error(f"Prometheus at {self.url} answered {reason} with {kind}, not the "
-                              f"API's JSON ({self._snippet(resp.text, 80)!r}): is --prometheus the "
-                              "API's base URL, not a UI or a login page?", status)
+                              f"API's JSON ({self._snippet(resp.text, 80)!r}): is "
+                              f"{setting('url')} the API's base URL, not a UI or a login page?",
+                              status)
         for note in list(body.get("warnings") or []) + list(body.get("infos") or []):
             self.warn(f"Prometheus: {self._snippet(str(note))} (in {_one_line(what, 120)})")
         if body.get("status") != "success":

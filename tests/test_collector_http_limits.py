@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.cli import cli_option
 from dask_metrics.collector.connection import resolve
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.promapi import (
@@ -141,9 +142,12 @@ def test_a_trickling_answer_ends_at_the_deadline(respond: Callable[[Write], None
           PrometheusClient(ConnectionSettings(url, **settings)) as client,
           pytest.raises(PrometheusError) as err):
         client.query("up", 1_700_000_000)
-    assert str(err.value) == (f"Prometheus at {url} did not finish its answer within 1 s, "
-                              "although it kept sending: raise --timeout (each try may take "
-                              "max(30 s, 4 x it)), or lower --chunk")
+    assert err.value.worded(cli_option) == (
+        f"Prometheus at {url} did not finish its answer within 1 s, although it kept sending: "
+        "raise --timeout (each try may take max(30 s, 4 x it)), or lower --chunk")
+    # the Python API names its keywords
+    assert str(err.value).endswith("raise read_timeout (each try may take max(30 s, 4 x it)), "
+                                   "or lower chunk")
 
 
 def test_the_deadline_follows_the_read_timeout() -> None:
@@ -166,8 +170,9 @@ def test_an_endless_answer_stops_at_the_size_limit() -> None:
           PrometheusClient(ConnectionSettings(url, max_response_bytes=2**20)) as client,
           pytest.raises(PrometheusError) as err):
         client.query("up", 1_700_000_000)
-    assert str(err.value) == (f"Prometheus at {url} answered more than 1 MiB, the most the "
-                              "collector reads: lower --chunk, or select fewer --workers")
+    assert err.value.worded(cli_option) == (
+        f"Prometheus at {url} answered more than 1 MiB, the most the collector reads: lower "
+        "--chunk, or select fewer --workers")
 
 
 @pytest.mark.integration

@@ -536,3 +536,21 @@ def test_a_span_timeline_gives_the_oldest_dag_holding_the_worker_at_any_time():
             held = [s for b, e, s in spans if b <= t < e]
             want = min(held, key=lambda s: (int(s[0]), int(s[1]))) if held else ("", "")
             assert timeline.at(t, max_age) == want, (spans, max_age, t)
+
+
+def test_a_bad_argument_is_a_value_error_naming_the_keyword_and_the_cli_says_its_option():
+    from dask_metrics.collector.cli import cli_option
+    from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
+    from dask_metrics.collector.export import check_step
+
+    with pytest.raises(ValueError) as err:
+        check_step(0, 300, 3600)
+    assert isinstance(err.value, ArgumentError) and err.value.name == "step"
+    assert str(err.value) == ("step 1h is longer than the range (5m): give a shorter step, or "
+                              "none for raw samples")
+    assert err.value.worded(cli_option).startswith("--step 1h is longer than the range (5m)")
+    found = CollectorError(f"check {setting('url')}, raise {setting('read_timeout')} or "
+                           f"{setting('password')}; {{job=\"x\"}} stays")
+    assert str(found) == 'check url, raise read_timeout or password; {job="x"} stays'
+    assert found.worded(cli_option) == ('check --prometheus, raise --timeout or '
+                                        '--password-file; {job="x"} stays')
