@@ -26,6 +26,7 @@ from dask_metrics import __version__
 from dask_metrics.collector import session_window
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, WORKER_COLUMNS, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
+from dask_metrics.collector.connection import OPTIONS as CONNECTION_OPTIONS
 from dask_metrics.collector.errors import (
     CollectorError,
     Terminated,
@@ -626,8 +627,7 @@ def _run_watch(args: argparse.Namespace, settings_cli: dict[str, Any]) -> int:
         raise CollectorError(_cannot_write(exc)) from None
 
 
-CONNECTION_KEYS = ("prometheus", "user", "password_file", "bearer_token_file", "header",
-                   "ca_file", "cert", "key", "timeout", "retries", "compression")
+CONNECTION_KEYS = ("prometheus", *CONNECTION_OPTIONS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,11 +99,16 @@ def _headers(cli: Sequence[str], config: Any) -> tuple[tuple[str, str], ...]:
     return tuple(pairs + [parse_header(h) for h in cli])
 
 
+OPTIONS = ("user", "password_file", "bearer_token_file", "header", "ca_file", "cert", "key",
+           "timeout", "retries", "compression")
+"""The connection options besides the URL, by their Python names: the command line's
+(``--password-file``), Monitor's keyword arguments and ``resolve``'s mapping."""
+
+
 def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
             config: Mapping[str, Any] | None = None) -> ConnectionSettings:
-    """ConnectionSettings from the options (argparse names: prometheus, user, password_file,
-    bearer_token_file, header, ca_file, cert, key, timeout, retries, compression).
-    Raises UsageError."""
+    """ConnectionSettings from the options (``prometheus`` and OPTIONS, by their argparse
+    names). Raises UsageError."""
     config = config or {}
 
     def pick(name: str) -> Any:

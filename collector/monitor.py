@@ -22,6 +22,7 @@ from typing import Any
 from dask_metrics.collector import session_window
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, select
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
+from dask_metrics.collector.connection import OPTIONS as CONNECTION_OPTIONS
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.export import (
     ExportResult,
@@ -52,9 +53,6 @@ from dask_metrics.contract import (
 )
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
-#: connection options Monitor takes as keyword arguments
-CONNECTION_OPTIONS = ("user", "password_file", "bearer_token_file", "header", "ca_file", "cert",
-                      "key", "timeout", "retries", "compression")
 STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
 MAX_LISTED = 10  # unfinished DAGs a stop timeout names; the rest are counted
 
