@@ -34,7 +34,7 @@ from dask_metrics.collector.errors import (
     raise_on_termination,
 )
 from dask_metrics.collector.errors import option as long_option
-from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range, export
+from dask_metrics.collector.export import export
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
@@ -46,6 +46,7 @@ from dask_metrics.collector.promapi import (
     PrometheusClient,
     valid_timeout,
 )
+from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM
 from dask_metrics.collector.report.build import DEFAULT_PLOTS, make_report
 from dask_metrics.collector.report.build import FORMATS as REPORT_FORMATS

@@ -8,25 +8,20 @@ succeeded: a failed export leaves no file behind.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import platform
-import shutil
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
-from typing import Any, Generic, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple
 
 import requests
 
 from dask_metrics import __version__
 from dask_metrics.collector.activities import activity_rows, increases
+from dask_metrics.collector.background import Background, gc_paused, prefetched
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
     WHEN_PRESENT,
@@ -36,21 +31,21 @@ from dask_metrics.collector.columns import (
     source_metrics,
     worker_metrics,
 )
-from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
+from dask_metrics.collector.discovery import (
+    NoGpuSeries,
+    Progress,
+    find_workers,
+)
+from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.fetch import (
     ATTRIBUTION_METRICS,
-    TRIM_ABOVE_CHUNKS,
     Scope,
-    clusters_in,
-    clusters_of,
     data_span,
-    discover,
     fetch_activities,
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
     fetch_worker_series,
-    in_cluster,
     lookahead,
     prefix_workers,
     present,
@@ -71,6 +66,12 @@ from dask_metrics.collector.layouts import (
     workers_rows,
 )
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.ranges import (
+    DEFAULT_CHUNK,
+    DEFAULT_MAX_AGE,
+    check_range,
+    check_step,
+)
 from dask_metrics.collector.series import (
     Samples,
     Series,
@@ -79,18 +80,14 @@ from dask_metrics.collector.series import (
     WorkerTable,
     by_metric,
     joined_by_metric,
-    select_workers,
-    worker_inventory,
     worker_table,
 )
-from dask_metrics.collector.timespec import format_duration, format_rfc3339, to_ms
+from dask_metrics.collector.staging import files_written, staged
+from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
-    CLUSTER_ENV,
-    CLUSTER_OPTION,
-    DASK_CLUSTER,
     GPU_BY_PREFIX_COLUMNS,
     GPU_BY_PREFIX_CSV,
     JOBS_COLUMNS,
@@ -99,18 +96,9 @@ from dask_metrics.contract import (
     WORKER_PREFIX_TASKS,
 )
 
-DEFAULT_MAX_AGE = 120.0
-"""Seconds: how old a sample may be and still describe a later time (a --step grid point, or
-the job/DAG state of a GPU sample). Bridges missed scrapes, not a worker restart."""
-DEFAULT_CHUNK = 3600.0
-"""Seconds of raw samples asked for in one query; halved automatically when too big."""
-
-Progress = Callable[[int, int, str], None]
 Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
 """Called with each worker's fetched series, activity and table as it is written: what the
 session report computes from the very data of the export."""
-Item = TypeVar("Item")
-Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
@@ -156,7 +144,7 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     metrics = source_metrics(columns) + [m for m in extra if step is None]
     apart_metrics = ([m for m in ATTRIBUTION_METRICS if m not in metrics or step]
                      if executed else [])
-    raw = _Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
+    raw = Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
                                                       age, scope),
                       apart_metrics) if apart_metrics else None
     gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
@@ -178,148 +166,6 @@ def summary_lines(rows: Iterable[Mapping[str, Any]], header: Sequence[str]) -> I
     for row in rows:
         yield csv_line(v if isinstance(v, str) else format_value(v)
                        for v in (row[k] for k in header))
-
-
-def cluster_names(clusters: Sequence[str]) -> str:
-    """``'ml-a', 'ml-b'`` for a message; "" reads as the series without the label."""
-    return ", ".join(repr(c) if c else f"'' (series without a {DASK_CLUSTER} label)"
-                     for c in clusters)
-
-
-class NoGpuSeries(CollectorError):
-    """No GPU series in the range asked for."""
-
-
-def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool, span: str,
-                   url: str) -> str | None:
-    """The cluster an export reads, from the clusters ``found`` in its range: the one named,
-    the only one, or None (every cluster) with ``any_cluster``; raises CollectorError or
-    ArgumentError saying what was found."""
-    if not found:
-        raise NoGpuSeries(f"no GPU series (dask_gpu_info) {span} at {url}: is "
-                             "Prometheus scraping the GPU exporters, and is the time range right?")
-    if any_cluster:
-        return None
-    if cluster is None:
-        if len(found) > 1:
-            raise ArgumentError("cluster", "not given", f"while Prometheus holds GPU series of "
-                                f"{len(found)} Dask clusters {span}: {cluster_names(found)}",
-                                f"choose one with {setting('cluster')} NAME")
-        return found[0]
-    if cluster not in found:
-        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
-                             f"{cluster_names(found)}): if one of those is this cluster, its GPU "
-                             "exporters name it differently from its scheduler; give the "
-                             f"scheduler and every exporter the same {CLUSTER_OPTION} NAME "
-                             f"({CLUSTER_ENV}=NAME)")
-    return cluster
-
-
-def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
-                 patterns: Sequence[str] | None, cluster: str | None = None,
-                 replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False
-                 ) -> tuple[Scope, list[WorkerInfo]]:
-    """The Dask cluster of [start, end] (ms) and its workers with GPU series that
-    ``patterns`` select.
-
-    ``cluster`` names the cluster (its dask_cluster label; "" for series without one); when
-    None, the range must hold one cluster, which is then taken. ``any_cluster``: no scoping at
-    all (every series, whatever its cluster). The clusters are the dask_cluster values of
-    dask_gpu_info in the range, read by the same queries that find the workers.
-
-    Raises ArgumentError when several clusters are found and none is named (the message lists
-    them), CollectorError when there is no GPU series, no such cluster or no such worker.
-    """
-    span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
-    if end - start > TRIM_ABOVE_CHUNKS * chunk:  # one query first: the chunks cost one each
-        chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
-    gpus, addresses = discover(client, start, end, chunk, Scope(None, tuple(replica_labels)))
-    cluster = chosen_cluster(clusters_of(gpus), cluster, any_cluster, span, client.url)
-    scope = Scope(cluster, tuple(replica_labels))
-    workers = worker_inventory(in_cluster(gpus, cluster), in_cluster(addresses, cluster))
-    try:
-        return scope, select_workers(workers, patterns)
-    except LookupError as exc:
-        known = ", ".join(w.name for w in workers[:10]) + (", …" if len(workers) > 10 else "")
-        raise CollectorError(f"no worker matches {exc.args[0]!r} {span} (workers: {known})"
-                             ) from None
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off (reference counting still frees everything),
-    back on afterwards only if it was on. Also a decorator: ``@gc_paused()``."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def prefetched(fetch: Callable[[Item], Result], items: Iterable[Item]) -> Iterator[Result]:
-    """``fetch(item)`` of each item in order, the next one fetched in a thread while the caller
-    works on this one. ``fetch`` runs in those threads only, one call at a time."""
-    todo = iter(items)
-    ahead = next((_Background(fetch, item) for item in todo), None)
-    while ahead is not None:
-        value = ahead.result()
-        ahead = next((_Background(fetch, item) for item in todo), None)
-        yield value
-
-
-class _Background(Generic[Item, Result]):
-    """``fn(arg)`` in a daemon thread. Daemon: a request stuck on a silent server never holds
-    the process's exit after SIGTERM or Ctrl-C. The wait wakes up every 0.2 s because
-    Python runs signal handlers in the main thread only, and the kernel may hand the signal
-    to this thread, blocked in a socket: a wait without a timeout would never see it."""
-
-    def __init__(self, fn: Callable[[Item], Result], arg: Item) -> None:
-        self._done = threading.Event()
-        self._value: Result | None = None
-        self._error: BaseException | None = None
-        threading.Thread(target=self._run, args=(fn, arg), daemon=True).start()
-
-    def _run(self, fn: Callable[[Item], Result], arg: Item) -> None:
-        try:
-            self._value = fn(arg)
-        except BaseException as exc:  # handed to the waiting thread, which raises it
-            self._error = exc
-        finally:
-            self._done.set()
-
-    def result(self) -> Result:
-        while not self._done.wait(0.2):
-            pass
-        if self._error is not None:
-            raise self._error
-        return cast(Result, self._value)
-
-
-def check_range(since: float, until: float) -> None:
-    if not since < until:
-        raise ValueError(f"the start ({format_rfc3339(to_ms(since))}) must be before the end "
-                         f"({format_rfc3339(to_ms(until))})")
-
-
-MAX_STEP_ROWS = 5_000_000
-"""Grid points per GPU that ``--step`` may ask for: a 1 s grid over eight weeks. Finer
-than that is a mistyped step (1ms for 1m), not an analysis; raw samples need no grid."""
-
-
-def check_step(since: float, until: float, step: float) -> None:
-    """A grid of ``step`` over [since, until] has more than one point and not millions."""
-    span, points = until - since, (until - since) / step
-    if points < 1:
-        raise ArgumentError("step", format_duration(step),
-                            f"is longer than the range ({format_duration(span)})",
-                            "give a shorter step, or none for raw samples")
-    if points > MAX_STEP_ROWS:
-        raise ArgumentError("step", format_duration(step),
-                            f"over {format_duration(span)} makes {points:,.0f} rows per GPU "
-                            f"(at most {MAX_STEP_ROWS:,})",
-                            "give a longer step, or none for the raw samples as scraped")
 
 
 # No reference cycles are created; the decoded JSON's many lists would trigger repeated full
@@ -412,7 +258,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     rows_written = 0
     uses = PrefixUses(age, seen_by(chosen))
     missing: list[tuple[str, tuple[int, int]]] = []
-    with _staging(target) as stage, _files_written() as writer:
+    with staged(target) as stage, files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
         for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
@@ -533,123 +379,3 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
                                 age, scope, True)
             uses.add_worker(timeline.times, data.prefixes, data.attribution)
     return prefix_rows(uses.result(), _job_names(client, start, end, chunk_ms, age, scope))
-
-
-def _write_text(item: tuple[Path, str]) -> None:
-    path, text = item
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def csv_text(header: Sequence[str], lines: Iterable[str]) -> str:
-    """A CSV file's text: the header, then ``lines`` (CSV text without line ends)."""
-    return "\n".join(chain([csv_line(header)], lines)) + "\n"
-
-
-class _Writer:
-    """CSV files written and synced in a thread while the next one is built: the write and
-    its fsync wait on the disk without holding the GIL. One file in flight at a time, so
-    memory holds at most two files' text."""
-
-    def __init__(self) -> None:
-        self._pending: _Background[tuple[Path, str], None] | None = None
-
-    def write(self, path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
-        """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
-        text = csv_text(header, lines)
-        self.wait()
-        self._pending = _Background(_write_text, (path, text))
-
-    def wait(self) -> None:
-        """Until the file in flight is on disk; raises its error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-
-
-@contextmanager
-def _files_written() -> Iterator[_Writer]:
-    """A _Writer whose file in flight is on disk (or failed) when the block is left, so that
-    nothing writes into a staging folder being moved or removed. An error of the block is
-    the one raised."""
-    writer = _Writer()
-    try:
-        yield writer
-    except BaseException:
-        with suppress(Exception):
-            writer.wait()
-        raise
-    writer.wait()
-
-
-def previous_files(out: Path) -> set[str]:
-    """The files an earlier export wrote into ``out``, as its export.json lists them:
-    plain names, and the tables' in its ``tables`` subfolder (``tables/jobs.csv``); a name
-    with any other path in it is not ours to remove."""
-    try:
-        record = json.loads((out / "export.json").read_text(encoding="utf-8"))
-        tables = record.get("tables") or ""
-        names = [*record.get("files", []), "export.json"]
-        beside = [*record.get("summaries", []), "workers.csv", JOBS_CSV]
-    except (OSError, ValueError, AttributeError, TypeError):
-        return set()
-
-    def plain(name: object) -> bool:
-        return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
-
-    if tables and not plain(tables):
-        return set()
-    return {n for n in names if plain(n)} | {f"{tables}/{n}" if tables else n
-                                             for n in beside if plain(n)}
-
-
-@contextmanager
-def _staging(out: Path) -> Iterator[Path]:
-    """A hidden folder whose files are moved into ``out`` on success.
-
-    A new ``out`` appears whole, by one rename of a folder made beside it; into an existing
-    one (a mount point, a volume: renames cannot leave its file system) the folder is made
-    inside it and each file is moved by its own atomic rename, export.json last, so that it
-    never lists a file not yet in place; then the files of an earlier export (as its
-    export.json listed them) that this one did not write are removed. Files that no
-    export.json listed are left. On any failure the staging folder is removed and ``out``
-    is untouched.
-    """
-    anchor = out.absolute() if out.is_dir() else out.absolute().parent
-    while not anchor.exists():
-        anchor = anchor.parent
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=anchor))
-    try:
-        yield stage
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.exists():
-            old = previous_files(out)
-            written = _move_into(stage, out)
-            for name in old - written:
-                (out / name).unlink(missing_ok=True)
-        else:
-            stage.chmod(0o755)  # mkdtemp made it private
-            os.rename(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-
-
-def _move_into(stage: Path, out: Path) -> set[str]:
-    """Move the staged files into ``out``, each by an atomic rename, a subfolder's files
-    into the same subfolder there, export.json last; returns their relative names."""
-    written = set()
-    for item in sorted(stage.iterdir(), key=lambda item: item.name == "export.json"):
-        if item.is_dir():
-            (out / item.name).mkdir(exist_ok=True)
-            for inner in item.iterdir():
-                os.replace(inner, out / item.name / inner.name)
-                written.add(f"{item.name}/{inner.name}")
-            item.rmdir()
-        else:
-            os.replace(item, out / item.name)
-            written.add(item.name)
-    stage.rmdir()
-    return written

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, NamedTuple
 
+from dask_metrics.collector.background import gc_paused
 from dask_metrics.collector.columns import (
     NEXT_PEAK_METRIC,
     NEXT_PEAK_TIME_METRIC,
@@ -35,14 +36,7 @@ from dask_metrics.collector.columns import (
     TOTAL_METRIC,
     USED_METRIC,
 )
-from dask_metrics.collector.export import (
-    DEFAULT_CHUNK,
-    DEFAULT_MAX_AGE,
-    Progress,
-    check_range,
-    find_workers,
-    gc_paused,
-)
+from dask_metrics.collector.discovery import Progress, find_workers
 from dask_metrics.collector.fetch import (
     Scope,
     data_span,
@@ -56,6 +50,7 @@ from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.lifetimes import job_order, life, plain
 from dask_metrics.collector.peaktime import Cover, cover, dated_readings, reaches, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.series import Series, Timeline, gpu_series, join
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import REPLICA_LABELS

@@ -541,7 +541,7 @@ def test_a_span_timeline_gives_the_oldest_dag_holding_the_worker_at_any_time():
 def test_a_bad_argument_is_a_value_error_naming_the_keyword_and_the_cli_says_its_option():
     from dask_metrics.collector.cli import cli_option
     from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
-    from dask_metrics.collector.export import check_step
+    from dask_metrics.collector.ranges import check_step
 
     with pytest.raises(ValueError) as err:
         check_step(0, 300, 3600)

@@ -24,13 +24,15 @@ from typing import Any
 from dask_metrics import __version__
 from dask_metrics.atomicfile import atomic_write_texts
 from dask_metrics.collector.columns import select
+from dask_metrics.collector.discovery import Progress
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.export import DEFAULT_CHUNK, DEFAULT_MAX_AGE, Progress, export
+from dask_metrics.collector.export import export
 from dask_metrics.collector.fetch import Scope, peak_windows
 from dask_metrics.collector.notebook import framed
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
 from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare

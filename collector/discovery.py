@@ -1,0 +1,88 @@
+"""Which Dask cluster and which workers a range holds: the choice every command makes
+before it reads a worker's series."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
+from dask_metrics.collector.fetch import (
+    TRIM_ABOVE_CHUNKS,
+    Scope,
+    clusters_in,
+    clusters_of,
+    discover,
+    in_cluster,
+)
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.series import WorkerInfo, select_workers, worker_inventory
+from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.contract import CLUSTER_ENV, CLUSTER_OPTION, DASK_CLUSTER, REPLICA_LABELS
+
+Progress = Callable[[int, int, str], None]
+"""Told (workers done, workers in all, the worker now) as a command goes over the workers."""
+
+
+def cluster_names(clusters: Sequence[str]) -> str:
+    """``'ml-a', 'ml-b'`` for a message; "" reads as the series without the label."""
+    return ", ".join(repr(c) if c else f"'' (series without a {DASK_CLUSTER} label)"
+                     for c in clusters)
+
+
+class NoGpuSeries(CollectorError):
+    """No GPU series in the range asked for."""
+
+
+def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool, span: str,
+                   url: str) -> str | None:
+    """The cluster an export reads, from the clusters ``found`` in its range: the one named,
+    the only one, or None (every cluster) with ``any_cluster``; raises CollectorError or
+    ArgumentError saying what was found."""
+    if not found:
+        raise NoGpuSeries(f"no GPU series (dask_gpu_info) {span} at {url}: is "
+                             "Prometheus scraping the GPU exporters, and is the time range right?")
+    if any_cluster:
+        return None
+    if cluster is None:
+        if len(found) > 1:
+            raise ArgumentError("cluster", "not given", f"while Prometheus holds GPU series of "
+                                f"{len(found)} Dask clusters {span}: {cluster_names(found)}",
+                                f"choose one with {setting('cluster')} NAME")
+        return found[0]
+    if cluster not in found:
+        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
+                             f"{cluster_names(found)}): if one of those is this cluster, its GPU "
+                             "exporters name it differently from its scheduler; give the "
+                             f"scheduler and every exporter the same {CLUSTER_OPTION} NAME "
+                             f"({CLUSTER_ENV}=NAME)")
+    return cluster
+
+
+def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
+                 patterns: Sequence[str] | None, cluster: str | None = None,
+                 replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False
+                 ) -> tuple[Scope, list[WorkerInfo]]:
+    """The Dask cluster of [start, end] (ms) and its workers with GPU series that
+    ``patterns`` select.
+
+    ``cluster`` names the cluster (its dask_cluster label; "" for series without one); when
+    None, the range must hold one cluster, which is then taken. ``any_cluster``: no scoping at
+    all (every series, whatever its cluster). The clusters are the dask_cluster values of
+    dask_gpu_info in the range, read by the same queries that find the workers.
+
+    Raises ArgumentError when several clusters are found and none is named (the message lists
+    them), CollectorError when there is no GPU series, no such cluster or no such worker.
+    """
+    span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
+    if end - start > TRIM_ABOVE_CHUNKS * chunk:  # one query first: the chunks cost one each
+        chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
+    gpus, addresses = discover(client, start, end, chunk, Scope(None, tuple(replica_labels)))
+    cluster = chosen_cluster(clusters_of(gpus), cluster, any_cluster, span, client.url)
+    scope = Scope(cluster, tuple(replica_labels))
+    workers = worker_inventory(in_cluster(gpus, cluster), in_cluster(addresses, cluster))
+    try:
+        return scope, select_workers(workers, patterns)
+    except LookupError as exc:
+        known = ", ".join(w.name for w in workers[:10]) + (", …" if len(workers) > 10 else "")
+        raise CollectorError(f"no worker matches {exc.args[0]!r} {span} (workers: {known})"
+                             ) from None
