@@ -10,12 +10,10 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-import shutil
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dask_metrics.atomicfile import atomic_open
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.plotdata import (
@@ -33,6 +31,7 @@ from dask_metrics.collector.plotdata import (
     time_unit,
     worker_capacity,
 )
+from dask_metrics.collector.staging import fixed_names, staged
 
 FORMATS = ("png", "svg")
 # zlib level 1 instead of PIL's 6: 24 ms instead of 57 to compress a worker's picture, for a
@@ -254,8 +253,10 @@ def _save(fig: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
     written = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        with atomic_open(path, binary=True) as fh:
+        with open(path, "wb") as fh:
             fig.savefig(fh, format=fmt, **SAVE.get(fmt, {}))
+            fh.flush()
+            os.fsync(fh.fileno())
         fig.set_layout_engine("none")  # keeps the positions the layout found
         written.append(path)
     return written
@@ -267,7 +268,7 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                 pictures: Collection[str] | None = None, overview: bool = True) -> list[Path]:
     """Plot a tidy export folder into ``out``: one picture per worker and format (only of
     the workers named in ``pictures`` when given), and the cluster overview (``overview``).
-    Each file is written atomically; returns their paths."""
+    They appear together or not at all (staging.staged); returns their paths."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise UsageError(f"--format: {', '.join(unknown) or 'none given'} (known: "
@@ -280,17 +281,11 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
         if not traces:
             raise CollectorError(f"no worker in {folder} matches {', '.join(workers)}")
     target = Path(out)
-    created = not target.exists()
-    target.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    try:
+    with staged(target, manifest="", earlier=fixed_names) as stage:  # all pictures or none
         for trace in (t for t in traces if pictures is None or t.worker in pictures):
             stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
-            written += _save(worker_figure(trace, provenance), target / stem, formats)
+            written += _save(worker_figure(trace, provenance), stage / stem, formats)
         if overview:
-            written += _save(cluster_figure(traces, provenance), target / CLUSTER, formats)
-    except BaseException:  # a folder made for pictures that could not all be drawn goes
-        if created:
-            shutil.rmtree(target, ignore_errors=True)
-        raise
-    return written
+            written += _save(cluster_figure(traces, provenance), stage / CLUSTER, formats)
+    return [target / path.name for path in written]

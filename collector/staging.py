@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import chain
 from pathlib import Path
@@ -20,6 +20,7 @@ from dask_metrics.contract import JOBS_CSV
 
 
 def write_text(item: tuple[Path, str]) -> None:
+    """A staged file's text, on disk (synced) before the folder is published."""
     path, text = item
     with open(path, "w", encoding="utf-8", newline="") as fh:
         fh.write(text)
@@ -89,17 +90,25 @@ def previous_files(out: Path) -> set[str]:
                                              for n in beside if plain(n)}
 
 
+def fixed_names(_out: Path) -> set[str]:
+    """``staged``'s ``earlier`` for an output whose file names are the same every time: the
+    new files replace the old ones, nothing else is removed."""
+    return set()
+
+
 @contextmanager
-def staged(out: Path) -> Iterator[Path]:
-    """A hidden folder whose files are moved into ``out`` on success.
+def staged(out: Path, manifest: str = "export.json",
+           earlier: Callable[[Path], set[str]] = previous_files) -> Iterator[Path]:
+    """A hidden folder whose files are moved into ``out`` on success: the rule every output
+    of the collector is published by (exports, reports, pictures, the watcher's exports).
 
     A new ``out`` appears whole, by one rename of a folder made beside it; into an existing
     one (a mount point, a volume: renames cannot leave its file system) the folder is made
-    inside it and each file is moved by its own atomic rename, export.json last, so that it
-    never lists a file not yet in place; then the files of an earlier export (as its
-    export.json listed them) that this one did not write are removed. Files that no
-    export.json listed are left. On any failure the staging folder is removed and ``out``
-    is untouched.
+    inside it and each file is moved by its own atomic rename, the ``manifest`` (export.json,
+    report.json) last, so that it never lists a file not yet in place; then the files of an
+    earlier output (``earlier(out)``: an export's are those its export.json listed) that
+    this one did not write are removed. Other files are left. On any failure the staging
+    folder is removed and ``out`` is untouched.
     """
     anchor = out.absolute() if out.is_dir() else out.absolute().parent
     while not anchor.exists():
@@ -109,8 +118,8 @@ def staged(out: Path) -> Iterator[Path]:
         yield stage
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.exists():
-            old = previous_files(out)
-            written = _move_into(stage, out)
+            old = earlier(out)
+            written = _move_into(stage, out, manifest)
             for name in old - written:
                 (out / name).unlink(missing_ok=True)
         else:
@@ -121,11 +130,11 @@ def staged(out: Path) -> Iterator[Path]:
         raise
 
 
-def _move_into(stage: Path, out: Path) -> set[str]:
+def _move_into(stage: Path, out: Path, manifest: str) -> set[str]:
     """Move the staged files into ``out``, each by an atomic rename, a subfolder's files
-    into the same subfolder there, export.json last; returns their relative names."""
+    into the same subfolder there, the manifest last; returns their relative names."""
     written = set()
-    for item in sorted(stage.iterdir(), key=lambda item: item.name == "export.json"):
+    for item in sorted(stage.iterdir(), key=lambda item: item.name == manifest):
         if item.is_dir():
             (out / item.name).mkdir(exist_ok=True)
             for inner in item.iterdir():

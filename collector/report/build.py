@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from dask_metrics import __version__
-from dask_metrics.atomicfile import atomic_write_texts
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.discovery import Progress
 from dask_metrics.collector.errors import CollectorError
@@ -45,6 +44,7 @@ from dask_metrics.collector.session_window import (
     recorded_session,
     window,
 )
+from dask_metrics.collector.staging import fixed_names, staged, write_text
 from dask_metrics.collector.timespec import MONITOR, format_rfc3339, parse_when, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
@@ -179,16 +179,22 @@ def make_report(client: PrometheusClient, since: float, until: float,
     files: list[Path] = []
     page = render_html(body, charts) if fmt == "html" else None
     if target is not None:
-        target.mkdir(parents=True, exist_ok=True)
-        pages = {target / REPORT_JSON: json.dumps(body, indent=2) + "\n"}
+        pages = {REPORT_JSON: json.dumps(body, indent=2) + "\n"}
         if page is not None:
-            pages[target / REPORT_HTML] = page
-        atomic_write_texts(pages)  # both or neither: never a new page beside old numbers
-        if fmt == "text":  # an earlier report's page would now sit beside other numbers
-            (target / REPORT_HTML).unlink(missing_ok=True)
-        files.extend(pages)
+            pages[REPORT_HTML] = page
+        # both or neither: never a new page beside old numbers; with the text format an
+        # earlier report's page would sit beside other numbers, so it goes
+        with staged(target, REPORT_JSON, _earlier_page if fmt == "text" else fixed_names
+                    ) as stage:
+            for name, text in pages.items():
+                write_text((stage / name, text))
+        files.extend(target / name for name in pages)
     text = render_text(body) if fmt == "text" else None
     return ReportResult(target, files, body, text, page)
+
+
+def _earlier_page(_out: Path) -> set[str]:
+    return {REPORT_HTML}
 
 
 def _gather(client: PrometheusClient, since: float, until: float, *, plots: int, draw: bool,
