@@ -40,12 +40,7 @@ from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW, caveats, format_table, peaks
 from dask_metrics.collector.plot import FORMATS, PLOT_METRICS, plot_export, require_matplotlib
-from dask_metrics.collector.promapi import (
-    COMPRESSIONS,
-    MAX_TIMEOUT,
-    PrometheusClient,
-    valid_timeout,
-)
+from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM
 from dask_metrics.collector.report.build import DEFAULT_PLOTS, make_report
@@ -59,6 +54,7 @@ from dask_metrics.collector.timespec import (
     parse_when,
     to_ms,
 )
+from dask_metrics.collector.transport import COMPRESSIONS, MAX_TIMEOUT, valid_timeout
 from dask_metrics.collector.watch import (
     DEFAULT_POLL,
     MAX_POLL,

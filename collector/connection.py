@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from dask_metrics.collector.errors import UsageError
-from dask_metrics.collector.promapi import (
+from dask_metrics.collector.redaction import split_credentials
+from dask_metrics.collector.transport import (
     COMPRESSIONS,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRIES,
     MAX_TIMEOUT,
     ConnectionSettings,
-    split_credentials,
     valid_timeout,
 )
 from dask_metrics.configfile import ConfigError, load_yaml

@@ -38,6 +38,20 @@ class CollectorError(Exception):
         return _SETTING.sub(lambda m: name(m.group(1)), super().__str__())
 
 
+class PrometheusError(CollectorError):
+    """A failed API call. ``splittable``: the query engine said the query was too big (a
+    timeout, too many samples, a range over a limit), so a shorter range may succeed. A hung
+    server or a proxy's error is not splittable: asking again in pieces would only multiply
+    the wait."""
+
+    def __init__(self, message: str, status: int | None = None, error_type: str | None = None,
+                 splittable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.splittable = splittable
+
+
 class UsageError(CollectorError):
     """The request itself is wrong (a bad option value, a missing URL, an unknown metric)."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli import Terminal
+from dask_metrics.collector.cli import Terminal, cli_option
 from dask_metrics.collector.columns import (
     COLUMNS,
     NAMES,
@@ -25,7 +25,13 @@ from dask_metrics.collector.columns import (
     source_metrics,
 )
 from dask_metrics.collector.connection import load_config, parse_header, parse_timeout, resolve
-from dask_metrics.collector.errors import UsageError
+from dask_metrics.collector.errors import (
+    ArgumentError,
+    CollectorError,
+    PrometheusError,
+    UsageError,
+    setting,
+)
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.layouts import (
     format_value,
@@ -37,7 +43,9 @@ from dask_metrics.collector.layouts import (
     workers_rows,
 )
 from dask_metrics.collector.peaks import format_table, gpu_peaks
-from dask_metrics.collector.promapi import PrometheusClient, redact_url, split_credentials
+from dask_metrics.collector.promapi import decode
+from dask_metrics.collector.ranges import check_step
+from dask_metrics.collector.redaction import redact_url, split_credentials
 from dask_metrics.collector.series import (
     NOTHING_RAN,
     Series,
@@ -62,6 +70,7 @@ from dask_metrics.collector.timespec import (
     parse_duration,
     parse_when,
 )
+from dask_metrics.collector.transport import Answer, Transport
 from dask_metrics.collector.worker_runs import span_timeline, worker_timeline
 
 NOW = 1_700_000_000.0
@@ -391,10 +400,10 @@ def test_compression_option(tmp_path: Path) -> None:
     assert resolve({"compression": "gzip"}, {}, load_config(str(config))).compression == "gzip"
     with pytest.raises(UsageError, match="--compression expects gzip or none"):
         resolve({"prometheus": "h", "compression": "br"}, {})
-    with PrometheusClient(resolve({"prometheus": "h", "compression": "none"}, {})) as client:
-        assert client._session.headers["Accept-Encoding"] == "identity"
-    with PrometheusClient(resolve({"prometheus": "h"}, {})) as client:
-        assert "gzip" in client._session.headers["Accept-Encoding"]
+    plain = Transport(resolve({"prometheus": "h", "compression": "none"}, {}), str)
+    assert plain.session.headers["Accept-Encoding"] == "identity"
+    assert "gzip" in Transport(resolve({"prometheus": "h"}, {}), str).session.headers[
+        "Accept-Encoding"]
 
 
 def test_header_and_timeout_syntax() -> None:
@@ -539,10 +548,6 @@ def test_a_span_timeline_gives_the_oldest_dag_holding_the_worker_at_any_time():
 
 
 def test_a_bad_argument_is_a_value_error_naming_the_keyword_and_the_cli_says_its_option():
-    from dask_metrics.collector.cli import cli_option
-    from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
-    from dask_metrics.collector.ranges import check_step
-
     with pytest.raises(ValueError) as err:
         check_step(0, 300, 3600)
     assert isinstance(err.value, ArgumentError) and err.value.name == "step"
@@ -554,3 +559,45 @@ def test_a_bad_argument_is_a_value_error_naming_the_keyword_and_the_cli_says_its
     assert str(found) == 'check url, raise read_timeout or password; {job="x"} stays'
     assert found.worded(cli_option) == ('check --prometheus, raise --timeout or '
                                         '--password-file; {job="x"} stays')
+
+
+ANSWERS = [  # (status, content type, body) -> (data, or the error's words, splittable)
+    (200, "application/json", b'{"status":"success","data":{"resultType":"vector","result":[]}}',
+     {"resultType": "vector", "result": []}, None),
+    (422, "application/json", b'{"status":"error","errorType":"execution","error":"query '
+     b'processing would load too many samples into memory"}', "too many samples", True),
+    (503, "application/json", b'{"status":"error","errorType":"timeout","error":"query timed '
+     b'out"}', "timeout: query timed out", True),
+    (400, "application/json", b'{"status":"error","errorType":"bad_data","error":"parse '
+     b'error"}', "bad_data: parse error", False),
+    (401, "text/plain", b"no", "refused the credentials (HTTP 401", False),
+    (404, "text/plain", b"404 page not found", "not found (HTTP 404", False),
+    (400, "text/plain", b"unsupported path requested", "not found (HTTP 400", False),
+    (502, "text/html", b"<html>bad gateway</html>", "502 Reason after 3 retries",
+     False),
+    (200, "text/html", b"<!doctype html>", "not the API's JSON", False),
+    (200, "application/json", b'{"status":"weird"}', "answered status 'weird'", False),
+]
+
+
+def snip(text: str, limit: int = 200) -> str:
+    return text[:limit]
+
+
+@pytest.mark.parametrize(("status", "kind", "body", "want", "splittable"), ANSWERS)
+def test_an_answer_is_its_data_or_one_typed_error(status, kind, body, want, splittable):
+    answer = Answer(status, "Reason", {"Content-Type": kind}, body)
+    if splittable is None:
+        assert decode(answer, "http://p", "the query up", 3, snip) == (want, [])
+        return
+    with pytest.raises(PrometheusError) as err:
+        decode(answer, "http://p", "the query up", 3, snip)
+    assert want in str(err.value) and err.value.status == status
+    assert err.value.splittable is splittable
+
+
+def test_an_answers_warnings_come_back_with_its_data():
+    body = b'{"status":"success","data":1,"warnings":["partial response"],"infos":["i"]}'
+    data, notes = decode(Answer(200, "OK", {}, body), "http://p", "the query up", 3, snip)
+    assert data == 1 and notes == ["Prometheus: partial response (in the query up)",
+                                   "Prometheus: i (in the query up)"]
