@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli import cli_option
+from dask_metrics.collector.cli_options import cli_option
 from dask_metrics.collector.connection import resolve
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli import Terminal, cli_option
+from dask_metrics.collector.cli_options import Terminal, cli_option
 from dask_metrics.collector.columns import (
     COLUMNS,
     NAMES,

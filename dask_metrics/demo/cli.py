@@ -18,7 +18,7 @@ from pathlib import Path
 from distributed import Client
 
 from dask_metrics.collector import cli
-from dask_metrics.collector.cli import OneLineParser
+from dask_metrics.collector.cli_parser import OneLineParser
 from dask_metrics.collector.errors import (
     CollectorError,
     Terminated,
