@@ -56,6 +56,14 @@ class UsageError(CollectorError):
     """The request itself is wrong (a bad option value, a missing URL, an unknown metric)."""
 
 
+class MonitorError(CollectorError):
+    """A monitor request the scheduler refused, or a scheduler without the preload."""
+
+
+class MonitorUsageError(MonitorError, UsageError, ValueError):
+    """A bad argument of a Monitor call (the command line's exit code 2)."""
+
+
 class ArgumentError(UsageError, ValueError):
     """A bad argument of a library call, with what was given and what is accepted: a
     ``ValueError`` to Python callers, exit 2 on the command line (worded with the option)."""

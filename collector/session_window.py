@@ -16,8 +16,19 @@ from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.fetch import UNSCOPED, Scope
+from dask_metrics.collector.jobs import unscraped_note
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.contract import CURRENT_JOB, DASK_CLUSTER, INFO, MONITOR_START, MONITOR_STOP, UP
+from dask_metrics.contract import (
+    CURRENT_JOB,
+    DAG_STATUS,
+    DAGS_UNSCRAPED,
+    DASK_CLUSTER,
+    INFO,
+    MONITOR_START,
+    MONITOR_STOP,
+    SCHEDULER_START,
+    UP,
+)
 
 #: Look-backs for the last session, shortest first, so a recent session stays cheap to find.
 MONITOR_LOOKBACK = ("1h", "1d", "7d", "31d")
@@ -231,3 +242,23 @@ def scrapes_after(client: PrometheusClient, t: float, scope: Scope, metric: str
 def first_scrape_after(client: PrometheusClient, t: float, scope: Scope) -> float:
     """Time of the scheduler's first scrape at or after ``t`` (``t`` itself if none yet)."""
     return min(filter(None, scrapes_after(client, t, scope, CURRENT_JOB.name)), default=t)
+
+
+def dag_outcomes(client: PrometheusClient, since: float, settled: float, scope: Scope,
+                 life: str) -> tuple[dict[tuple[int, int], int], str | None]:
+    """{(job id, DAG id): status} of the DAGs the scheduler showed from ``since`` to
+    ``settled`` (its first scrape after a session's stop: a DAG that ended just before the
+    stop is first scraped after it), of its life ``life`` only (a restarted scheduler's DAGs
+    reuse the ids); and the warning for DAGs it forgot before a scrape saw them, if any."""
+    window = max(int(settled - since) + 1, 1)
+    seen: dict[tuple[int, int], int] = {}
+    for series in client.query(f"last_over_time({scope.of(DAG_STATUS.name)}[{window}s])",
+                               settled):
+        if life and series.labels.get(SCHEDULER_START, life) != life:
+            continue
+        seen[int(series.labels["job_id"]), int(series.labels["dag_id"])] = int(
+            series.values[-1])
+    lost = unscraped_note(client.query(
+        f"{scope.of(DAGS_UNSCRAPED.name)}[{window + int(SCRAPE_GAP)}s]", settled),
+        round(since * 1000), round(settled * 1000))
+    return seen, lost

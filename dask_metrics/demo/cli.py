@@ -25,7 +25,8 @@ from dask_metrics.collector.errors import (
     UsageError,
     raise_on_termination,
 )
-from dask_metrics.collector.monitor import SESSION_TABLES, Monitor
+from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.monitor_results import SESSION_TABLES
 from dask_metrics.configfile import parse_bytes
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
