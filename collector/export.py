@@ -72,17 +72,9 @@ from dask_metrics.collector.ranges import (
     check_range,
     check_step,
 )
-from dask_metrics.collector.series import (
-    Samples,
-    Series,
-    Timeline,
-    WorkerInfo,
-    WorkerTable,
-    by_metric,
-    joined_by_metric,
-    worker_table,
-)
+from dask_metrics.collector.series import Samples, Series, Timeline, WorkerInfo, by_metric
 from dask_metrics.collector.staging import files_written, staged
+from dask_metrics.collector.tables import WorkerTable, joined_by_metric, worker_table
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
 from dask_metrics.contract import (

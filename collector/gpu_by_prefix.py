@@ -30,7 +30,8 @@ from operator import sub
 from typing import Any
 
 from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
-from dask_metrics.collector.series import Samples, Series, WorkerInfo, gpu_series, id_key, join
+from dask_metrics.collector.series import Samples, Series, WorkerInfo, id_key, join
+from dask_metrics.collector.tables import gpu_series
 from dask_metrics.contract import (
     BUSY,
     DAG_ID,

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from dask_metrics.collector.columns import Column
 from dask_metrics.collector.lifetimes import plain
-from dask_metrics.collector.series import GpuTable, WorkerInfo, WorkerTable
+from dask_metrics.collector.series import WorkerInfo
+from dask_metrics.collector.tables import GpuTable, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, SEED_KEYS, TIDY_KEYS
 

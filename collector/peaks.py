@@ -51,7 +51,8 @@ from dask_metrics.collector.lifetimes import job_order, life, plain
 from dask_metrics.collector.peaktime import Cover, cover, dated_readings, reaches, upper_bound
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
-from dask_metrics.collector.series import Series, Timeline, gpu_series, join
+from dask_metrics.collector.series import Series, Timeline, join
+from dask_metrics.collector.tables import gpu_series
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.contract import REPLICA_LABELS
 

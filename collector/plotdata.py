@@ -19,7 +19,7 @@ from typing import Any
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.lifetimes import life_at, qualify
-from dask_metrics.collector.series import WorkerTable
+from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, parse_rfc3339
 from dask_metrics.contract import JOBS_CSV
 

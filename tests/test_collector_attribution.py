@@ -28,14 +28,8 @@ from dask_metrics.collector.gpu_by_prefix import (
     seen_by,
 )
 from dask_metrics.collector.layouts import seed_lines, tidy_lines
-from dask_metrics.collector.series import (
-    Series,
-    WorkerInfo,
-    as_of,
-    cluster_timeline,
-    joined_by_metric,
-    worker_table,
-)
+from dask_metrics.collector.series import Series, WorkerInfo, cluster_timeline
+from dask_metrics.collector.tables import as_of, joined_by_metric, worker_table
 from dask_metrics.collector.worker_runs import worker_timeline
 from dask_metrics.contract import (
     ACTIVITY_COLUMNS,

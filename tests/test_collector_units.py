@@ -61,8 +61,8 @@ from dask_metrics.collector.series import (
     plan_step_chunks,
     select_workers,
     worker_inventory,
-    worker_table,
 )
+from dask_metrics.collector.tables import worker_table
 from dask_metrics.collector.timespec import (
     MONITOR,
     format_duration,

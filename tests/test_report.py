@@ -35,7 +35,8 @@ from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
-from dask_metrics.collector.series import GpuTable, Series, Timeline, WorkerInfo, WorkerTable
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.tables import GpuTable, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.collector.worker_runs import span_timeline, worker_spans, worker_timeline
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV

@@ -37,7 +37,7 @@ from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
-from dask_metrics.collector.series import Series, Timeline, WorkerInfo, WorkerTable
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.session_window import (
     SCRAPE_GAP,
     last_session,
@@ -45,6 +45,7 @@ from dask_metrics.collector.session_window import (
     window,
 )
 from dask_metrics.collector.staging import fixed_names, staged, write_text
+from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import MONITOR, format_rfc3339, parse_when, to_ms
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 

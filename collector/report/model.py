@@ -30,15 +30,8 @@ from dask_metrics.collector.report.usage import (
     gpu_usage,
     total,
 )
-from dask_metrics.collector.series import (
-    NOTHING_RAN,
-    Series,
-    Timeline,
-    WorkerInfo,
-    WorkerTable,
-    gpu_series,
-    id_key,
-)
+from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerInfo, id_key
+from dask_metrics.collector.tables import WorkerTable, gpu_series
 from dask_metrics.collector.timespec import format_rfc3339
 
 REPORT_VERSION = 3  # 3: a title in words, the headline figures, a baseline

@@ -33,7 +33,8 @@ from itertools import pairwise, repeat
 from operator import sub
 from typing import NamedTuple, TypeVar
 
-from dask_metrics.collector.series import Samples, Timeline, WorkerTable
+from dask_metrics.collector.series import Samples, Timeline
+from dask_metrics.collector.tables import WorkerTable
 
 IDLE_PERCENT = 5.0
 """Utilisation (%) below which a GPU counts as idle."""
