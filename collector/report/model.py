@@ -8,7 +8,6 @@ optional "where the time went" rows into the report's dict.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -18,6 +17,14 @@ from dask_metrics.collector.columns import select
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
 from dask_metrics.collector.peaks import Peak, peaks_over, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
+from dask_metrics.collector.report.figures import (
+    PEAK_KEYS,
+    device_key,
+    held_bytes,
+    num,
+    peak_entry,
+    use_entry,
+)
 from dask_metrics.collector.report.headline import headline, title_words
 from dask_metrics.collector.report.usage import (
     EDGE_COUNTERS,
@@ -35,7 +42,6 @@ from dask_metrics.collector.tables import WorkerTable, gpu_series
 from dask_metrics.collector.timespec import format_rfc3339
 
 REPORT_VERSION = 3  # 3: a title in words, the headline figures, a baseline
-JOULES_PER_KWH = 3.6e6
 DAG_SEPARATOR = "/"  # job "3", DAG "1" -> "3/1": gpu_peaks grouped by DAG
 
 
@@ -116,166 +122,6 @@ class Gatherer:
 # ---- numbers for JSON ------------------------------------------------------------------------
 
 
-def _num(value: float | None, digits: int = 3) -> float | int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    rounded = round(float(value), digits)
-    return int(rounded) if rounded.is_integer() else rounded
-
-
-def _time(ms: int | None) -> str | None:
-    return None if ms is None else format_rfc3339(ms)
-
-
-PEAK_KEYS = ("worker", "gpu", "uuid", "peak_bytes", "capacity_bytes", "peak_percent", "time",
-             "exact", "upper_bound_bytes", "caveat")
-
-
-def _peak(p: Peak) -> dict[str, Any]:
-    return {"worker": p.worker, "gpu": p.gpu, "uuid": p.uuid, "peak_bytes": _num(p.peak_bytes),
-            "capacity_bytes": _num(p.total_bytes), "peak_percent": p.peak_percent,
-            "time": format_rfc3339(p.time), "exact": p.exact,
-            "upper_bound_bytes": None if p.upper_bytes is None or math.isinf(p.upper_bytes)
-            else _num(p.upper_bytes), "caveat": p.caveat() or None}
-
-
-def _energy(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str, Any]:
-    """Energy of these GPU intervals; None (and a note saying why) where no GPU measured it.
-    ``metered``: some of these GPUs have an energy counter (then a missing figure is the
-    range's fault, not the GPUs')."""
-    measured = [u for u in usages if u.energy_intervals]
-    if not measured:
-        note = ("not measured: no two energy readings of its GPUs fall within it (shorter "
-                "than a scrape interval)" if metered
-                else "not reported: these GPUs report no energy counter")
-        return {"energy_joules": None, "energy_kwh": None, "energy_note": note}
-    joules = sum(u.energy for u in measured)
-    note = None
-    if len(measured) < gpus:
-        note = (f"{len(measured)} of {gpus} GPU(s) report energy: the others are not "
-                "included (a lower bound)")
-    return {"energy_joules": _num(joules, 1), "energy_kwh": _num(joules / JOULES_PER_KWH, 6),
-            "energy_note": note}
-
-
-def device_key(worker: str, gpu: str, uuid: str) -> str:
-    """Which physical GPU (or MIG instance) a worker's GPU is: its UUID, else the worker's
-    own GPU (no UUID to match another worker's by)."""
-    return uuid or f"{worker}/{gpu}"
-
-
-# Usage's sums: of one device seen by several workers, the largest view of each is kept.
-_SUMMED = ("seconds", "busy", "idle", "energy", "energy_intervals", "sm_active", "sm_measured",
-           "tensor_active", "tensor_measured")
-
-
-def by_device(usages: Mapping[tuple[str, str, str], Usage]
-              ) -> tuple[dict[str, Usage], dict[str, list[str]]]:
-    """{uuid: Usage} and {uuid: workers} of the GPUs that more than one worker saw.
-
-    One GPU is one GPU: two workers whose exporters see the same device (same UUID, or the
-    same MIG instance) each report the whole device's busy time and energy, so their sums
-    would count it twice. Each figure is the largest of the workers' views: the device's
-    use over the longest of their stretches (a lower bound where their stretches differ;
-    the report says which GPUs were shared)."""
-    groups: dict[str, list[tuple[str, Usage]]] = {}
-    for (worker, gpu, uuid), u in usages.items():
-        groups.setdefault(device_key(worker, gpu, uuid), []).append((worker, u))
-    merged: dict[str, Usage] = {}
-    shared: dict[str, list[str]] = {}
-    for device, seen in groups.items():
-        if len(seen) == 1:
-            merged[device] = seen[0][1]
-            continue
-        views = [u for _, u in seen]
-        merged[device] = Usage(
-            **{f: max(getattr(u, f) for u in views) for f in _SUMMED},
-            first=min((u.first for u in views if u.first is not None), default=None),
-            last=max((u.last for u in views if u.last is not None), default=None),
-            rmm_used=max((u.rmm_used for u in views if u.rmm_used is not None), default=None),
-            rmm_pool=max((u.rmm_pool for u in views if u.rmm_pool is not None), default=None))
-        shared[device] = sorted({w for w, _ in seen})
-    return merged, shared
-
-
-def _activity(whole: Usage) -> dict[str, Any]:
-    """Mean SM and tensor activity over the time GPM measured them (None: no GPM), and the
-    share of the GPU seconds that time covers."""
-    def mean(active: float, measured: float) -> float | int | None:
-        return _num(active / measured * 100, 2) if measured else None
-
-    return {"mean_sm_active_percent": mean(whole.sm_active, whole.sm_measured),
-            "mean_tensor_active_percent": mean(whole.tensor_active, whole.tensor_measured),
-            "activity_measured_seconds": _num(whole.sm_measured) if whole.sm_measured
-            else None}
-
-
-def _rmm(usages: Mapping[tuple[str, str, str], Usage], tracked: frozenset[str]
-         ) -> dict[str, Any]:
-    """The largest RMM use and pool of these GPUs' workers (sampled at heartbeats, so the
-    peak in use is a lower bound), and a note on what they can and cannot say. ``tracked``:
-    the workers whose RMM use Dask saw above 0 at some point of the session (so their pools
-    track allocations)."""
-    used = max((u.rmm_used for u in usages.values() if u.rmm_used is not None), default=None)
-    pool = max((u.rmm_pool for u in usages.values() if u.rmm_pool is not None), default=None)
-    note = None
-    if pool and not used:
-        pooled = {w for (w, _, _), u in usages.items() if u.rmm_pool}
-        note = ("no bytes in use in the RMM pool while it ran: it allocated nothing through "
-                "RMM (the same workers' pools show other use, so they track allocations)"
-                if pooled <= tracked else
-                "no bytes in use in the RMM pool while it ran: either it allocated nothing "
-                "through RMM, or the pool does not track allocations (dask-cuda "
-                "--rmm-track-allocations), so what it held in the pool is unknown")
-    elif used:
-        note = ("sampled at the workers' heartbeats as the scheduler's scrapes saw them: "
-                "the true peak may be higher")
-    return {"peak_rmm_used_bytes": _num(used), "rmm_pool_bytes": _num(pool), "rmm_note": note}
-
-
-def _held(entry: Mapping[str, Any], tracked: frozenset[str]) -> float | int | None:
-    """What a job on RMM pools held at most: per GPU, its worker's peak RMM use plus what
-    NVML saw outside the pool at the GPU's peak (CUDA context, other allocators), NVML's
-    peak where the worker has no pool that tracks allocations; the largest over the job's
-    GPUs. NVML alone counts a whole pool as used. None where no GPU of the job had a
-    tracked pool."""
-    rmm = {(g["worker"], g["gpu"]): (g["peak_rmm_used_bytes"], g["rmm_pool_bytes"])
-           for g in entry["per_gpu"]}
-    held, known = [], False
-    for p in entry["peaks"]:
-        if p["peak_bytes"] is None:
-            continue
-        used, pool = rmm.get((p["worker"], p["gpu"]), (None, None))
-        if pool and (used or p["worker"] in tracked):
-            known = True
-            held.append((used or 0) + max(0.0, p["peak_bytes"] - pool))
-        else:
-            held.append(p["peak_bytes"])
-    return _num(max(held)) if known else None
-
-
-def _use(usages: Mapping[tuple[str, str, str], Usage],
-         metered: frozenset[tuple[str, str, str]] = frozenset(),
-         tracked: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
-    (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``);
-    ``metered``: the (worker, gpu, uuid) with an energy counter; ``tracked``: the workers
-    whose RMM pools track allocations."""
-    devices, shared = by_device(usages)
-    whole = total(devices)
-    mean = whole.busy / whole.seconds * 100 if whole.seconds else None
-    return {"gpus_used": len(devices), "gpu_seconds": _num(whole.seconds),
-            "busy_seconds": _num(whole.busy), "mean_utilization_percent": _num(mean, 2),
-            **_activity(whole), **_rmm(usages, tracked),
-            "idle_gpu_seconds": _num(whole.idle),
-            **_energy(list(devices.values()), len(devices), not metered.isdisjoint(usages)),
-            "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
-            "seen_first": _time(whole.first), "seen_last": _time(whole.last)}
-
-
-# ---- jobs.csv rows (the export's, from the provenance branch) -------------------------------
-
-
 def _status(statuses: Iterable[str]) -> str:
     """A job's outcome from its DAGs': erred if one erred, finished if all did."""
     found = [s for s in statuses if s] or ["unknown"]
@@ -309,7 +155,7 @@ def _wall(rows: Sequence[Mapping[str, str]], use: Mapping[str, Any]) -> dict[str
     else:
         return {"wall_seconds": None, "start": None, "end": None, "wall_source": None}
     assert begin is not None and end is not None
-    return {"wall_seconds": _num(end - begin), "start": format_rfc3339(round(begin * 1000)),
+    return {"wall_seconds": num(end - begin), "start": format_rfc3339(round(begin * 1000)),
             "end": format_rfc3339(round(end * 1000)), "wall_source": source}
 
 
@@ -323,7 +169,7 @@ def _gpus(facts: WorkerFacts, labels: Mapping[tuple[str, str, str], Mapping[str,
     for gpu, uuid in facts.info.gpus:
         info = labels.get((facts.info.name, gpu, uuid), {})
         out.append({"gpu": gpu, "uuid": uuid, "model": info.get("name") or None,
-                    "capacity_bytes": _num(capacity.get((gpu, uuid))),
+                    "capacity_bytes": num(capacity.get((gpu, uuid))),
                     "simulated": info.get("simulated") == "true"})
     return out
 
@@ -394,7 +240,7 @@ def _session_use(facts: Sequence[WorkerFacts]) -> dict[str, Any]:
         for (_, _, gpu, uuid), u in f.usage.items():
             merged.setdefault((f.info.name, gpu, uuid), Usage()).add(u)
     metered = frozenset((f.info.name, *g) for f in facts for g in f.metered)
-    return _use(merged, metered, rmm_tracked(facts))
+    return use_entry(merged, metered, rmm_tracked(facts))
 
 
 def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
@@ -410,9 +256,9 @@ def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
             seen.add(key)
             mine = {k: u for k, u in f.usage.items() if (k[2], k[3]) == (p.gpu, p.uuid)}
             whole = total(mine)
-            out.append({**_peak(p), "gpu_seconds": _num(whole.seconds),
+            out.append({**peak_entry(p), "gpu_seconds": num(whole.seconds),
                         "mean_utilization_percent":
-                        _num(whole.busy / whole.seconds * 100, 2) if whole.seconds else None,
+                        num(whole.busy / whole.seconds * 100, 2) if whole.seconds else None,
                         "job": plain(p.job) or None, "job_label": _label(p.job, ())})
     return out
 
@@ -464,24 +310,24 @@ def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
         for d in mine:
             for key, u in usage.get((job, d), {}).items():
                 merged.setdefault(key, Usage()).add(u)
-        use = _use(merged, metered, tracked)
+        use = use_entry(merged, metered, tracked)
         entry = {"job": plain(job), "scheduler_start": life(job) or None,
                  "job_label": _label(job, keys),
                  "job_name": next((r.get("job_name") for r in job_rows
                                    if r.get("job_name")), None),
                  "status": _status(r.get("status", "") for r in job_rows) if job_rows
                  else "unknown", **_wall(job_rows, use), **use,
-                 "peaks": [_peak(p) for p in job_peaks if p.job == job],
+                 "peaks": [peak_entry(p) for p in job_peaks if p.job == job],
                  "per_gpu": [{"worker": w, "gpu": g, "uuid": u,
-                              **_use({(w, g, u): one}, metered, tracked)}
+                              **use_entry({(w, g, u): one}, metered, tracked)}
                              for (w, g, u), one in merged.items()]}
         entry["peak"] = max(entry["peaks"], key=lambda p: p["peak_bytes"] or 0, default=None)
-        entry["peak_held_bytes"] = _held(entry, tracked)
+        entry["peak_held_bytes"] = held_bytes(entry, tracked)
         entry["dags"] = []
         for d in mine:
             row = by_dag_rows.get((job, d))
-            dag_use = _use(usage.get((job, d), {}), metered, tracked)
-            peaks = [_peak(p) for p in dag_peaks if p.job == f"{job}{DAG_SEPARATOR}{d}"]
+            dag_use = use_entry(usage.get((job, d), {}), metered, tracked)
+            peaks = [peak_entry(p) for p in dag_peaks if p.job == f"{job}{DAG_SEPARATOR}{d}"]
             entry["dags"].append({
                 "dag": d, "status": (row or {}).get("status") or "unknown",
                 **_wall([row] if row else [], dag_use), **dag_use, "peaks": peaks,

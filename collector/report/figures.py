@@ -1,0 +1,178 @@
+"""The report's figures of GPU use (pure): numbers rounded for JSON, a peak's keys, energy
+with its note, one GPU counted once across the workers that see it, SM and tensor
+activity, RMM, and the use of a set of GPUs as report.json writes it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dask_metrics.collector.peaks import Peak
+from dask_metrics.collector.report.usage import (
+    Usage,
+    total,
+)
+from dask_metrics.collector.timespec import format_rfc3339
+
+JOULES_PER_KWH = 3.6e6
+
+
+def num(value: float | None, digits: int = 3) -> float | int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    rounded = round(float(value), digits)
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def rfc3339(ms: int | None) -> str | None:
+    return None if ms is None else format_rfc3339(ms)
+
+
+PEAK_KEYS = ("worker", "gpu", "uuid", "peak_bytes", "capacity_bytes", "peak_percent", "time",
+             "exact", "upper_bound_bytes", "caveat")
+
+
+def peak_entry(p: Peak) -> dict[str, Any]:
+    return {"worker": p.worker, "gpu": p.gpu, "uuid": p.uuid, "peak_bytes": num(p.peak_bytes),
+            "capacity_bytes": num(p.total_bytes), "peak_percent": p.peak_percent,
+            "time": format_rfc3339(p.time), "exact": p.exact,
+            "upper_bound_bytes": None if p.upper_bytes is None or math.isinf(p.upper_bytes)
+            else num(p.upper_bytes), "caveat": p.caveat() or None}
+
+
+def energy_entry(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str, Any]:
+    """Energy of these GPU intervals; None (and a note saying why) where no GPU measured it.
+    ``metered``: some of these GPUs have an energy counter (then a missing figure is the
+    range's fault, not the GPUs')."""
+    measured = [u for u in usages if u.energy_intervals]
+    if not measured:
+        note = ("not measured: no two energy readings of its GPUs fall within it (shorter "
+                "than a scrape interval)" if metered
+                else "not reported: these GPUs report no energy counter")
+        return {"energy_joules": None, "energy_kwh": None, "energy_note": note}
+    joules = sum(u.energy for u in measured)
+    note = None
+    if len(measured) < gpus:
+        note = (f"{len(measured)} of {gpus} GPU(s) report energy: the others are not "
+                "included (a lower bound)")
+    return {"energy_joules": num(joules, 1), "energy_kwh": num(joules / JOULES_PER_KWH, 6),
+            "energy_note": note}
+
+
+def device_key(worker: str, gpu: str, uuid: str) -> str:
+    """Which physical GPU (or MIG instance) a worker's GPU is: its UUID, else the worker's
+    own GPU (no UUID to match another worker's by)."""
+    return uuid or f"{worker}/{gpu}"
+
+
+# Usage's sums: of one device seen by several workers, the largest view of each is kept.
+_SUMMED = ("seconds", "busy", "idle", "energy", "energy_intervals", "sm_active", "sm_measured",
+           "tensor_active", "tensor_measured")
+
+
+def by_device(usages: Mapping[tuple[str, str, str], Usage]
+              ) -> tuple[dict[str, Usage], dict[str, list[str]]]:
+    """{uuid: Usage} and {uuid: workers} of the GPUs that more than one worker saw.
+
+    One GPU is one GPU: two workers whose exporters see the same device (same UUID, or the
+    same MIG instance) each report the whole device's busy time and energy, so their sums
+    would count it twice. Each figure is the largest of the workers' views: the device's
+    use over the longest of their stretches (a lower bound where their stretches differ;
+    the report says which GPUs were shared)."""
+    groups: dict[str, list[tuple[str, Usage]]] = {}
+    for (worker, gpu, uuid), u in usages.items():
+        groups.setdefault(device_key(worker, gpu, uuid), []).append((worker, u))
+    merged: dict[str, Usage] = {}
+    shared: dict[str, list[str]] = {}
+    for device, seen in groups.items():
+        if len(seen) == 1:
+            merged[device] = seen[0][1]
+            continue
+        views = [u for _, u in seen]
+        merged[device] = Usage(
+            **{f: max(getattr(u, f) for u in views) for f in _SUMMED},
+            first=min((u.first for u in views if u.first is not None), default=None),
+            last=max((u.last for u in views if u.last is not None), default=None),
+            rmm_used=max((u.rmm_used for u in views if u.rmm_used is not None), default=None),
+            rmm_pool=max((u.rmm_pool for u in views if u.rmm_pool is not None), default=None))
+        shared[device] = sorted({w for w, _ in seen})
+    return merged, shared
+
+
+def activity_entry(whole: Usage) -> dict[str, Any]:
+    """Mean SM and tensor activity over the time GPM measured them (None: no GPM), and the
+    share of the GPU seconds that time covers."""
+    def mean(active: float, measured: float) -> float | int | None:
+        return num(active / measured * 100, 2) if measured else None
+
+    return {"mean_sm_active_percent": mean(whole.sm_active, whole.sm_measured),
+            "mean_tensor_active_percent": mean(whole.tensor_active, whole.tensor_measured),
+            "activity_measured_seconds": num(whole.sm_measured) if whole.sm_measured
+            else None}
+
+
+def rmm_entry(usages: Mapping[tuple[str, str, str], Usage], tracked: frozenset[str]
+         ) -> dict[str, Any]:
+    """The largest RMM use and pool of these GPUs' workers (sampled at heartbeats, so the
+    peak in use is a lower bound), and a note on what they can and cannot say. ``tracked``:
+    the workers whose RMM use Dask saw above 0 at some point of the session (so their pools
+    track allocations)."""
+    used = max((u.rmm_used for u in usages.values() if u.rmm_used is not None), default=None)
+    pool = max((u.rmm_pool for u in usages.values() if u.rmm_pool is not None), default=None)
+    note = None
+    if pool and not used:
+        pooled = {w for (w, _, _), u in usages.items() if u.rmm_pool}
+        note = ("no bytes in use in the RMM pool while it ran: it allocated nothing through "
+                "RMM (the same workers' pools show other use, so they track allocations)"
+                if pooled <= tracked else
+                "no bytes in use in the RMM pool while it ran: either it allocated nothing "
+                "through RMM, or the pool does not track allocations (dask-cuda "
+                "--rmm-track-allocations), so what it held in the pool is unknown")
+    elif used:
+        note = ("sampled at the workers' heartbeats as the scheduler's scrapes saw them: "
+                "the true peak may be higher")
+    return {"peak_rmm_used_bytes": num(used), "rmm_pool_bytes": num(pool), "rmm_note": note}
+
+
+def held_bytes(entry: Mapping[str, Any], tracked: frozenset[str]) -> float | int | None:
+    """What a job on RMM pools held at most: per GPU, its worker's peak RMM use plus what
+    NVML saw outside the pool at the GPU's peak (CUDA context, other allocators), NVML's
+    peak where the worker has no pool that tracks allocations; the largest over the job's
+    GPUs. NVML alone counts a whole pool as used. None where no GPU of the job had a
+    tracked pool."""
+    rmm = {(g["worker"], g["gpu"]): (g["peak_rmm_used_bytes"], g["rmm_pool_bytes"])
+           for g in entry["per_gpu"]}
+    held, known = [], False
+    for p in entry["peaks"]:
+        if p["peak_bytes"] is None:
+            continue
+        used, pool = rmm.get((p["worker"], p["gpu"]), (None, None))
+        if pool and (used or p["worker"] in tracked):
+            known = True
+            held.append((used or 0) + max(0.0, p["peak_bytes"] - pool))
+        else:
+            held.append(p["peak_bytes"])
+    return num(max(held)) if known else None
+
+
+def use_entry(usages: Mapping[tuple[str, str, str], Usage],
+         metered: frozenset[tuple[str, str, str]] = frozenset(),
+         tracked: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
+    (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``);
+    ``metered``: the (worker, gpu, uuid) with an energy counter; ``tracked``: the workers
+    whose RMM pools track allocations."""
+    devices, shared = by_device(usages)
+    whole = total(devices)
+    mean = whole.busy / whole.seconds * 100 if whole.seconds else None
+    return {"gpus_used": len(devices), "gpu_seconds": num(whole.seconds),
+            "busy_seconds": num(whole.busy), "mean_utilization_percent": num(mean, 2),
+            **activity_entry(whole), **rmm_entry(usages, tracked),
+            "idle_gpu_seconds": num(whole.idle),
+            **energy_entry(list(devices.values()), len(devices), not metered.isdisjoint(usages)),
+            "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
+            "seen_first": rfc3339(whole.first), "seen_last": rfc3339(whole.last)}
+
+
+# ---- jobs.csv rows (the export's, from the provenance branch) -------------------------------
