@@ -40,7 +40,8 @@ from dask_metrics.collector.errors import (
 )
 from dask_metrics.collector.export import export
 from dask_metrics.collector.fetch import Scope
-from dask_metrics.collector.peaks import caveats, format_table, peaks
+from dask_metrics.collector.peak_table import caveats, format_table
+from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.plot import PLOT_METRICS, plot_export, require_matplotlib
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import check_range

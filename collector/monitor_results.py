@@ -21,7 +21,8 @@ from dask_metrics.collector.export import (
     read_gpu_by_prefix,
 )
 from dask_metrics.collector.fetch import Scope
-from dask_metrics.collector.peaks import caveats, peaks
+from dask_metrics.collector.peak_table import caveats
+from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report

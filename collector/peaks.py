@@ -127,7 +127,7 @@ class Peak:
                     "was down, or the peak window is shorter than the scrape interval): the "
                     "peak there is unknown")
         return (f"a larger value sampled just outside the range shares a peak window with "
-                f"part of it: the peak may be up to {_bytes(self.upper_bytes)}")
+                f"part of it: the peak may be up to {gib_text(self.upper_bytes)}")
 
     def to_json(self) -> dict[str, Any]:
         return {"worker": self.worker, "gpu": _json_id(self.gpu), "uuid": self.uuid,
@@ -399,41 +399,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     return found
 
 
-def _bytes(value: float | None) -> str:
+def gib_text(value: float | None) -> str:
     if value is None:
         return ""
     return "unknown" if math.isnan(value) else f"{value / 2**30:.2f} GiB"
-
-
-def _peak_cell(p: Peak) -> str:
-    """The peak as a table shows it: ``>= 2.00 GiB`` where it is a lower bound, ``<= ...``
-    where nothing inside the range was sampled (see Peak.caveat)."""
-    if p.exact is not False or math.isnan(p.peak_bytes):
-        return _bytes(p.peak_bytes)
-    return ("<= " if p.upper_bytes == p.peak_bytes else ">= ") + _bytes(p.peak_bytes)
-
-
-def caveats(found: Iterable[Peak]) -> list[str]:
-    """One line per reason some peaks are only bounds, naming their GPUs: for stderr and
-    warnings (the table marks them, the JSON says ``exact``)."""
-    by_reason: dict[str, list[str]] = {}
-    for p in found:
-        if reason := p.caveat():
-            by_reason.setdefault(reason, []).append(f"{p.worker} GPU {p.gpu}")
-    lines = []
-    for reason, gpus in by_reason.items():
-        named = ", ".join(gpus[:5]) + (f" and {len(gpus) - 5} more" if len(gpus) > 5 else "")
-        lines.append(f"peak of {named}: {reason}")
-    return lines
-
-
-def format_table(found: Sequence[Peak]) -> str:
-    """A plain aligned table for a terminal; ``during``: the job (and DAG) by name."""
-    header = ["worker", "gpu", "uuid", "peak", "total", "peak %", "time", "during"]
-    lines = [header] + [
-        [p.worker, p.gpu, p.uuid, _peak_cell(p), _bytes(p.total_bytes),
-         "" if p.peak_percent is None else f"{p.peak_percent:.2f}", format_rfc3339(p.time),
-         p.phase] for p in found]
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in lines)

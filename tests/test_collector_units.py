@@ -42,7 +42,8 @@ from dask_metrics.collector.layouts import (
     tidy_lines,
     workers_rows,
 )
-from dask_metrics.collector.peaks import format_table, gpu_peaks
+from dask_metrics.collector.peak_table import format_table
+from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.promapi import decode
 from dask_metrics.collector.ranges import check_step
 from dask_metrics.collector.redaction import redact_url, split_credentials
