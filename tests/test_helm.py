@@ -51,21 +51,27 @@ def chart() -> Iterator[Any]:
         yield c
 
 
-def render(chart: Any, values: dict[str, Any] | None = None, *, crds: bool = False,
-           api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Every manifest the chart renders, parsed. ``crds``: as if the cluster served the
-    Prometheus Operator's API (``helm template --api-versions monitoring.coreos.com/v1``).
+def rendered(chart: Any, values: dict[str, Any] | None, api_versions: list[str]
+             ) -> dict[str, str]:
+    """{template path: text} as `helm template --api-versions ...` renders them.
 
-    Chart.render() has no api_versions option, but the library's helm_render takes the same
-    options JSON as `helm template` (name, namespace, kube_version, api_versions), so this
-    calls it directly.
-    """
+    Chart.render() has no api_versions option (the chart renders its Prometheus Operator
+    objects only where the cluster serves that API), but the library's helm_render takes
+    the same options JSON as `helm template` (name, namespace, kube_version, api_versions):
+    the one call of the library's native layer, here."""
     from helm_python import _native
 
     options = {"name": RELEASE, "namespace": NAMESPACE, "kube_version": "v1.30.0",
-               "api_versions": [*api_versions, *([MONITORING] if crds else [])]}
-    out = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values or {}),
-                                         json.dumps(options)))
+               "api_versions": api_versions}
+    return json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values or {}),
+                                          json.dumps(options)))
+
+
+def render(chart: Any, values: dict[str, Any] | None = None, *, crds: bool = False,
+           api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every manifest the chart renders, parsed. ``crds``: as if the cluster served the
+    Prometheus Operator's API (``helm template --api-versions monitoring.coreos.com/v1``)."""
+    out = rendered(chart, values, [*api_versions, *([MONITORING] if crds else [])])
     docs = []
     for path, text in sorted(out.items()):
         if path.endswith("NOTES.txt"):
@@ -75,12 +81,7 @@ def render(chart: Any, values: dict[str, Any] | None = None, *, crds: bool = Fal
 
 
 def notes(chart: Any, values: dict[str, Any] | None = None, crds: bool = False) -> str:
-    from helm_python import _native
-
-    options = {"name": RELEASE, "namespace": NAMESPACE,
-               "api_versions": [MONITORING] if crds else []}
-    out = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values or {}),
-                                         json.dumps(options)))
+    out = rendered(chart, values, [MONITORING] if crds else [])
     return next(v for k, v in out.items() if k.endswith("NOTES.txt"))
 
 
