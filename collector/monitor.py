@@ -34,6 +34,7 @@ from dask_metrics.contract import (
     DagStatus,
     Handler,
 )
+from dask_metrics.values import finite_number
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
 STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
@@ -344,11 +345,9 @@ def user_name() -> str:
 
 
 def _seconds(value: Any, name: str) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not seconds >= 0:  # also NaN
+    """0 or more seconds; ``math.inf`` (no limit) too."""
+    seconds = math.inf if value == math.inf else finite_number(value)
+    if seconds is None or not seconds >= 0:
         raise MonitorUsageError(f"{name} must be 0 or more seconds (got {value!r})")
     return seconds
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from dask_metrics.configfile import ConfigError, parse_bytes
 from dask_metrics.contract import CLUSTER_ENV
+from dask_metrics.values import finite_number, truth, whole_number
 
 ENV_PREFIX = "DASK_METRICS_EXPORTER_"
 DEFAULT_PORT = 9446  # clear of Dask (8786/8787), node_exporter (9100), dcgm-exporter (9400)
@@ -35,15 +36,9 @@ DEFAULT_CONNECTION_TIMEOUT = 10.0
 
 def _seconds(high: float) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
-        problem = f"must be a positive number of seconds, at most {high:g}"
-        if isinstance(value, bool):  # YAML's true is no number of seconds (float() says 1)
-            raise ValueError(problem)
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(problem) from None
-        if not 0 < number <= high:  # also refuses nan and inf
-            raise ValueError(problem)
+        number = finite_number(value)
+        if number is None or not 0 < number <= high:
+            raise ValueError(f"must be a positive number of seconds, at most {high:g}")
         return number
     return parse
 
@@ -53,10 +48,9 @@ _positive_float = _seconds(MAX_INTERVAL)
 
 def _int_between(low: int, high: int) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            raise ValueError(f"must be a whole number {low}-{high}") from None
+        number = whole_number(value)
+        if number is None:
+            raise ValueError(f"must be a whole number {low}-{high}")
         if not low <= number <= high:
             raise ValueError(f"must be {low}-{high}")
         return number
@@ -98,14 +92,10 @@ def _pids(value: Any) -> tuple[int, ...]:
 
 
 def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("must be true or false")
+    found = truth(value)
+    if found is None:
+        raise ValueError("must be true or false")
+    return found
 
 
 def parse_listen(value: Any) -> tuple[str, int]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from dask_metrics.contract import Handler
 from dask_metrics.exporter.job_tracker import JobTracker, MonitorSession, SessionError
+from dask_metrics.values import finite_number
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +188,6 @@ def _whole(value: Any) -> bool:
 
 
 def _seconds(value: Any) -> bool:
-    """A finite, non-negative number of seconds (not a bool)."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0)
+    """A finite, non-negative number of seconds (a number, not a bool or a string)."""
+    number = finite_number(value, text=False)
+    return number is not None and number >= 0

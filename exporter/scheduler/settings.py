@@ -14,6 +14,7 @@ from dask.utils import parse_timedelta
 
 from dask_metrics.exporter import cluster
 from dask_metrics.exporter.job_tracker import JobMode
+from dask_metrics.values import whole_number
 
 CONFIG_SECTION = "dask-metrics.scheduler"
 
@@ -62,7 +63,7 @@ class Settings:
             return result
 
         def count(low: int, high: int = 2**31) -> Any:
-            return lambda v: int(v) if low <= int(v) < high and float(v) == int(v) else None
+            return lambda v: n if (n := whole_number(v)) is not None and low <= n < high else None
 
         port = get("metrics-port")
         return cls(
