@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from dask_metrics.collector.peaks import Peak, gib_text
+from dask_metrics.collector.peak import Peak, gib_text
 from dask_metrics.collector.timespec import format_rfc3339
 
 

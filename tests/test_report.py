@@ -20,7 +20,7 @@ import pytest
 
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.export import export
-from dask_metrics.collector.peaks import Peak
+from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.plotdata import read_worker_file, trace_of_table
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.report.advice import (

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dask_metrics.collector.notebook import framed, monitor_html
-from dask_metrics.collector.peaks import Peak
+from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.report.advice import load_models
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
 from dask_metrics.collector.report.headline import duration_words, headline, title_words

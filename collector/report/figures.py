@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dask_metrics.collector.peaks import Peak
+from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.report.usage import (
     Usage,
     total,

@@ -15,7 +15,8 @@ from typing import Any
 
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
-from dask_metrics.collector.peaks import Peak, peaks_over, window_keywords
+from dask_metrics.collector.peak import Peak
+from dask_metrics.collector.peaks import peaks_over, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.figures import (
     PEAK_KEYS,
