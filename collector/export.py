@@ -15,21 +15,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import requests
 
 from dask_metrics import __version__
-from dask_metrics.collector.activities import activity_rows, increases
-from dask_metrics.collector.background import Background, gc_paused, prefetched
+from dask_metrics.collector.background import gc_paused, prefetched
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
     WHEN_PRESENT,
-    Column,
     is_default,
     select,
     source_metrics,
-    worker_metrics,
 )
 from dask_metrics.collector.discovery import (
     NoGpuSeries,
@@ -38,15 +35,11 @@ from dask_metrics.collector.discovery import (
 )
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.fetch import (
-    ATTRIBUTION_METRICS,
     Scope,
     data_span,
-    fetch_activities,
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
-    fetch_worker_series,
-    lookahead,
     prefix_workers,
     present,
 )
@@ -72,11 +65,12 @@ from dask_metrics.collector.ranges import (
     check_range,
     check_step,
 )
-from dask_metrics.collector.series import Samples, Series, Timeline, WorkerInfo, by_metric
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.staging import files_written, staged
-from dask_metrics.collector.tables import WorkerTable, joined_by_metric, worker_table
+from dask_metrics.collector.summaries import activity_table
+from dask_metrics.collector.tables import WorkerTable, worker_table
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
-from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
+from dask_metrics.collector.worker_fetch import WorkerData, fetch_worker
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
@@ -85,7 +79,6 @@ from dask_metrics.contract import (
     JOBS_COLUMNS,
     JOBS_CSV,
     REPLICA_LABELS,
-    WORKER_PREFIX_TASKS,
 )
 
 Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
@@ -107,49 +100,6 @@ class ExportResult:
 
 SUMMARIES = (ACTIVITIES_CSV, GPU_BY_PREFIX_CSV)
 """The per-job files of every export, beside the workers' files (export.json's "summaries")."""
-
-
-class WorkerData(NamedTuple):
-    """What one worker's part of an export reads from Prometheus."""
-
-    gpu: dict[str, list[Series]]  # the columns' series (raw, or on the --step grid)
-    ran: Timeline  # what it ran when (worker_runs)
-    resources: dict[str, Samples]  # the worker columns' series
-    prefixes: list[Series]  # dask_job_worker_prefix_tasks
-    attribution: dict[str, list[Series]]  # raw busy, energy and memory used
-
-
-def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
-                 timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
-                 age: int, scope: Scope, executed: bool, extra: Sequence[str] = ()
-                 ) -> WorkerData:
-    """One worker's series: its GPUs' columns and its scheduler series (tasks, the worker
-    columns', prefix tasks), one query each.
-
-    ``executed``: the worker has dask_job_worker_prefix_tasks series in the range
-    (``prefix_workers``); only then are they and gpu_by_prefix's raw counters read, the
-    counters not among the columns' in a third query sent at the same time as the columns'
-    (in a thread: the server answers both at once), raw also with ``step``. A worker without
-    them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
-    no more series. ``extra``: more series of the worker, raw, fetched with the columns'
-    (without ``step``)."""
-    metrics = source_metrics(columns) + [m for m in extra if step is None]
-    apart_metrics = ([m for m in ATTRIBUTION_METRICS if m not in metrics or step]
-                     if executed else [])
-    raw = Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
-                                                      age, scope),
-                      apart_metrics) if apart_metrics else None
-    gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
-    apart = raw.result() if raw is not None else {}
-    attribution = {m: source[m] for m in ATTRIBUTION_METRICS
-                   if m in (source := apart if m in apart_metrics else gpu)} if executed else {}
-    resources = worker_metrics(columns)
-    sched = [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if executed else [])]
-    found = within(by_metric(fetch_worker_series(client, worker, sched, lo - age,
-                                                 lookahead(hi, age), chunk, scope)), lo - age, hi)
-    return WorkerData(gpu, ran_timeline(found, timeline.times, hi, age),
-                      joined_by_metric({m: found[m] for m in resources if m in found}),
-                      found.get(WORKER_PREFIX_TASKS.name, []), attribution)
 
 
 def summary_lines(rows: Iterable[Mapping[str, Any]], header: Sequence[str]) -> Iterator[str]:
@@ -278,7 +228,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         writer.write(side / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
         writer.write(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
-            _activities(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
+            activity_table(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
         writer.write(side / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
                      summary_lines(prefix_rows(uses.result(), names_of_jobs),
                                    GPU_BY_PREFIX_COLUMNS))
@@ -322,52 +272,3 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                                            encoding="utf-8")
     return ExportResult(target, [w.name for w in chosen], files, rows_written, warnings,
                         scope.cluster, store.note, chosen)
-
-
-def _activities(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
-                scope: Scope, names: Mapping[str, str]) -> list[dict[str, Any]]:
-    return activity_rows(increases(fetch_activities(client, start, end, age, chunk, scope),
-                                   start), names)
-
-
-def _job_names(client: PrometheusClient, start: int, end: int, chunk: int, age: int,
-               scope: Scope) -> Mapping[str, str]:
-    """{job id: name} as jobs.csv names them."""
-    return JobNames.from_rows(fetch_jobs(client, start, end, chunk, age, scope)).names
-
-
-def read_activities(client: PrometheusClient, since: float, until: float, *,
-                    cluster: str | None = None, any_cluster: bool = False,
-                    replica_labels: Sequence[str] = REPLICA_LABELS,
-                    max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK
-                    ) -> list[dict[str, Any]]:
-    """activities.csv's rows for [since, until] (unix seconds), as dicts keyed by
-    ACTIVITY_COLUMNS (value a float); ``cluster`` None reads every cluster."""
-    check_range(since, until)
-    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
-    scope = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    return _activities(client, start, end, age, chunk_ms, scope,
-                       _job_names(client, start, end, chunk_ms, age, scope))
-
-
-def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
-                       cluster: str | None = None, any_cluster: bool = False,
-                       replica_labels: Sequence[str] = REPLICA_LABELS,
-                       max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK
-                       ) -> list[dict[str, Any]]:
-    """gpu_by_prefix.csv's rows for [since, until] (unix seconds), as dicts keyed by
-    GPU_BY_PREFIX_COLUMNS (numbers as floats, None where unknown); the cluster as for
-    ``find_workers``."""
-    check_range(since, until)
-    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
-    scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
-                                 any_cluster)
-    timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
-    executed = prefix_workers(client, start - age, end, chunk_ms, scope)
-    uses = PrefixUses(age, seen_by(chosen))
-    for info in chosen:
-        if info.name in executed:  # the others add nothing
-            data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
-                                age, scope, True)
-            uses.add_worker(timeline.times, data.prefixes, data.attribution)
-    return prefix_rows(uses.result(), _job_names(client, start, end, chunk_ms, age, scope))

@@ -14,18 +14,14 @@ from dask_metrics.collector import session_window
 from dask_metrics.collector.columns import NAMES
 from dask_metrics.collector.connection import ENV_URL, load_config, resolve
 from dask_metrics.collector.errors import MonitorError, MonitorUsageError
-from dask_metrics.collector.export import (
-    ExportResult,
-    export,
-    read_activities,
-    read_gpu_by_prefix,
-)
+from dask_metrics.collector.export import ExportResult, export
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.peak_table import caveats
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report
+from dask_metrics.collector.summaries import read_activities, read_gpu_by_prefix
 from dask_metrics.contract import DagStatus
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.export import read_activities, read_gpu_by_prefix
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+from dask_metrics.collector.summaries import read_activities, read_gpu_by_prefix
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,

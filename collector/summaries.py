@@ -1,0 +1,89 @@
+"""The per-job summaries an export writes beside the workers' files (activities.csv,
+gpu_by_prefix.csv), also read on their own (``read_activities``, ``read_gpu_by_prefix``:
+Monitor's ``activities()`` and ``gpu_by_prefix()``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dask_metrics.collector.activities import activity_rows, increases
+from dask_metrics.collector.discovery import (
+    find_workers,
+)
+from dask_metrics.collector.fetch import (
+    Scope,
+    fetch_activities,
+    fetch_cluster,
+    fetch_jobs,
+    prefix_workers,
+)
+from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
+from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.ranges import (
+    DEFAULT_CHUNK,
+    DEFAULT_MAX_AGE,
+    check_range,
+)
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.tables import WorkerTable
+from dask_metrics.collector.timespec import to_ms
+from dask_metrics.collector.worker_fetch import fetch_worker
+from dask_metrics.contract import (
+    REPLICA_LABELS,
+)
+
+Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
+"""Called with each worker's fetched series, activity and table as it is written: what the
+session report computes from the very data of the export."""
+
+
+def activity_table(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
+                   scope: Scope, names: Mapping[str, str]) -> list[dict[str, Any]]:
+    """activities.csv's rows of [start, end] (ms), jobs named by ``names``."""
+    return activity_rows(increases(fetch_activities(client, start, end, age, chunk, scope),
+                                   start), names)
+
+
+def job_names(client: PrometheusClient, start: int, end: int, chunk: int, age: int,
+              scope: Scope) -> Mapping[str, str]:
+    """{job id: name} as jobs.csv names them."""
+    return JobNames.from_rows(fetch_jobs(client, start, end, chunk, age, scope)).names
+
+
+def read_activities(client: PrometheusClient, since: float, until: float, *,
+                    cluster: str | None = None, any_cluster: bool = False,
+                    replica_labels: Sequence[str] = REPLICA_LABELS,
+                    max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK
+                    ) -> list[dict[str, Any]]:
+    """activities.csv's rows for [since, until] (unix seconds), as dicts keyed by
+    ACTIVITY_COLUMNS (value a float); ``cluster`` None reads every cluster."""
+    check_range(since, until)
+    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    scope = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    return activity_table(client, start, end, age, chunk_ms, scope,
+                          job_names(client, start, end, chunk_ms, age, scope))
+
+
+def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
+                       cluster: str | None = None, any_cluster: bool = False,
+                       replica_labels: Sequence[str] = REPLICA_LABELS,
+                       max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK
+                       ) -> list[dict[str, Any]]:
+    """gpu_by_prefix.csv's rows for [since, until] (unix seconds), as dicts keyed by
+    GPU_BY_PREFIX_COLUMNS (numbers as floats, None where unknown); the cluster as for
+    ``find_workers``."""
+    check_range(since, until)
+    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
+                                 any_cluster)
+    timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    executed = prefix_workers(client, start - age, end, chunk_ms, scope)
+    uses = PrefixUses(age, seen_by(chosen))
+    for info in chosen:
+        if info.name in executed:  # the others add nothing
+            data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
+                                age, scope, True)
+            uses.add_worker(timeline.times, data.prefixes, data.attribution)
+    return prefix_rows(uses.result(), job_names(client, start, end, chunk_ms, age, scope))
