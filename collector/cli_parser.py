@@ -6,7 +6,7 @@ import argparse
 
 from dask_metrics import __version__
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, WORKER_COLUMNS
-from dask_metrics.collector.connection import ENV_URL
+from dask_metrics.collector.connection import CONFIG_KEYS, ENV_URL, add_arguments
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW
@@ -16,7 +16,6 @@ from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import DEFAULT_PLOTS
 from dask_metrics.collector.report.build import FORMATS as REPORT_FORMATS
 from dask_metrics.collector.timespec import format_duration
-from dask_metrics.collector.transport import COMPRESSIONS
 from dask_metrics.collector.watch import (
     DEFAULT_POLL,
     MAX_POLL,
@@ -63,24 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"base URL of the API, path prefix included; user:password@ works "
                        f"(or {ENV_URL}, or 'prometheus:' in --config)")
     group.add_argument("--config", metavar="FILE",
-                       help="YAML file with keys prometheus, user, password-file, "
-                       "bearer-token-file, headers, ca-file, cert, key, timeout, retries, "
-                       "compression")
-    group.add_argument("--user", metavar="NAME", help="basic auth user (with --password-file)")
-    group.add_argument("--password-file", metavar="FILE", help="file holding the password")
-    group.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token")
-    group.add_argument("--header", metavar="NAME:VALUE", action="append",
-                       help="extra HTTP header, repeatable (e.g. 'X-Scope-OrgID: tenant-1')")
-    group.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify the server")
-    group.add_argument("--cert", metavar="FILE", help="client certificate (PEM)")
-    group.add_argument("--key", metavar="FILE", help="key of the client certificate (PEM)")
-    group.add_argument("--timeout", metavar="SECONDS",
-                       help="read timeout, or CONNECT,READ (default 5,60)")
-    group.add_argument("--retries", metavar="N",
-                       help="retries on connection errors, 429 and 5xx, with backoff (default 3)")
-    group.add_argument("--compression", choices=COMPRESSIONS,
-                       help="response compression: gzip (default) or none, faster where the "
-                       "network is fast (loopback, a LAN)")
+                       help=f"YAML file with keys {', '.join(CONFIG_KEYS)}")
+    add_arguments(group)
     group.add_argument("--replica-label", metavar="NAME", action="append",
                        help="a label that tells HA replicas apart, besides prometheus_replica "
                        "and replica (repeatable): series differing only by these are one")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,60 @@ from dask_metrics.collector.transport import (
 from dask_metrics.configfile import ConfigError, load_yaml
 
 ENV_URL = "DASK_METRICS_PROMETHEUS_URL"
-CONFIG_KEYS = ("prometheus", "user", "password-file", "bearer-token-file", "headers",
-               "ca-file", "cert", "key", "timeout", "retries", "compression")
-_FILE_KEYS = ("password-file", "bearer-token-file", "ca-file", "cert", "key")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One connection option, declared once: its Python name (Monitor's keyword, resolve's
+    key), from which the command line's ``--name-with-dashes`` and the config file's key
+    are made; what it holds (``metavar``), its help with the real default, and whether it
+    names a file (taken from the config file's folder) or repeats."""
+
+    name: str
+    metavar: str | None
+    help: str
+    file: bool = False
+    repeat: bool = False
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def key(self) -> str:
+        """Its key in a config file (``headers``, a mapping, for the repeatable header)."""
+        return "headers" if self.name == "header" else self.name.replace("_", "-")
+
+
+CONNECTION = (
+    Option("user", "NAME", "basic auth user (with --password-file)"),
+    Option("password_file", "FILE", "file holding the password", file=True),
+    Option("bearer_token_file", "FILE", "file holding a bearer token", file=True),
+    Option("header", "NAME:VALUE", "extra HTTP header, repeatable (e.g. 'X-Scope-OrgID: "
+           "tenant-1')", repeat=True),
+    Option("ca_file", "FILE", "CA bundle to verify the server", file=True),
+    Option("cert", "FILE", "client certificate (PEM)", file=True),
+    Option("key", "FILE", "key of the client certificate (PEM)", file=True),
+    Option("timeout", "SECONDS", "read timeout, or CONNECT,READ (default "
+           f"{DEFAULT_CONNECT_TIMEOUT:g},{DEFAULT_READ_TIMEOUT:g})"),
+    Option("retries", "N", "retries on connection errors, 429 and 5xx, with backoff "
+           f"(default {DEFAULT_RETRIES})"),
+    Option("compression", None, f"response compression: {COMPRESSIONS[0]} (default) or "
+           "none, faster where the network is fast (loopback, a LAN)", choices=COMPRESSIONS),
+)
+"""The connection options besides the URL: the command line's, Monitor's keyword arguments,
+a config file's keys and ``resolve``'s mapping are all made from this."""
+OPTIONS = tuple(o.name for o in CONNECTION)
+CONFIG_KEYS = ("prometheus", *(o.key for o in CONNECTION))
+_FILE_KEYS = tuple(o.key for o in CONNECTION if o.file)
+
+
+def add_arguments(group: Any) -> None:
+    """The connection options on an argparse group, as CONNECTION declares them."""
+    for o in CONNECTION:
+        group.add_argument(o.flag, metavar=o.metavar, help=o.help, choices=o.choices,
+                           action="append" if o.repeat else None)
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -97,12 +149,6 @@ def _headers(cli: Sequence[str], config: Any) -> tuple[tuple[str, str], ...]:
     else:
         raise UsageError("--config: 'headers' must be a mapping of NAME: VALUE")
     return tuple(pairs + [parse_header(h) for h in cli])
-
-
-OPTIONS = ("user", "password_file", "bearer_token_file", "header", "ca_file", "cert", "key",
-           "timeout", "retries", "compression")
-"""The connection options besides the URL, by their Python names: the command line's
-(``--password-file``), Monitor's keyword arguments and ``resolve``'s mapping."""
 
 
 def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
