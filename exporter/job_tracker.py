@@ -62,7 +62,8 @@ class Dag:
     exported: bool = False  # seen by at least one scrape since it finished
     forgotten: bool = False  # dropped by retention: nothing may keep data for it any more
     # worker address -> [when its first task of the DAG began processing there, when its last
-    # one stopped (None while one processes)]: the scheduler's own times, finer than a scrape
+    # one stopped (None while one processes), the worker's label then]: the scheduler's own
+    # times, finer than a scrape
     spans: dict[str, list] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
@@ -347,7 +348,9 @@ class JobTracker:
             address, dag = where
             span = dag.spans.get(address)
             if span is None:
-                dag.spans[address] = [self._clock(), None]
+                info = self._workers.get(address)
+                dag.spans[address] = [self._clock(), None,
+                                      address if info is None else info.label]
             else:
                 span[1] = None
 
@@ -546,8 +549,7 @@ class JobTracker:
             completed={status.name.lower(): n for status, n in self.completed.items()},
             unscraped=self.unscraped_dropped,
             dag_times=[(d.job.id, d.id, d.submitted, d.started, d.finished) for d in dags],
-            worker_spans=[(label(a), d.job.id, d.id, begin, end)
-                          for d, items in spans for a, (begin, end) in items],
+            worker_spans=_by_label(spans),
         )
 
     def _span_aged(self, dag: Dag, now: float) -> bool:
@@ -556,3 +558,22 @@ class JobTracker:
         retained: they are one series per worker that ran it."""
         return (dag.finished is not None and dag.exported
                 and now - dag.finished >= self.finished_dag_ttl)
+
+
+def _by_label(spans: Iterable[tuple[Dag, list[tuple[str, list]]]]
+              ) -> list[tuple[str, int, int, float, float | None]]:
+    """One span per worker label and DAG: a worker that came back on another address under
+    the same name has two, which one series must hold (the first start; open while either
+    is, else the last end). The label is the worker's when it began the DAG: one that left
+    is no longer known by its address."""
+    out: dict[tuple[str, Dag], tuple[float, float | None]] = {}
+    for dag, items in spans:
+        for _, (begin, end, name) in items:
+            key = (name, dag)
+            if key in out:
+                first, last = out[key]
+                end = None if end is None or last is None else max(end, last)
+                begin = min(begin, first)
+            out[key] = (begin, end)
+    return [(name, dag.job.id, dag.id, begin, end) for (name, dag), (begin, end) in out.items()]
+

@@ -163,6 +163,24 @@ def test_worker_spans_are_the_scheduler_times_a_worker_began_and_stopped_a_dag()
     assert sim.statuses() == {(0, 0): DagStatus.FINISHED}  # the DAG itself is still retained
 
 
+def test_a_worker_back_on_another_address_under_its_name_has_one_span_per_dag():
+    sim = Sim()
+    sim.tracker.add_worker("tcp://a:1", "w0")
+    sim.submit("c", ["t1", "t2"])
+    sim.start("t1", "tcp://a:1")
+    sim.clock.now += 1
+    sim.tracker.remove_worker("tcp://a:1")  # it died; it comes back as the same name
+    sim.go("t1", "released")
+    sim.tracker.add_worker("tcp://a:2", "w0")
+    sim.clock.now += 1
+    sim.start("t1", "tcp://a:2")
+    (only,) = sim.tracker.snapshot().worker_spans  # two series of one label: a bad scrape
+    assert only == ("w0", 0, 0, 1000.0, None)
+    sim.clock.now += 1
+    sim.finish("t1")
+    assert sim.tracker.snapshot().worker_spans == [("w0", 0, 0, 1000.0, 1003.0)]
+
+
 def test_remove_worker_drops_counts_that_no_transition_cleared():
     sim = Sim()
     sim.submit("c", ["t"])
