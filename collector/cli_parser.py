@@ -6,7 +6,7 @@ import argparse
 
 from dask_metrics import __version__
 from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, WORKER_COLUMNS
-from dask_metrics.collector.connection import CONFIG_KEYS, ENV_URL, add_arguments
+from dask_metrics.collector.connection import CONFIG_KEYS, CONNECTION, ENV_URL
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW
@@ -21,6 +21,7 @@ from dask_metrics.collector.watch import (
     MAX_POLL,
     MIN_POLL,
 )
+from dask_metrics.options import add_arguments
 
 WHEN_HELP = ("RFC 3339 (2024-05-01T12:00:00Z), unix seconds, a duration back from now "
              "(90s, 15m, 2h), 'now', or 'monitor' (the last monitor session)")
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                        f"(or {ENV_URL}, or 'prometheus:' in --config)")
     group.add_argument("--config", metavar="FILE",
                        help=f"YAML file with keys {', '.join(CONFIG_KEYS)}")
-    add_arguments(group)
+    add_arguments(group, CONNECTION)
     group.add_argument("--replica-label", metavar="NAME", action="append",
                        help="a label that tells HA replicas apart, besides prometheus_replica "
                        "and replica (repeatable): series differing only by these are one")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,62 +24,32 @@ from dask_metrics.collector.transport import (
     valid_timeout,
 )
 from dask_metrics.configfile import ConfigError, load_yaml
+from dask_metrics.options import Option
 
 ENV_URL = "DASK_METRICS_PROMETHEUS_URL"
 
 
-@dataclass(frozen=True)
-class Option:
-    """One connection option, declared once: its Python name (Monitor's keyword, resolve's
-    key), from which the command line's ``--name-with-dashes`` and the config file's key
-    are made; what it holds (``metavar``), its help with the real default, and whether it
-    names a file (taken from the config file's folder) or repeats."""
-
-    name: str
-    metavar: str | None
-    help: str
-    file: bool = False
-    repeat: bool = False
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def key(self) -> str:
-        """Its key in a config file (``headers``, a mapping, for the repeatable header)."""
-        return "headers" if self.name == "header" else self.name.replace("_", "-")
-
-
 CONNECTION = (
-    Option("user", "NAME", "basic auth user (with --password-file)"),
-    Option("password_file", "FILE", "file holding the password", file=True),
-    Option("bearer_token_file", "FILE", "file holding a bearer token", file=True),
-    Option("header", "NAME:VALUE", "extra HTTP header, repeatable (e.g. 'X-Scope-OrgID: "
-           "tenant-1')", repeat=True),
-    Option("ca_file", "FILE", "CA bundle to verify the server", file=True),
-    Option("cert", "FILE", "client certificate (PEM)", file=True),
-    Option("key", "FILE", "key of the client certificate (PEM)", file=True),
-    Option("timeout", "SECONDS", "read timeout, or CONNECT,READ (default "
-           f"{DEFAULT_CONNECT_TIMEOUT:g},{DEFAULT_READ_TIMEOUT:g})"),
-    Option("retries", "N", "retries on connection errors, 429 and 5xx, with backoff "
-           f"(default {DEFAULT_RETRIES})"),
+    Option("user", None, "basic auth user (with --password-file)", "NAME"),
+    Option("password_file", None, "file holding the password", "FILE", file=True),
+    Option("bearer_token_file", None, "file holding a bearer token", "FILE", file=True),
+    Option("header", None, "extra HTTP header, repeatable (e.g. 'X-Scope-OrgID: tenant-1')",
+           "NAME:VALUE", repeat=True),
+    Option("ca_file", None, "CA bundle to verify the server", "FILE", file=True),
+    Option("cert", None, "client certificate (PEM)", "FILE", file=True),
+    Option("key", None, "key of the client certificate (PEM)", "FILE", file=True),
+    Option("timeout", None, "read timeout, or CONNECT,READ (default "
+           f"{DEFAULT_CONNECT_TIMEOUT:g},{DEFAULT_READ_TIMEOUT:g})", "SECONDS"),
+    Option("retries", None, "retries on connection errors, 429 and 5xx, with backoff "
+           f"(default {DEFAULT_RETRIES})", "N"),
     Option("compression", None, f"response compression: {COMPRESSIONS[0]} (default) or "
            "none, faster where the network is fast (loopback, a LAN)", choices=COMPRESSIONS),
 )
 """The connection options besides the URL: the command line's, Monitor's keyword arguments,
 a config file's keys and ``resolve``'s mapping are all made from this."""
 OPTIONS = tuple(o.name for o in CONNECTION)
-CONFIG_KEYS = ("prometheus", *(o.key for o in CONNECTION))
+CONFIG_KEYS = ("prometheus", *("headers" if o.repeat else o.key for o in CONNECTION))
 _FILE_KEYS = tuple(o.key for o in CONNECTION if o.file)
-
-
-def add_arguments(group: Any) -> None:
-    """The connection options on an argparse group, as CONNECTION declares them."""
-    for o in CONNECTION:
-        group.add_argument(o.flag, metavar=o.metavar, help=o.help, choices=o.choices,
-                           action="append" if o.repeat else None)
 
 
 def load_config(path: str) -> dict[str, Any]:

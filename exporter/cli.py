@@ -31,6 +31,7 @@ from dask_metrics.exporter.learn_cluster import learn_in_background
 from dask_metrics.exporter.sampler import Sampler
 from dask_metrics.exporter.simulated import SimulatedSource
 from dask_metrics.exporter.target import TargetSource
+from dask_metrics.options import add_arguments
 
 EXIT_USAGE = 2
 EXIT_NO_NVML = 3
@@ -49,11 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="PATH",
                         help=f"YAML file of options (or {ENV_PREFIX}CONFIG)")
-    for option in OPTIONS:
-        if option.name in WORKER_ONLY:
-            continue
-        parser.add_argument("--" + option.name.replace("_", "-"), dest=option.name,
-                            metavar=option.metavar, help=option.help)
+    add_arguments(parser, [o for o in OPTIONS if o.name not in WORKER_ONLY])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from dask_metrics.configfile import ConfigError, parse_bytes
 from dask_metrics.contract import CLUSTER_ENV
+from dask_metrics.options import Option
 from dask_metrics.values import finite_number, truth, whole_number
 
 ENV_PREFIX = "DASK_METRICS_EXPORTER_"
@@ -126,62 +127,6 @@ def _level(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Option:
-    name: str
-    parse: Callable[[Any], Any]
-    help: str
-    metavar: str = ""
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("listen", _listen, f"address to serve /metrics and /healthz on (default "
-           f":{DEFAULT_PORT}, all interfaces)", "ADDR:PORT"),
-    Option("interval", _positive_float, "seconds between two NVML samples (default 0.5)", "S"),
-    Option("peak_window", _seconds(MAX_PEAK_WINDOW), "trailing window of "
-           "dask_gpu_memory_peak_bytes, at least the scrape interval (default 30)", "S"),
-    Option("energy_interval", _positive_float, "seconds between two reads of NVML's energy "
-           "counter, which costs ~4 ms of CPU per GPU on an H100; in between it advances by "
-           "power x time (default 5; at most --interval: every sample)", "S"),
-    Option("gpus", _list, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
-           "(default: CUDA_VISIBLE_DEVICES, else the worker-info file, else all)", "LIST"),
-    Option("worker", _text, "the worker label (default: DASK_WORKER_NAME, else the "
-           "worker-info file, else the host name)", "NAME"),
-    Option("worker_info_file", _text, "worker-info file the worker preload writes (sidecar: "
-           "read it; worker: write it)", "PATH"),
-    Option("pids", _pids, "pids whose GPU memory is exported per process, comma-separated",
-           "PIDS"),
-    Option("simulate", _simulate, "serve N simulated GPUs instead of NVML (labelled "
-           f"simulated=\"true\", N at most {MAX_SIMULATED_GPUS}); attached to a worker, they "
-           "mirror its CPU and memory use", "N"),
-    Option("simulate_memory", _memory, "memory of each simulated GPU (default 16GiB)",
-           "BYTES"),
-    Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
-           "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
-    Option("nvml", _bool, "worker preload only: true starts NVML even when Dask's "
-           "distributed.diagnostics.nvml is False, false never starts it (default: as Dask)",
-           "BOOL"),
-    Option("tls_cert_file", _text, "sidecar: serve HTTPS with this PEM certificate (chain)",
-           "PATH"),
-    Option("tls_key_file", _text, "sidecar: the PEM private key of --tls-cert-file", "PATH"),
-    Option("tls_client_ca_file", _text, "sidecar: require client certificates signed by these "
-           "PEM CAs (mutual TLS)", "PATH"),
-    Option("max_connections", _int_between(1, MAX_CONNECTIONS), "sidecar: connections served "
-           f"at once (default {DEFAULT_MAX_CONNECTIONS}); one more waits up to 1 s for a free "
-           "slot, then gets 503 (HTTPS: is closed)", "N"),
-    Option("connection_timeout", _seconds(MAX_CONNECTION_TIMEOUT), "sidecar: seconds a "
-           "client has for the TLS handshake and its request, and for each write of the answer "
-           f"(default {DEFAULT_CONNECTION_TIMEOUT:g})", "S"),
-    Option("dask_cluster", _text, "the dask_cluster label of every series (default: "
-           "DASK_METRICS_CLUSTER, else Dask config dask-metrics.cluster, else what the "
-           "scheduler says, through the worker-info file)", "NAME"),
-    Option("scheduler", _text, "sidecar: the Dask scheduler's address, to learn the "
-           "dask_cluster name from when no worker-info file names it (default: "
-           "DASK_SCHEDULER_ADDRESS)", "ADDRESS"),
-    Option("log_level", _level, "debug, info, warning or error (default info)", "LEVEL"),
-)
-
-
-@dataclass(frozen=True)
 class ExporterConfig:
     listen: str = f":{DEFAULT_PORT}"
     interval: float = 0.5
@@ -216,6 +161,59 @@ class ExporterConfig:
             )
 
 
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", _listen, f"address to serve /metrics and /healthz on (default "
+           f":{DEFAULT_PORT}, all interfaces)", "ADDR:PORT"),
+    Option("interval", _positive_float, "seconds between two NVML samples "
+           f"(default {ExporterConfig.interval:g})", "S"),
+    Option("peak_window", _seconds(MAX_PEAK_WINDOW), "trailing window of "
+           "dask_gpu_memory_peak_bytes, at least the scrape interval (default "
+           f"{ExporterConfig.peak_window:g})", "S"),
+    Option("energy_interval", _positive_float, "seconds between two reads of NVML's energy "
+           "counter, which costs ~4 ms of CPU per GPU on an H100; in between it advances by "
+           f"power x time (default {ExporterConfig.energy_interval:g}; at most --interval: every "
+           "sample)", "S"),
+    Option("gpus", _list, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
+           "(default: CUDA_VISIBLE_DEVICES, else the worker-info file, else all)", "LIST"),
+    Option("worker", _text, "the worker label (default: DASK_WORKER_NAME, else the "
+           "worker-info file, else the host name)", "NAME"),
+    Option("worker_info_file", _text, "worker-info file the worker preload writes (sidecar: "
+           "read it; worker: write it)", "PATH"),
+    Option("pids", _pids, "pids whose GPU memory is exported per process, comma-separated",
+           "PIDS"),
+    Option("simulate", _simulate, "serve N simulated GPUs instead of NVML (labelled "
+           f"simulated=\"true\", N at most {MAX_SIMULATED_GPUS}); attached to a worker, they "
+           "mirror its CPU and memory use", "N"),
+    Option("simulate_memory", _memory, "memory of each simulated GPU (default "
+           f"{ExporterConfig.simulate_memory / 2**30:g}GiB)",
+           "BYTES"),
+    Option("serve_metrics", _bool, "worker preload only: sample and serve GPU series on the "
+           "worker's /metrics (false: only publish the identity, for a sidecar)", "BOOL"),
+    Option("nvml", _bool, "worker preload only: true starts NVML even when Dask's "
+           "distributed.diagnostics.nvml is False, false never starts it (default: as Dask)",
+           "BOOL"),
+    Option("tls_cert_file", _text, "sidecar: serve HTTPS with this PEM certificate (chain)",
+           "PATH"),
+    Option("tls_key_file", _text, "sidecar: the PEM private key of --tls-cert-file", "PATH"),
+    Option("tls_client_ca_file", _text, "sidecar: require client certificates signed by these "
+           "PEM CAs (mutual TLS)", "PATH"),
+    Option("max_connections", _int_between(1, MAX_CONNECTIONS), "sidecar: connections served "
+           f"at once (default {DEFAULT_MAX_CONNECTIONS}); one more waits up to 1 s for a free "
+           "slot, then gets 503 (HTTPS: is closed)", "N"),
+    Option("connection_timeout", _seconds(MAX_CONNECTION_TIMEOUT), "sidecar: seconds a "
+           "client has for the TLS handshake and its request, and for each write of the answer "
+           f"(default {DEFAULT_CONNECTION_TIMEOUT:g})", "S"),
+    Option("dask_cluster", _text, "the dask_cluster label of every series (default: "
+           "DASK_METRICS_CLUSTER, else Dask config dask-metrics.cluster, else what the "
+           "scheduler says, through the worker-info file)", "NAME"),
+    Option("scheduler", _text, "sidecar: the Dask scheduler's address, to learn the "
+           "dask_cluster name from when no worker-info file names it (default: "
+           "DASK_SCHEDULER_ADDRESS)", "ADDRESS"),
+    Option("log_level", _level, "debug, info, warning or error (default "
+           f"{ExporterConfig.log_level.lower()})", "LEVEL"),
+)
+
+
 assert {o.name for o in OPTIONS} == {f.name for f in fields(ExporterConfig)}
 
 
@@ -236,8 +234,7 @@ def resolve(
         layers.append((origin, normalised))
     layers.append((
         "environment",
-        {o.name: environ[ENV_PREFIX + o.name.upper()] for o in OPTIONS
-         if environ.get(ENV_PREFIX + o.name.upper())},
+        {o.name: environ[o.env(ENV_PREFIX)] for o in OPTIONS if environ.get(o.env(ENV_PREFIX))},
     ))
     if environ.get(CLUSTER_ENV, "").strip():  # the name shared with the scheduler preload
         layers[-1][1].setdefault("dask_cluster", environ[CLUSTER_ENV])
@@ -251,8 +248,8 @@ def resolve(
                 values[name] = known[name].parse(raw)
             except (TypeError, ValueError) as exc:
                 where = {
-                    "environment": f"{ENV_PREFIX}{name.upper()}",
-                    "command line": "--" + name.replace("_", "-"),
+                    "environment": known[name].env(ENV_PREFIX),
+                    "command line": known[name].flag,
                 }.get(origin_name, name)
                 raise ConfigError(f"{where}={raw!r} ({origin_name}): {exc}") from None
     return ExporterConfig(**values)

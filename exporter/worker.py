@@ -59,8 +59,7 @@ def _options(fn: Any) -> Any:
     for option in reversed(OPTIONS):
         if option.name in SIDECAR_ONLY or option.name.startswith("tls_"):
             continue  # the worker's own HTTP server serves /metrics, with Dask's TLS
-        fn = click.option("--" + option.name.replace("_", "-"), option.name, default=None,
-                          help=option.help)(fn)
+        fn = click.option(option.flag, option.name, default=None, help=option.help)(fn)
     return fn
 
 
