@@ -168,7 +168,7 @@ async def measured_run(args: argparse.Namespace, i: int, plugin: str) -> dict[st
     ):
         job_plugin, timer = None, None
         if plugin != "none":
-            job_plugin = JobPlugin(Settings())
+            job_plugin = JobPlugin(Settings.from_config())
             await scheduler.register_scheduler_plugin(job_plugin, name=PLUGIN_NAME, idempotent=True)
             timer = HookTimer(job_plugin) if plugin == "timed" else None
         await one_run(scheduler, client, 1000, f"warmup{i}")

@@ -13,33 +13,23 @@ from typing import Any
 import click
 
 from dask_metrics.contract import CLUSTER_CONFIG, CLUSTER_ENV, CLUSTER_OPTION
-from dask_metrics.exporter.job_tracker import JobMode
 from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
-from dask_metrics.exporter.scheduler.settings import CONFIG_SECTION, Settings
+from dask_metrics.exporter.scheduler.settings import SETTINGS, Settings
 
 logger = logging.getLogger(__name__)
 EXIT_BAD_SETTING = 2  # the scheduler command's exit status after a bad setting stopped it
 
 
+_SET = {o.name: o for o in SETTINGS}  # the options below are declared there
+
+
 @click.command()
-@click.option(
-    "--job-mode",
-    type=click.Choice([m.value for m in JobMode]),
-    default=None,
-    help=f"how submissions form jobs (default: config {CONFIG_SECTION}.job-mode, else client)",
-)
-@click.option("--prometheus-url", default=None, help="Prometheus URL advertised to Monitors")
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    help="serve dask_job_* on this port's /metrics instead of the scheduler's (0: any free)",
-)
-@click.option(
-    "--metrics-address",
-    default=None,
-    help="the address --metrics-port listens on (default: every interface)",
-)
+@click.option(_SET["job_mode"].flag, type=click.Choice(list(_SET["job_mode"].choices or ())),
+              default=None, help=_SET["job_mode"].help)
+@click.option(_SET["prometheus_url"].flag, default=None, help=_SET["prometheus_url"].help)
+@click.option(_SET["metrics_port"].flag, type=int, default=None,
+              help=_SET["metrics_port"].help)
+@click.option(_SET["metrics_address"].flag, default=None, help=_SET["metrics_address"].help)
 @click.option(
     CLUSTER_OPTION,
     "cluster",

@@ -4,6 +4,8 @@ label's value from ``--dask-cluster``, ``DASK_METRICS_CLUSTER`` or ``dask-metric
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -14,6 +16,7 @@ from dask.utils import parse_timedelta
 
 from dask_metrics.exporter import cluster
 from dask_metrics.exporter.job_tracker import JobMode
+from dask_metrics.options import Option
 from dask_metrics.values import whole_number
 
 CONFIG_SECTION = "dask-metrics.scheduler"
@@ -31,58 +34,85 @@ _load_defaults()
 
 @dataclass(frozen=True)
 class Settings:
-    job_mode: JobMode = JobMode.CLIENT
-    prometheus_url: str | None = None
-    metrics_port: int | None = None
-    metrics_address: str = ""  # "" listens on every interface, as Dask's own servers do
-    max_finished_dags: int = 1000
-    max_unscraped_dags: int = 10_000
-    finished_dag_ttl: float = 300.0
-    max_jobs: int = 1000
-    max_sessions: int = 100
-    label_max_length: int = 128
-    max_prefixes_per_job: int = 50
+    """The preload's settings as read (``from_config``); their defaults are scheduler.yaml's,
+    written nowhere else."""
+
+    job_mode: JobMode
+    prometheus_url: str | None
+    metrics_port: int | None
+    metrics_address: str  # "" listens on every interface, as Dask's own servers do
+    max_finished_dags: int
+    max_unscraped_dags: int
+    finished_dag_ttl: float
+    max_jobs: int
+    max_sessions: int
+    label_max_length: int
+    max_prefixes_per_job: int
     cluster: str | None = None  # the user's dask_cluster value; None: derived at attach
 
     @classmethod
     def from_config(cls, **overrides: Any) -> Settings:
-        """Dask config ``dask-metrics.scheduler.*``, overridden by non-None ``overrides``."""
-
-        def get(name: str) -> Any:
-            value = overrides.get(name.replace("-", "_"))
-            return dask.config.get(f"{CONFIG_SECTION}.{name}") if value is None else value
-
-        def read(name: str, convert: Any, accepted: str) -> Any:
-            value = get(name)
+        """Dask config ``dask-metrics.scheduler.*``, overridden by non-None ``overrides``
+        (the preload's options), each read as SETTINGS declares it."""
+        values: dict[str, Any] = {}
+        for o in SETTINGS:
+            raw = overrides.get(o.name)
+            if raw is None:
+                raw = dask.config.get(f"{CONFIG_SECTION}.{o.key}")
             try:
-                result = convert(value)
-            except (ValueError, TypeError, KeyError):
-                result = None
-            if result is None:
-                raise ValueError(f"{CONFIG_SECTION}.{name}: {value!r} is not {accepted}")
-            return result
+                values[o.name] = o.parse(raw)  # type: ignore[misc]
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ValueError(f"{CONFIG_SECTION}.{o.key}: {raw!r} is not {exc}") from None
+        return cls(**values, cluster=cluster.configured(overrides.get("cluster")))
 
-        def count(low: int, high: int = 2**31) -> Any:
-            return lambda v: n if (n := whole_number(v)) is not None and low <= n < high else None
 
-        port = get("metrics-port")
-        return cls(
-            job_mode=read("job-mode", JobMode, "one of " + ", ".join(m.value for m in JobMode)),
-            prometheus_url=get("prometheus-url") or None,
-            metrics_port=None if port is None or port == ""
-            else read("metrics-port", count(0, 65536), "a port (0-65535)"),
-            metrics_address=str(get("metrics-address") or ""),
-            max_finished_dags=read("max-finished-dags", count(0), "a whole number, 0 or more"),
-            max_unscraped_dags=read("max-unscraped-dags", count(0),
-                                    "a whole number, 0 or more"),
-            finished_dag_ttl=read(
-                "finished-dag-ttl",
-                lambda v: t if (t := float(parse_timedelta(v, default="s"))) >= 0 else None,
-                "a duration such as 300s or 5m"),
-            max_jobs=read("max-jobs", count(1), "a whole number, 1 or more"),
-            max_sessions=read("max-sessions", count(1), "a whole number, 1 or more"),
-            label_max_length=read("label-max-length", count(16), "a whole number, 16 or more"),
-            max_prefixes_per_job=read("max-prefixes-per-job", count(1),
-                                      "a whole number, 1 or more"),
-            cluster=cluster.configured(overrides.get("cluster")),
-        )
+def _count(low: int, high: int = 2**31, accepted: str = "") -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        number = whole_number(value)
+        if number is None or not low <= number < high:
+            raise ValueError(accepted or f"a whole number, {low} or more")
+        return number
+    return parse
+
+
+def _job_mode(value: Any) -> JobMode:
+    try:
+        return JobMode(value)
+    except ValueError:
+        raise ValueError("one of " + ", ".join(m.value for m in JobMode)) from None
+
+
+def _duration(value: Any) -> float:
+    try:
+        seconds = float(parse_timedelta(value, default="s"))
+    except (ValueError, TypeError, KeyError):
+        seconds = math.nan
+    if not seconds >= 0:
+        raise ValueError("a duration such as 300s or 5m")
+    return seconds
+
+
+def _port(value: Any) -> int | None:
+    return None if value is None or value == "" else _count(0, 65536, "a port (0-65535)")(value)
+
+
+SETTINGS = (
+    Option("job_mode", _job_mode, f"how submissions form jobs (default: config "
+           f"{CONFIG_SECTION}.job-mode, else client)", choices=tuple(m.value for m in JobMode)),
+    Option("prometheus_url", lambda v: v or None, "Prometheus URL advertised to Monitors"),
+    Option("metrics_port", _port, "serve dask_job_* on this port's /metrics instead of the "
+           "scheduler's (0: any free)"),
+    Option("metrics_address", lambda v: str(v or ""), "the address --metrics-port listens on "
+           "(default: every interface)"),
+    Option("max_finished_dags", _count(0), "finished DAGs kept (scheduler.yaml)"),
+    Option("max_unscraped_dags", _count(0), "finished DAGs no scrape saw yet, kept beyond "
+           "max-finished-dags"),
+    Option("finished_dag_ttl", _duration, "how long a scraped finished DAG is kept"),
+    Option("max_jobs", _count(1), "idle jobs kept"),
+    Option("max_sessions", _count(1), "finished monitor sessions kept"),
+    Option("label_max_length", _count(16), "the longest label value"),
+    Option("max_prefixes_per_job", _count(1), "task prefixes with series of their own, per job"),
+)
+"""The preload's settings, declared once: their Dask config keys (``job-mode``), the
+preload's options (``--job-mode``: the first four) and how each is read. Their defaults are
+scheduler.yaml's."""
