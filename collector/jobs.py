@@ -171,12 +171,13 @@ def jobs_csv_rows(rows: Iterable[JobRow], start: int) -> list[list[str]]:
     out = []
     for r in rows:
         out.append([plain(r.job), r.job_name, r.dag, r.client, r.status,
-                    _seconds(r.first_seen, start), _seconds(r.last_seen, start),
+                    _offset_text(r.first_seen, start), _offset_text(r.last_seen, start),
                     format_rfc3339(r.first_seen), format_rfc3339(r.last_seen), life(r.job)])
     return out
 
 
-def _seconds(ms: int, start: int) -> str:
+def _offset_text(ms: int, start: int) -> str:
+    """Seconds since ``start`` (ms), as the CSV files write a timestamp."""
     return f"{(ms - start) / 1000:.3f}"
 
 
