@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from dask_metrics.collector.columns import select
@@ -32,19 +32,31 @@ EXIT_INTERRUPTED = 130
 class Terminal:
     """Progress on stderr only when it is a terminal and not --quiet; warnings always."""
 
-    def __init__(self, quiet: bool, stream: TextIO | None = None) -> None:
+    def __init__(self, quiet: bool, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.live = not quiet and self.stream.isatty()
         self._line = False
+        self._clock = clock
+        self._began: float | None = None
 
     def progress(self, done: int, total: int, worker: str) -> None:
+        """``worker 3/100: w-2, about 40 s left`` (the time left from the pace so far)."""
         if not self.live:
             return
         if done >= total:
             self.clear()
+            self._began = None
             return
-        self.stream.write(f"\rcollector: worker {done + 1}/{total}: {worker}\033[K")
+        now = self._clock()
+        if self._began is None or done == 0:
+            self._began = now
+        left = ""
+        if done:
+            seconds = (now - self._began) / done * (total - done)
+            left = f", about {_about(seconds)} left"
+        self.stream.write(f"\rcollector: worker {done + 1}/{total}: {worker}{left}\033[K")
         self.stream.flush()
         self._line = True
 
@@ -62,6 +74,14 @@ class Terminal:
             self.stream.write("\r\033[K")
             self._line = False
 
+
+
+def _about(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``1 h 30 min``: a time left, as precise as it is worth."""
+    if seconds < 90:
+        return f"{max(round(seconds), 1)} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60} min"
 
 def words(values: Sequence[str] | None) -> list[str] | None:
     """``--metrics a b,c`` -> [a, b, c]."""

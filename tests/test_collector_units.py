@@ -427,11 +427,15 @@ class _Tty(io.StringIO):
 
 def test_progress_only_on_a_terminal_and_not_quiet() -> None:
     tty = _Tty()
-    ui = Terminal(quiet=False, stream=tty)
+    now = [100.0]
+    ui = Terminal(quiet=False, stream=tty, clock=lambda: now[0])
     ui.progress(0, 2, "w-1")
     ui.warning("careful")
+    now[0] += 30  # the first worker took 30 s: the second should too
+    ui.progress(1, 2, "w-2")
     ui.progress(2, 2, "")
-    assert "worker 1/2: w-1" in tty.getvalue()
+    assert "worker 1/2: w-1\033[K" in tty.getvalue()
+    assert "worker 2/2: w-2, about 30 s left" in tty.getvalue()
     assert "\rcollector: warning: careful\n" in tty.getvalue().replace("\033[K", "")
     for quiet, stream in ((True, _Tty()), (False, io.StringIO())):
         ui = Terminal(quiet=quiet, stream=stream)
