@@ -206,7 +206,7 @@ ACCOUNTS: dict[str, Account] = {
     "deploy/examples/dask-metrics-values-dask-kubernetes.yaml":
         Mapped(HELM + "test_dask_metrics_values_for_dask_kubernetes_select_the_example_cluster"),
     # ---- docs/benchmarks.md: minutes each; their arguments are parsed by their own parser ----
-    "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 3":
+    "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1":
         Run("test_benchmark_command_lines_parse"),
     "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
     "--dags 100000 --every 10000 --tracemalloc": Run("test_benchmark_command_lines_parse"),
@@ -220,7 +220,7 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
     "83a2cb5": Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 5":
+    "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg":
         Run("test_benchmark_command_lines_parse"),
@@ -814,7 +814,7 @@ def test_benchmark_command_lines_parse():
     documented command line goes through the benchmark's own argument parser, which stops it
     before it runs; a wrong option or value fails as it would for a reader."""
     commands = [
-        "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 3",
+        "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1",
         "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
         "--dags 100000 --every 10000 --tracemalloc",
         "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
@@ -825,7 +825,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5",
         "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
         "83a2cb5",
-        "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 5",
+        "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3",
         "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
