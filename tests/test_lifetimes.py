@@ -66,8 +66,11 @@ def lives(tmp_path_factory, fake_nvml_lib):
         back = time.time()
         wait_for(lambda: stack.scraped_since("dask_gpu_up == 1", back), timeout=60,
                  what="Prometheus scraping the restarted sidecar")
+        # the session ends at the scheduler's last scrape that showed it: one after the GPU
+        # scrape above, so that the session holds GPU samples from after the restarts
+        gpu_back = time.time()
         wait_for(lambda: scraped(stack, "timestamp(dask_job_monitor_start_timestamp_seconds)"
-                                 f" > {back}"), timeout=30,
+                                 f" > {gpu_back}"), timeout=30,
                  what="the restarted Prometheus scraping the session")
         restarted = time.time()
         stack.restart("scheduler")
