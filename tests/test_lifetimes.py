@@ -64,7 +64,7 @@ def lives(tmp_path_factory, fake_nvml_lib):
         stack.restart("prometheus")
         stack.restart("w0-exporter")
         back = time.time()
-        wait_for(lambda: stack.scraped_since("dask_gpu_up == 1", back), timeout=60,
+        wait_for(lambda: stack.scraped_since("dask_gpu_up", back, 1), timeout=60,
                  what="Prometheus scraping the restarted sidecar")
         # the session ends at the scheduler's last scrape that showed it: one after the GPU
         # scrape above, so that the session holds GPU samples from after the restarts

@@ -282,16 +282,20 @@ class LocalStack:
     def _prometheus_ready(self) -> bool:
         return requests.get(f"{self.prometheus_url}/-/ready", timeout=2).status_code == 200
 
-    def scraped_since(self, expr: str, since: float) -> bool:
-        """Whether Prometheus holds a sample of ``expr`` for every worker taken after
-        ``since``: the data folder also holds earlier runs' series, still within Prometheus'
-        5-minute lookback, so only fresh samples count."""
-        found = self.query(f"timestamp({expr}) > {since}")
-        return set(self.worker_names) <= {r["metric"].get("worker") for r in found}
+    def scraped_since(self, metric: str, since: float, value: float | None = None) -> bool:
+        """Whether Prometheus holds a sample of ``metric`` (equal to ``value``, if given) for
+        every worker taken after ``since``: the data folder also holds earlier runs' series,
+        still within Prometheus' 5-minute lookback, so only fresh samples count. timestamp()
+        of a bare selector is its sample's time; of an expression (``m == 1``) it would be
+        the query's own time, fresh whatever was scraped, hence the comparison apart."""
+        expr = f"timestamp({metric}) > {since}"
+        if value is not None:
+            expr += f" and {metric} == {value!r}"
+        return set(self.worker_names) <= {r["metric"].get("worker") for r in self.query(expr)}
 
     def _all_scraped(self) -> bool:
         """Every worker's GPUs up at its sidecar and known to the scheduler, this run."""
-        return (self.scraped_since(f"{UP.name} == 1", self._started)
+        return (self.scraped_since(UP.name, self._started, 1)
                 and self.scraped_since(WORKER_GPU_INFO.name, self._started))
 
     def stop(self) -> None:
