@@ -19,10 +19,12 @@ scheduler's own "oldest unfinished DAG", a deterministic choice.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from heapq import heappop, heappush
-from itertools import repeat
+from itertools import pairwise, repeat
 
 from dask_metrics.collector.lifetimes import job_key, job_order
 from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, clip, id_key
@@ -144,3 +146,40 @@ def within(found: Mapping[str, list[Series]], lo: int, hi: int) -> dict[str, lis
     running at ``hi`` has its end at a later scrape), every other one clipped to [lo, hi]."""
     return {m: series if m in SPAN_METRICS else clip(series, lo, hi, True)
             for m, series in found.items()}
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Where an exact timeline's state changes: from ``times[i]`` on, ``states[i]``. What
+    cuts an interval between two GPU samples at the instants the worker's DAG changed."""
+
+    times: list[int]
+    states: list[State]
+
+    @classmethod
+    def of(cls, timeline: Timeline) -> Changes:
+        times: list[int] = []
+        states: list[State] = []
+        for t, state in zip(timeline.times, timeline.states, strict=True):
+            if not states or state != states[-1]:
+                times.append(t)
+                states.append(state)
+        return cls(times, states)
+
+    def at(self, t: int) -> State:
+        """What ran at ``t`` (nothing before the first change)."""
+        k = bisect_right(self.times, t)
+        return self.states[k - 1] if k else NOTHING_RAN
+
+    def straddled(self, times: Sequence[int]) -> list[int]:
+        """The i of the intervals (times[i-1], times[i]) with a change strictly inside."""
+        right = list(map(bisect_right, repeat(self.times), times))
+        left = list(map(bisect_left, repeat(self.times), times))
+        return [i for i in range(1, len(times)) if left[i] > right[i - 1]]
+
+    def pieces(self, a: int, b: int) -> list[tuple[State, int, int]]:
+        """[a, b] cut at the changes strictly inside it: (what ran, from, to) per piece."""
+        lo, hi = bisect_right(self.times, a), bisect_left(self.times, b)
+        states = [self.at(a), *self.states[lo:hi]]
+        return [(state, x, y) for state, (x, y) in
+                zip(states, pairwise([a, *self.times[lo:hi], b]), strict=True)]

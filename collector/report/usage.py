@@ -29,12 +29,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise, repeat
 from operator import sub
 from typing import NamedTuple, TypeVar
 
 from dask_metrics.collector.series import Samples, Timeline
 from dask_metrics.collector.tables import WorkerTable
+from dask_metrics.collector.worker_runs import Changes
 
 IDLE_PERCENT = 5.0
 """Utilisation (%) below which a GPU counts as idle."""
@@ -108,7 +108,7 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
     at = {name: columns.index(name) for name in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED,
                                                  RMM_POOL) if name in columns}
     exact = activity is not None and activity.exact
-    changes = _changes(activity) if exact else {}
+    changes = Changes.of(activity) if exact else Changes([], [])
     found: dict[UsageKey, Usage] = {}
     for g in table.gpus:
         times = g.times
@@ -121,7 +121,7 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
                           for n in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED, RMM_POOL)))
         split: list[int] = []
         if exact:  # interval i (ending at times[i]) ran what ran at its start
-            split = _split_intervals(times, list(changes))
+            split = changes.straddled(times)
             states = [None, *states[:-1]]
             for i in split:
                 states[i] = None
@@ -139,25 +139,7 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
     return found
 
 
-def _changes(activity: Timeline) -> dict[int, tuple[str, str]]:
-    """{time: the state from then on} where the timeline's state changes."""
-    out: dict[int, tuple[str, str]] = {}
-    before = None
-    for t, state in zip(activity.times, activity.states, strict=True):
-        if state != before:
-            out[t] = before = state
-    return out
-
-
-def _split_intervals(times: Sequence[int], changes: Sequence[int]) -> list[int]:
-    """The i of the intervals (times[i-1], times[i]) with a change strictly inside."""
-    right = list(map(bisect_right, repeat(changes), times))
-    left = list(map(bisect_left, repeat(changes), times))
-    return [i for i in range(1, len(times)) if left[i] > right[i - 1]]
-
-
-def _parts(times: Sequence[int], cols: _Columns, i: int,
-           changes: Mapping[int, tuple[str, str]], max_age: int
+def _parts(times: Sequence[int], cols: _Columns, i: int, changes: Changes, max_age: int
            ) -> list[tuple[tuple[str, str], Usage]]:
     """Interval i cut at the changes inside it: (state, its share) per part."""
     t0, t1 = times[i - 1], times[i]
@@ -168,20 +150,18 @@ def _parts(times: Sequence[int], cols: _Columns, i: int,
     whole = _share(rises, cols.utils[i] if cols.utils is not None else None, t0, t1, t0, t1)
     whole.rmm_used = cols.rmm_used[i] if cols.rmm_used is not None else None
     whole.rmm_pool = cols.rmm_pool[i] if cols.rmm_pool is not None else None
-    return split(whole, changes, _state_at(changes, t0))
+    return split(whole, changes)
 
 
-def split(part: Usage, changes: Mapping[int, tuple[str, str]], state: tuple[str, str]
-          ) -> list[tuple[tuple[str, str], Usage]]:
+def split(part: Usage, changes: Changes) -> list[tuple[tuple[str, str], Usage]]:
     """``part`` (over [first, last]) cut at the ``changes`` inside it, each piece with its
-    share of the sums in proportion to its time; ``state``: what ran at ``first``. The
-    samples at the end (RMM) are the last piece's."""
+    share of the sums in proportion to its time. The samples at the end (RMM) are the last
+    piece's."""
     a, b = part.first, part.last
     if a is None or b is None or b <= a:
-        return [(state, part)]
+        return [(changes.at(a if a is not None else 0), part)]
     out = []
-    inside = [t for t in changes if a < t < b]
-    for x, y in pairwise([a, *inside, b]):
+    for state, x, y in changes.pieces(a, b):
         f = (y - x) / (b - a)
         piece = Usage(part.seconds * f, part.busy * f, part.idle * f, part.energy * f,
                       part.energy_intervals, x, y, part.sm_active * f, part.sm_measured * f,
@@ -189,7 +169,6 @@ def split(part: Usage, changes: Mapping[int, tuple[str, str]], state: tuple[str,
         if y == b:
             piece.rmm_used, piece.rmm_pool = part.rmm_used, part.rmm_pool
         out.append((state, piece))
-        state = changes.get(y, state)
     return out
 
 
@@ -199,14 +178,8 @@ def attribute(part: Usage, t: int, activity: Timeline, max_age: int
     state at ``t``."""
     if not activity.exact:
         return [(activity.at(t, max_age), part)]
-    changes = _changes(activity)
-    return split(part, changes, _state_at(changes, part.first if part.first is not None else t))
-
-
-def _state_at(changes: Mapping[int, tuple[str, str]], t: int) -> tuple[str, str]:
-    times = list(changes)
-    k = bisect_right(times, t)
-    return changes[times[k - 1]] if k else ("", "")
+    changes = Changes.of(activity)
+    return split(part, changes) if part.first is not None else [(changes.at(t), part)]
 
 
 def _rise(col: _Column, i: int) -> float | None:
