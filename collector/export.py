@@ -37,10 +37,10 @@ from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.fetch import (
     Scope,
     data_span,
+    executing_workers,
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
-    prefix_workers,
     present,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
@@ -173,7 +173,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
-    executed = prefix_workers(client, lo - age, hi, chunk_ms, scope)
+    executed = executing_workers(client, lo - age, hi, chunk_ms, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
     # past the data's end, never further than the tail asked for beyond it: a range whose
@@ -198,14 +198,14 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                       for m in data.gpu.keys() | more.keys() | head.keys()}
 
     rows_written = 0
-    uses = PrefixUses(age, seen_by(chosen))
+    uses = PrefixUses(age, seen_by(chosen), (start, end))
     missing: list[tuple[str, tuple[int, int]]] = []
     with staged(target) as stage, files_written() as writer:
         fetched = prefetched(fetch, range(len(chosen)))
         for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
             missing += [(info.name, hole) for hole in holes(table.times, lo, hi, age)]
-            uses.add_worker(timeline.times, data.prefixes, data.attribution)
+            uses.add_worker(timeline.times, data.prefixes, data.attribution, data.ran)
             if visit:
                 visit(info, visited, data.ran, table)
             rows_written += table.rows

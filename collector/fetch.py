@@ -45,6 +45,7 @@ from dask_metrics.contract import (
     MEMORY_USED,
     REPLICA_LABELS,
     WORKER,
+    WORKER_DAG_START,
     WORKER_GPU_INFO,
     WORKER_PREFIX_TASKS,
 )
@@ -344,11 +345,13 @@ def fetch_worker_series(client: PrometheusClient, worker: str, metrics: Sequence
     return fetch_raw(client, selector(metrics, worker, scope), start, end, chunk, scope)
 
 
-def prefix_workers(client: PrometheusClient, start: int, end: int, chunk: int,
-                   scope: Scope = UNSCOPED) -> set[str]:
-    """The workers with a dask_job_worker_prefix_tasks sample in [start, end]: one cheap
-    cluster-wide query (a sample per series and chunk), so that the other workers' prefix
-    tasks and busy counters are not asked for (none with an older scheduler preload)."""
+def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int,
+                      scope: Scope = UNSCOPED) -> set[str]:
+    """The workers the scheduler saw executing tasks in [start, end]: with a sample of
+    dask_job_worker_prefix_tasks or of a DAG's start on them. One cheap cluster-wide query (a
+    sample per series and chunk), so that the other workers' prefix tasks and busy counters
+    are not asked for (none with an older scheduler preload)."""
     return {labels.get(WORKER, "") for labels in fetch_label_sets(
-        client, scope.of(WORKER_PREFIX_TASKS.name), start, end, chunk, scope)}
+        client, selector([WORKER_PREFIX_TASKS.name, WORKER_DAG_START.name], scope=scope),
+        start, end, chunk, scope)}
 

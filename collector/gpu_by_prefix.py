@@ -1,27 +1,39 @@
 """gpu_by_prefix.csv: GPU busy time, peak memory and energy per job, DAG and task prefix,
 attributed from each GPU sample to the prefixes executing on its worker then. Pure.
 
-Rules:
+Rules, where the scheduler preload exports when each worker ran each DAG (its own times,
+see worker_runs):
+
+- which DAG: an interval between two GPU samples belongs to the DAG that held the worker
+  then; one in which that changed is cut at the change, each piece taking its share of the
+  counters' increase in proportion to time (the report's rule: the same DAG totals);
+- which prefixes of it: the DAG's share is split among its tasks executing on the worker at
+  the scheduler's last scrape at or before the piece's end that showed some (else the first
+  one after), each task an equal share; a DAG that no scrape saw executing there (it ran
+  between two) gets one row with an empty prefix: its GPU time is known, its functions not;
+- peak memory: the largest ``dask_gpu_memory_used_bytes`` of any one GPU of the worker at a
+  sample where the prefix executed by those rules; not split.
+
+With an older preload (no such times) and on a GPU that several workers see:
 
 - what ran: ``dask_job_worker_prefix_tasks`` at the scheduler's last scrape at or before the
   GPU sample, at most ``max_age`` old (the as-of join of job and DAG); a scheduler scrape
   without a series of this worker means nothing executed on it;
-- busy seconds and energy: the increase of ``dask_gpu_busy_seconds_total`` and
-  ``dask_gpu_energy_joules_total`` from a GPU's previous sample to this one (reset-safe:
-  a drop is a restarted exporter, the new value all increase; no increase across a gap
-  longer than ``max_age``), split among the tasks executing at this sample, each task an
-  equal share: a prefix with k of the n tasks gets k/n. With no task executing, nobody
-  gets it (idle time);
-- peak memory: the largest ``dask_gpu_memory_used_bytes`` of any one GPU of the worker at a
-  sample where the prefix executed; not split;
-- energy stays empty (None) for a prefix that never got an energy increase (GPUs without
-  an energy counter), never 0 for "unknown".
+- busy seconds and energy: the increase from a GPU's previous sample to this one, split
+  among the tasks executing at this sample, each task an equal share: a prefix with k of
+  the n tasks gets k/n. With no task executing, nobody gets it (idle time);
+- peak memory: as above, at the samples where the prefix executed.
+
+Always: increases of ``dask_gpu_busy_seconds_total`` and ``dask_gpu_energy_joules_total``
+are reset-safe (a drop is a restarted exporter, the new value all increase) and none counts
+across a gap longer than ``max_age``; energy stays empty (None) for a prefix that never got
+an energy increase (GPUs without an energy counter), never 0 for "unknown".
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count, groupby, islice, repeat
@@ -30,8 +42,17 @@ from operator import sub
 from typing import Any
 
 from dask_metrics.collector.lifetimes import job_key, job_order, life, plain
-from dask_metrics.collector.series import Samples, Series, WorkerInfo, id_key, join
+from dask_metrics.collector.series import (
+    NOTHING_RAN,
+    Samples,
+    Series,
+    Timeline,
+    WorkerInfo,
+    id_key,
+    join,
+)
 from dask_metrics.collector.tables import gpu_series
+from dask_metrics.collector.worker_runs import Changes
 from dask_metrics.contract import (
     BUSY,
     DAG_ID,
@@ -96,6 +117,88 @@ def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: i
             times.append(t + max_age + 1)
             ids.append(0)
     return PrefixTimeline(times, ids, list(known))
+
+
+class DagMixes:
+    """What executed of each DAG on one worker, at each scheduler scrape that showed some of
+    it executing there: how a DAG's share of the GPU splits among its prefixes."""
+
+    def __init__(self, series: Iterable[Series]) -> None:
+        at: dict[tuple[str, str], dict[int, list[tuple[PrefixKey, float]]]] = {}
+        pieces: dict[PrefixKey, list[Series]] = {}
+        for s in series:
+            key = (job_key(s.labels), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
+            pieces.setdefault(key, []).append(s)
+        for key in sorted(pieces):  # so that each mix's items come in key order
+            for t, v in zip(*join(pieces[key]), strict=True):
+                if v > 0:
+                    at.setdefault(key[:2], {}).setdefault(t, []).append((key, v))
+        self._times = {dag: sorted(mixes) for dag, mixes in at.items()}
+        self._mixes = {dag: [tuple(at[dag][t]) for t in times]
+                       for dag, times in self._times.items()}
+
+    def ids(self, dag: tuple[str, str], times: Iterable[int]) -> list[int]:
+        """The mix of ``dag`` at each of ``times`` as an index into ``mixes(dag)``: the last
+        scrape at or before it that showed the DAG executing, else the first one after."""
+        return [max(k - 1, 0) for k in map(bisect_right, repeat(self._times.get(dag, [])),
+                                           times)]
+
+    def mixes(self, dag: tuple[str, str]) -> list[State]:
+        """The mixes of ``dag``; one of its own with an empty prefix where no scrape saw it."""
+        return self._mixes.get(dag) or [(((*dag, ""), 1.0),)]
+
+
+def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: DagMixes,
+                    busy: Samples | None, energy: Samples | None, used: Samples | None,
+                    max_age: int) -> None:
+    """Add one GPU's samples to ``uses`` by the DAGs' own times (the module's first rules):
+    amounts are summed per DAG and mix before they are split among prefixes, and only the
+    intervals cut by a change (a few per DAG) are cut into pieces."""
+    for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
+        if samples is None:
+            continue
+        times = samples[0]
+        positions, amounts = increments(samples, max_age)
+        cut = set(changes.straddled(times))
+        whole = [(i, a) for i, a in zip(positions, amounts, strict=True) if i not in cut]
+        starts = [times[i - 1] for i, _ in whole]
+        parts: list[tuple[tuple[str, str], int, float]] = [
+            (dag, times[i], a) for (i, a), dag in zip(whole, map(changes.at, starts),
+                                                       strict=True)]
+        for i, a in zip(positions, amounts, strict=True):
+            if i in cut:
+                t0, t1 = times[i - 1], times[i]
+                parts += [(dag, y, a * (y - x) / (t1 - t0))
+                          for dag, x, y in changes.pieces(t0, t1)]
+        _credit(uses, field, parts, mixes, sum)
+    if used is not None:
+        _credit(uses, "peak_mem", [(dag, t, v) for t, v, dag in zip(
+            *used, map(changes.at, used[0]), strict=True) if not math.isnan(v)], mixes, max)
+
+
+def _credit(uses: dict[PrefixKey, PrefixUse], field: str,
+            parts: Iterable[tuple[tuple[str, str], int, float]], mixes: DagMixes,
+            fold: Callable[[Iterable[float]], float]) -> None:
+    """Each (DAG, time, amount) of ``parts`` to the prefixes of the DAG's mix at that time:
+    ``sum`` splits an amount among the mix's tasks, ``max`` gives each prefix the largest."""
+    by_dag: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+    for dag, t, amount in parts:
+        if dag != NOTHING_RAN:
+            times, amounts = by_dag.setdefault(dag, ([], []))
+            times.append(t)
+            amounts.append(amount)
+    for dag, (times, amounts) in by_dag.items():
+        ids = mixes.ids(dag, times)
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        states = mixes.mixes(dag)
+        for sid, run in groupby(order, key=ids.__getitem__):
+            total = fold(amounts[k] for k in run)
+            tasks = sum(n for _, n in states[sid])
+            for key, n in states[sid]:
+                use = uses.setdefault(key, PrefixUse())
+                old = getattr(use, field)
+                value = total * n / tasks if fold is sum else total
+                setattr(use, field, value if old is None else fold((old, value)))
 
 
 def increments(samples: Samples, max_gap: int) -> tuple[list[int], list[float]]:
@@ -223,21 +326,34 @@ class PrefixUses:
     once, when the last of them has been added (its samples are those of the first); a
     worker with nothing executed adds its GPUs' samples only where they are shared."""
 
-    def __init__(self, max_age: int, seen_by: Mapping[str, int] | None = None) -> None:
+    def __init__(self, max_age: int, seen_by: Mapping[str, int] | None = None,
+                 window: tuple[int, int] | None = None) -> None:
         self.max_age = max_age
         self.seen_by = dict(seen_by or {})
+        self.window = window  # ms: the range; samples past it cut the intervals at its edges
         self.uses: dict[PrefixKey, PrefixUse] = {}
         self._waiting: dict[str, list[tuple[_Lookup | None, dict[str, Samples]]]] = {}
 
     def add_worker(self, scrapes: Iterable[int], prefix_series: Sequence[Series],
-                   series_by_metric: Mapping[str, Iterable[Series]]) -> None:
+                   series_by_metric: Mapping[str, Iterable[Series]],
+                   ran: Timeline | None = None) -> None:
         """One worker's raw busy, energy and memory-used series (by metric) against what
-        executed on it (its dask_job_worker_prefix_tasks series)."""
+        executed on it (its dask_job_worker_prefix_tasks series) and, where the preload
+        exports them, the DAGs' own times on it (``ran``, an exact worker_runs timeline)."""
         lookup = (_Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
                   if prefix_series else None)
+        exact = None
+        if ran is not None and ran.exact:
+            changes = Changes.of(ran)
+            exact = (changes.clipped(*self.window) if self.window else changes,
+                     DagMixes(prefix_series))
         for (_, uuid), metrics in gpu_series(series_by_metric).items():
             if self.seen_by.get(uuid, 1) <= 1:
-                if lookup is not None:  # else nothing executed there
+                if exact is not None:
+                    attribute_exact(self.uses, *exact, metrics.get(BUSY.name),
+                                    metrics.get(ENERGY.name), metrics.get(MEMORY_USED.name),
+                                    self.max_age)
+                elif lookup is not None:  # else nothing executed there
                     self._attribute(lookup, metrics)
                 continue
             views = self._waiting.setdefault(uuid, [])
@@ -257,8 +373,17 @@ class PrefixUses:
             self._attribute(_Together(lookups), views[0][1])
 
     def _attribute(self, lookup: _Lookup | _Together, metrics: Mapping[str, Samples]) -> None:
-        attribute(self.uses, lookup, metrics.get(BUSY.name), metrics.get(ENERGY.name),
-                  metrics.get(MEMORY_USED.name), self.max_age)
+        """The older rules, which credit an interval whole: none across the range's edges."""
+        def inside(name: str) -> Samples | None:
+            found = metrics.get(name)
+            if found is None or not self.window:
+                return found
+            times, values = found
+            i, j = bisect_left(times, self.window[0]), bisect_right(times, self.window[1])
+            return times[i:j], values[i:j]
+
+        attribute(self.uses, lookup, inside(BUSY.name), inside(ENERGY.name),
+                  inside(MEMORY_USED.name), self.max_age)
 
 
 def prefix_rows(uses: Mapping[PrefixKey, PrefixUse], names: Mapping[str, str]

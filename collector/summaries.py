@@ -13,10 +13,10 @@ from dask_metrics.collector.discovery import (
 )
 from dask_metrics.collector.fetch import (
     Scope,
+    executing_workers,
     fetch_activities,
     fetch_cluster,
     fetch_jobs,
-    prefix_workers,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.jobs import JobNames
@@ -79,11 +79,11 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
                                  any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
-    executed = prefix_workers(client, start - age, end, chunk_ms, scope)
-    uses = PrefixUses(age, seen_by(chosen))
+    executed = executing_workers(client, start - age, end, chunk_ms, scope)
+    uses = PrefixUses(age, seen_by(chosen), (start, end))
     for info in chosen:
         if info.name in executed:  # the others add nothing
             data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
                                 age, scope, True)
-            uses.add_worker(timeline.times, data.prefixes, data.attribution)
+            uses.add_worker(timeline.times, data.prefixes, data.attribution, data.ran)
     return prefix_rows(uses.result(), job_names(client, start, end, chunk_ms, age, scope))

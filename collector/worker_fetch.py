@@ -39,7 +39,8 @@ class WorkerData(NamedTuple):
     ran: Timeline  # what it ran when (worker_runs)
     resources: dict[str, Samples]  # the worker columns' series
     prefixes: list[Series]  # dask_job_worker_prefix_tasks
-    attribution: dict[str, list[Series]]  # raw busy, energy and memory used
+    attribution: dict[str, list[Series]]  # raw busy, energy and memory used, and the
+    # samples just outside the range (at most ``age`` before and after)
 
 
 def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
@@ -49,23 +50,32 @@ def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column
     """One worker's series: its GPUs' columns and its scheduler series (tasks, the worker
     columns', prefix tasks), one query each.
 
-    ``executed``: the worker has dask_job_worker_prefix_tasks series in the range
-    (``prefix_workers``); only then are they and gpu_by_prefix's raw counters read, the
-    counters not among the columns' in a third query sent at the same time as the columns'
-    (in a thread: the server answers both at once), raw also with ``step``. A worker without
-    them adds nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs
-    no more series. ``extra``: more series of the worker, raw, fetched with the columns'
-    (without ``step``)."""
+    ``executed``: the scheduler saw the worker executing tasks in the range
+    (``executing_workers``); only then are its prefix tasks and gpu_by_prefix's raw counters
+    read (with the samples just outside the range), the counters not among the columns' in
+    a third query sent at the same time as the columns' (in a thread: the server answers
+    both at once), raw also with ``step``. A worker without them adds nothing to
+    gpu_by_prefix.csv, and data from an older scheduler preload costs no more series.
+    ``extra``: more series of the worker, raw, fetched with the columns' (without ``step``)."""
     metrics = source_metrics(columns) + [m for m in extra if step is None]
     apart_metrics = ([m for m in ATTRIBUTION_METRICS if m not in metrics or step]
                      if executed else [])
-    raw = Background(lambda names: fetch_gpu_series(client, worker, names, lo, hi, chunk, None,
-                                                      age, scope),
-                      apart_metrics) if apart_metrics else None
+    reused = [m for m in ATTRIBUTION_METRICS if m not in apart_metrics] if executed else []
+    after = lookahead(hi, age)
+
+    def raw(names: Sequence[str], a: int, b: int) -> dict[str, list[Series]]:
+        return fetch_gpu_series(client, worker, names, a, b, chunk, None, age, scope)
+
+    apart = Background(lambda names: raw(names, lo - age, after),
+                       apart_metrics) if apart_metrics else None
     gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
-    apart = raw.result() if raw is not None else {}
-    attribution = {m: source[m] for m in ATTRIBUTION_METRICS
-                   if m in (source := apart if m in apart_metrics else gpu)} if executed else {}
+    # the samples just outside [lo, hi]: the intervals that straddle the range's edges
+    head = raw(reused, lo - age, lo - 1) if reused else {}
+    tail = raw(reused, hi + 1, after) if reused and after > hi else {}
+    found_apart = apart.result() if apart is not None else {}
+    attribution = {m: found_apart.get(m, []) if m in apart_metrics
+                   else [*head.get(m, []), *gpu.get(m, []), *tail.get(m, [])]
+                   for m in ATTRIBUTION_METRICS} if executed else {}
     resources = worker_metrics(columns)
     sched = [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if executed else [])]
     found = within(by_metric(fetch_worker_series(client, worker, sched, lo - age,

@@ -166,6 +166,12 @@ class Changes:
                 states.append(state)
         return cls(times, states)
 
+    def clipped(self, lo: int, hi: int) -> Changes:
+        """These changes within [lo, hi], nothing running outside it: what cuts a range's
+        edge intervals at its edges."""
+        a, b = bisect_right(self.times, lo), bisect_left(self.times, hi)
+        return Changes([lo, *self.times[a:b], hi], [self.at(lo), *self.states[a:b], NOTHING_RAN])
+
     def at(self, t: int) -> State:
         """What ran at ``t`` (nothing before the first change)."""
         k = bisect_right(self.times, t)

@@ -30,7 +30,7 @@ from dask_metrics.collector.gpu_by_prefix import (
 from dask_metrics.collector.layouts import seed_lines, tidy_lines
 from dask_metrics.collector.series import Series, WorkerInfo, cluster_timeline
 from dask_metrics.collector.tables import as_of, joined_by_metric, worker_table
-from dask_metrics.collector.worker_runs import worker_timeline
+from dask_metrics.collector.worker_runs import span_timeline, worker_timeline
 from dask_metrics.contract import (
     ACTIVITY_COLUMNS,
     GPU_BY_PREFIX_COLUMNS,
@@ -267,3 +267,80 @@ def test_at_each_is_not_fooled_by_a_list_changed_in_place() -> None:
     first = timeline.at_each(times, 120 * S)
     times[1] = 1 * S
     assert timeline.at_each(times, 120 * S) == [first[0], first[0]] != first
+
+
+# ---- gpu_by_prefix by the DAGs' own times ---------------------------------------------------
+
+
+def _prefix(job: str, dag: str, prefix: str, points: dict[int, float]) -> Series:
+    return _s({"__name__": "dask_job_worker_prefix_tasks", "job_id": job, "dag_id": dag,
+               "prefix": prefix, "worker": "w"}, points)
+
+
+def _gpu(metric: str, points: dict[int, float]) -> Series:
+    return _s({"__name__": metric, "gpu": "0", "uuid": "GPU-a", "worker": "w"}, points)
+
+
+def _exact_uses(spans, prefixes, busy: dict[int, float], window=None, used=None):
+    uses = PrefixUses(120 * S, window=window)
+    series = {"dask_gpu_busy_seconds_total": [_gpu("dask_gpu_busy_seconds_total", busy)]}
+    if used:
+        series["dask_gpu_memory_used_bytes"] = [_gpu("dask_gpu_memory_used_bytes", used)]
+    uses.add_worker([], prefixes, series, span_timeline(spans, 120 * S))
+    return uses.result()
+
+
+def test_each_dag_gets_its_own_time_of_a_scrape_interval_whatever_the_scrapes_saw() -> None:
+    # busy 1 s per s; GPU samples every 15 s; DAG 1 from 2 s to 9 s, DAG 2 from 9 s to 40 s;
+    # the scheduler's scrapes (every 15 s) never saw DAG 1 executing
+    busy = {t * S: float(t) for t in (0, 15, 30, 45)}
+    spans = [(2 * S, 9 * S, ("0", "1")), (9 * S, 40 * S, ("0", "2"))]
+    prefixes = [_prefix("0", "2", "train", {15 * S: 2.0, 30 * S: 2.0}),
+                _prefix("0", "2", "score", {30 * S: 1.0})]
+    got = {k: round(u.gpu_seconds, 9) for k, u in _exact_uses(spans, prefixes, busy).items()}
+    # DAG 1: its 7 s under an empty prefix (no scrape saw which function ran); DAG 2: each
+    # piece under the mix of the last scrape at or before the piece's end: 9..15 s train
+    # alone, 15..30 s and 30..40 s two train tasks and one score task
+    assert got == {("0", "1", ""): 7.0, ("0", "2", "train"): round(6 + 25 * 2 / 3, 9),
+                   ("0", "2", "score"): round(25 / 3, 9)}
+
+
+def test_the_range_edges_cut_the_intervals_that_straddle_them() -> None:
+    busy = {t * S: float(t) for t in (0, 15, 30, 45)}
+    spans = [(0, 45 * S, ("0", "1"))]
+    prefixes = [_prefix("0", "1", "f", {15 * S: 1.0})]
+    got = _exact_uses(spans, prefixes, busy, window=(10 * S, 32 * S))
+    assert {k: round(u.gpu_seconds, 9) for k, u in got.items()} == {("0", "1", "f"): 22.0}
+
+
+def test_a_peak_belongs_to_the_dag_that_ran_at_its_sample() -> None:
+    spans = [(0, 10 * S, ("0", "1")), (10 * S, 20 * S, ("0", "2"))]
+    prefixes = [_prefix("0", "1", "a", {5 * S: 1.0}), _prefix("0", "2", "b", {15 * S: 1.0})]
+    used = {9 * S: 7.0, 10 * S: 3.0, 19 * S: 5.0, 21 * S: 100.0}  # 21 s: nothing ran
+    got = _exact_uses(spans, prefixes, {0: 0.0, 20 * S: 20.0}, used=used)
+    assert {k: u.peak_mem for k, u in got.items()} == {("0", "1", "a"): 7.0,
+                                                       ("0", "2", "b"): 5.0}
+
+
+def test_dag_totals_are_conserved_against_a_brute_force_integral() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        samples = sorted(rng.sample(range(0, 200), 12))
+        rates = [rng.uniform(0, 1) for _ in samples]  # busy rate over the interval ending there
+        busy, total = {}, 0.0
+        for i, t in enumerate(samples):
+            total += rates[i] * (t - samples[i - 1]) if i else 0.0
+            busy[t * S] = total
+        edges = sorted(rng.sample(range(1, 199), 6))
+        spans = [(a * S, b * S, ("0", str(k))) for k, (a, b) in
+                 enumerate(zip(edges[::2], edges[1::2], strict=True))]
+        lo, hi = sorted(rng.sample(range(0, 200), 2))
+        got = _exact_uses(spans, [], busy, window=(lo * S, hi * S))
+
+        for a, b, (job, dag) in spans:  # the integral of the rate over the DAG's time
+            x, y = max(a // S, lo), min(b // S, hi)
+            want = sum(rates[i] * max(0, min(y, t1) - max(x, t0))
+                       for i, (t0, t1) in enumerate(itertools.pairwise(samples), start=1)
+                       if t1 - t0 <= 120)
+            have = got.get((job, dag, ""))
+            assert (have.gpu_seconds if have else 0.0) == pytest.approx(want, abs=1e-9)

@@ -138,6 +138,10 @@ def _where(report: Mapping[str, Any]) -> list[Section]:
             notes.append(f"{len(found) - len(rows)} row(s) of 0 left out (in report.json).")
         if not found:
             notes.append(_no_rows(key, bool(where.get("activities"))))
+        if key == "gpu_by_prefix" and any(not r.get("prefix") for r in rows):
+            notes.append("A row without a prefix: that DAG ran on the worker only between two "
+                         "scheduler scrapes, so its GPU time is known but not which of its "
+                         "functions used it.")
 
         def rank(r: Mapping[str, Any], size: str = size) -> tuple[bool, float]:
             return r.get("unit", "seconds") != "seconds", -_float(r.get(size))
