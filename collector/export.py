@@ -173,7 +173,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
     timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
-    executed = executing_workers(client, lo - age, hi, chunk_ms, scope)
+    executed = executing_workers(client, lo, hi, chunk_ms, age, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 
     # past the data's end, never further than the tail asked for beyond it: a range whose

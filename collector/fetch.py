@@ -345,13 +345,14 @@ def fetch_worker_series(client: PrometheusClient, worker: str, metrics: Sequence
     return fetch_raw(client, selector(metrics, worker, scope), start, end, chunk, scope)
 
 
-def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int,
+def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int, age: int,
                       scope: Scope = UNSCOPED) -> set[str]:
     """The workers the scheduler saw executing tasks in [start, end]: with a sample of
-    dask_job_worker_prefix_tasks or of a DAG's start on them. One cheap cluster-wide query (a
-    sample per series and chunk), so that the other workers' prefix tasks and busy counters
-    are not asked for (none with an older scheduler preload)."""
+    dask_job_worker_prefix_tasks or of a DAG's start on them from ``age`` before the start
+    to as much after the end (a DAG that ran just before the end is shown by the next
+    scrape). One cheap cluster-wide query (a sample per series and chunk), so that the
+    other workers' prefix tasks and busy counters are not asked for (none with an older
+    scheduler preload)."""
     return {labels.get(WORKER, "") for labels in fetch_label_sets(
         client, selector([WORKER_PREFIX_TASKS.name, WORKER_DAG_START.name], scope=scope),
-        start, end, chunk, scope)}
-
+        start - age, lookahead(end, age), chunk, scope)}

@@ -79,7 +79,7 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
                                  any_cluster)
     timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
-    executed = executing_workers(client, start - age, end, chunk_ms, scope)
+    executed = executing_workers(client, start, end, chunk_ms, age, scope)
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     for info in chosen:
         if info.name in executed:  # the others add nothing

@@ -125,11 +125,14 @@ class Truth:
                 for (t0, v0), (t1, v1) in pairwise(points)]
 
     def report(self, every: int) -> dict[str, Any]:
+        """The report of [epoch - 3 s, epoch + END] read from the ``every`` s server: made
+        once per server, read by every test."""
         out = self.folder / f"report-{every}"
-        run = collector("report", "--since", f"{self.epoch - 3:.3f}",
-                        "--until", f"{self.epoch + END:.3f}", "--out", str(out),
-                        "--prometheus", self.servers[every].url)
-        assert run.code == 0, run.err
+        if not (out / "report.json").exists():
+            run = collector("report", "--since", f"{self.epoch - 3:.3f}",
+                            "--until", f"{self.epoch + END:.3f}", "--out", str(out),
+                            "--prometheus", self.servers[every].url)
+            assert run.code == 0, run.err
         return json.loads((out / "report.json").read_text())
 
 
@@ -245,3 +248,53 @@ def test_each_jobs_busy_time_and_energy_are_the_script_within_the_edges_share(
         etl = found["etl"]
         assert etl["busy_seconds"] == pytest.approx(6.0, abs=1.0)
         assert etl["energy_joules"] == pytest.approx(1500, abs=250), truth.energy(every)
+
+
+def scripted_dag(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's DAG that ran the script's task (its warm-up DAG ran before the range)."""
+    (dag,) = [d for d in job["dags"] if (d["gpu_seconds"] or 0) > SLACK]
+    return dag
+
+
+def idle_truth(samples: list[float], start: float, stop: float) -> float:
+    """The documented idle time of a job: its time in the GPU's scrape intervals whose mean
+    utilisation, by the script, was under 5 %."""
+    return sum(max(0.0, min(stop, t1) - max(start, t0)) for t0, t1 in pairwise(samples)
+               if integral("gpu_util", t0, t1) < 5 * (t1 - t0))
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_each_jobs_wall_time_utilisation_and_idle_time_are_the_script(truth: Truth, every: int
+                                                                     ) -> None:
+    found, samples = jobs_of(truth.report(every)), truth.gpu_samples(every)
+    for name, start, stop, *_ in JOBS:
+        job, length = found[name], stop - start
+        dag = scripted_dag(job)
+        assert dag["status"] == "finished", (name, dag)
+        assert dag["wall_source"] == "jobs.csv (scheduler)", (name, dag)
+        assert dag["wall_seconds"] == pytest.approx(length, abs=SLACK), (name, dag)
+        # mean utilisation = busy / held: off by the busy time's bound and the edges' slack
+        mean = integral("gpu_util", start, stop) / length
+        bound = edge_bound("gpu_util", samples, (start, stop)) / 100
+        slack = (bound + mean / 100 * SLACK) / (length - SLACK) * 100
+        assert abs(job["mean_utilization_percent"] - mean) <= slack + 0.01, (
+            name, job["mean_utilization_percent"], mean, slack)
+        idle = idle_truth(samples, start, stop)
+        assert job["idle_gpu_seconds"] == pytest.approx(idle, abs=2 * SLACK), (
+            name, job["idle_gpu_seconds"], idle, samples)
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_gpu_time_per_prefix_adds_up_to_each_jobs_own(truth: Truth, every: int) -> None:
+    report = truth.report(every)
+    rows = report["where_the_time_went"]["gpu_by_prefix"]
+    for name, *_ in JOBS:
+        job, mine = jobs_of(report)[name], [r for r in rows if r["job_name"] == name]
+        # the task's key is "<name>-0": its prefix is the name, or none where no scheduler
+        # scrape saw it executing (a job shorter than the scrape interval)
+        assert {r["prefix"] for r in mine} <= {name, ""}, (name, mine)
+        assert sum(float(r["gpu_seconds"]) for r in mine) == pytest.approx(
+            job["busy_seconds"], abs=0.01), (name, mine, job["busy_seconds"])
+        assert sum(float(r["energy"]) for r in mine) == pytest.approx(
+            job["energy_joules"], abs=0.5), (name, mine, job["energy_joules"])
+    assert {r["job_name"] for r in rows} == {name for name, *_ in JOBS}, rows
