@@ -256,11 +256,13 @@ def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookb
     scheduler, and DAGs the scheduler forgot before any scrape saw them."""
     after = lookahead(end, lookback)
     found = by_metric(fetch_raw(client, selector([DAG_STATUS.name, *DAG_TIMES,
-                                                  DAGS_UNSCRAPED.name], scope=scope),
+                                                  DAGS_UNSCRAPED.name, CURRENT_JOB.name],
+                                                 scope=scope),
                                 start - lookback, after, chunk, scope))
     info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, after, chunk, scope)
     times = {m: found[m] for m in DAG_TIMES if m in found}
-    rows = job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None)
+    scrapes = sorted({t for s in found.get(CURRENT_JOB.name, []) for t in s.times})
+    rows = job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None, scrapes)
     for line in (restarts(r.job for r in rows),
                  unscraped_note(found.get(DAGS_UNSCRAPED.name, []), start, end)):
         if line:

@@ -16,8 +16,8 @@ before the range (the previous session's, kept) is no row of this range.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.activities import increase
@@ -35,6 +35,7 @@ from dask_metrics.contract import (
 )
 
 FINAL = frozenset({DagStatus.FINISHED, DagStatus.ERRED})
+UNDECIDED = frozenset({"waiting", "running"})  # the words of a DAG without an outcome yet
 DAG_TIMES = (DAG_SUBMITTED.name, DAG_STARTED.name, DAG_FINISHED.name)
 
 
@@ -73,7 +74,8 @@ def _statuses(status: Iterable[Series]) -> dict[tuple[str, str], list[tuple[int,
 
 
 def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start: int,
-             end: int, times: Mapping[str, Iterable[Series]] | None = None) -> list[JobRow]:
+             end: int, times: Mapping[str, Iterable[Series]] | None = None,
+             scrapes: Sequence[int] = ()) -> list[JobRow]:
     """The DAGs of [start, end] (ms), by job then DAG id (pure).
 
     ``status``: raw dask_job_dag_status samples, fetched from a little before ``start`` (to
@@ -84,6 +86,10 @@ def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start:
     HA replicas are one DAG. A restarted scheduler numbers its jobs from 0 again: its
     ``scheduler_start`` label keeps them apart (lifetimes.job_key); from a preload older than
     the label, such ids' samples are one row, with their names joined by " / ".
+
+    ``scrapes``: the scheduler's scrape times (any life). A DAG without an outcome that a
+    later scrape up to ``end`` no longer showed is ``unknown``, last seen at its last
+    sample: its scheduler restarted (or forgot it) before any scrape saw it end.
     """
     named: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
     for labels in info:
@@ -97,6 +103,11 @@ def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start:
         if found is None:
             continue
         word, first, last = found
+        seen = samples[-1][0]
+        if word in UNDECIDED and bisect_right(scrapes, seen) < bisect_right(scrapes, end):
+            if seen < start:
+                continue  # last seen before the range, gone by a scrape in it
+            word, last = "unknown", min(last, seen)
         pairs = sorted(named.get((job, dag), {}))
         rows.append(JobRow(job, " / ".join(dict.fromkeys(n for n, _ in pairs)), dag,
                            " / ".join(dict.fromkeys(c for _, c in pairs)), word, first, last))

@@ -42,13 +42,15 @@ def _state(labels: dict[str, str]) -> State:
     return job_key(labels), labels.get(DAG_ID, "")
 
 
-def worker_spans(starts: Iterable[Series], ends: Iterable[Series], until: int, max_age: int
-                 ) -> list[Span]:
+def worker_spans(starts: Iterable[Series], ends: Iterable[Series], until: int, max_age: int,
+                 scrapes: Sequence[int] = ()) -> list[Span]:
     """Each DAG's stretch on the worker from its start and end series (values in seconds).
 
     A span whose end series has no sample at or after the start's last one was still open
-    then: it runs to ``until`` when that sample is within ``max_age`` of it (the DAG was
-    running at the range's end), else to that sample (the scheduler went away with it)."""
+    then. It ends at that sample (a lower bound: the DAG ended, or its scheduler went away
+    with it, before the next scrape) when a later scheduler scrape (``scrapes``, any life)
+    up to ``until`` no longer showed it, or when that sample is more than ``max_age``
+    before ``until``; else it runs to ``until`` (the DAG was running at the range's end)."""
     closed: dict[State, tuple[int, float]] = {}
     for s in ends:
         if s.times:
@@ -65,7 +67,8 @@ def worker_spans(starts: Iterable[Series], ends: Iterable[Series], until: int, m
         if end is not None and end[0] >= seen:
             stop = round(end[1] * 1000)
         else:
-            stop = until if until - seen <= max_age else seen
+            gone = bisect_right(scrapes, seen) < bisect_right(scrapes, until)
+            stop = until if until - seen <= max_age and not gone else seen
         if stop > begin:
             spans.append((begin, stop, state))
     return spans
@@ -122,7 +125,7 @@ def worker_timeline(scrapes: Sequence[int], tasks: Iterable[Series],
                     until: int = 0, max_age: int = 0) -> Timeline:
     """The worker's timeline from the scheduler's own times where exported, else from its
     tasks at each scrape (see the module's docstring)."""
-    spans = worker_spans(starts, ends, until, max_age)
+    spans = worker_spans(starts, ends, until, max_age, scrapes)
     return span_timeline(spans, max_age) if spans else scrape_timeline(scrapes, tasks)
 
 

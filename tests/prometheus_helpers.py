@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import ctypes.util
+import json
 import math
 import shutil
 import signal
@@ -24,7 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,6 +169,7 @@ class PrometheusServer:
     process: subprocess.Popen[bytes]
     auth: tuple[str, str] | None = None
     tls: TlsFiles | None = None
+    argv: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -200,6 +202,14 @@ class PrometheusServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    def restart(self, ready_timeout: float = 60.0) -> None:
+        """Stop and start again on the same port and data: a restarted Prometheus."""
+        self.stop()
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, cwd=self.log.parent)
+        _wait_ready(self, ready_timeout)
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
@@ -250,7 +260,7 @@ def run_prometheus(workdir: Path, *, blocks: Path | None = None,
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, cwd=workdir)
     auth = next(iter(users.items())) if users else None
-    server = PrometheusServer(port, prefix, data_dir, log, process, auth, tls)
+    server = PrometheusServer(port, prefix, data_dir, log, process, auth, tls, tuple(args))
     try:
         _wait_ready(server, ready_timeout)
         yield server
@@ -439,3 +449,28 @@ class TenantProxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def scraping_like(stack: ExitStack, config: Path, folder: Path, intervals: Iterable[int]
+                  ) -> dict[int, PrometheusServer]:
+    """One Prometheus per scrape interval (seconds) with the scrape jobs of ``config`` (a
+    local stack's prometheus.yml), each scraping every job once before this returns."""
+    jobs = yaml.safe_load(config.read_text())["scrape_configs"]
+    servers = {every: stack.enter_context(run_prometheus(
+        folder / f"prom-{every}", scrape_configs=[
+            {**job, "scrape_interval": f"{every}s", "scrape_timeout": f"{min(every, 5)}s"}
+            for job in jobs])) for every in intervals}
+    for every, server in servers.items():
+        for job in jobs:
+            wait_for(lambda s=server, j=job["job_name"]: newest_scrape(s, j),
+                     timeout=2 * every + 30, interval=0.5,
+                     what=f"the {every} s server's first scrape of {job['job_name']}")
+    return servers
+
+
+def newest_scrape(server: PrometheusServer, job: str) -> float:
+    """The time of ``server``'s newest scrape of ``job`` (0 before its first)."""
+    status, body = server.get("/api/v1/query?query=" + urllib.parse.quote(
+        f'max(timestamp(up{{job="{job}"}}))'))
+    found = json.loads(body)["data"]["result"] if status == 200 else []
+    return float(found[0]["value"][1]) if found else 0.0

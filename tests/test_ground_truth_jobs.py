@@ -20,14 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
-import yaml
 from distributed import Client
 
 from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from tests.fake_nvml import FakeNVML, GiB
-from tests.helpers import clean_env, collector, wait_for
-from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
+from tests.ground_truth import (
+    SLACK,
+    Script,
+    hold_until,
+    jobs_of,
+    query,
+    scraped_past,
+    scripted_dag,
+)
+from tests.helpers import clean_env, collector
+from tests.prometheus_helpers import (
+    PrometheusServer,
+    requires_prometheus,
+    scraping_like,
+)
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
 
@@ -40,59 +51,23 @@ JOBS = (("etl", 0.0, 6.0, 100, 250_000, 3.0, (4.6, 5.0, 9.0)),
         ("train", 6.0, 9.0, 40, 120_000, 4.0, (7.0, 7.4, 5.0)),
         ("score", 9.5, 11.5, 80, 200_000, 2.5, None))
 END = 14.0
-SLACK = 0.3  # seconds: a DAG's edges on the scheduler against the script's (submission, return)
 
 
-def hold_until(t: float) -> float:
-    """A task that keeps its worker until ``t`` (Unix seconds)."""
-    time.sleep(max(0.0, t - time.time()))
-    return t
-
-
-def script() -> dict[float, dict[str, Any]]:
-    """{seconds after the epoch: the GPU's fields from then on}."""
-    base = {"memory_used": int(BASE_GIB * GiB), "gpu_util": 0, "power_mw": IDLE_MW}
-    steps: dict[float, dict[str, Any]] = {}
+def script() -> Script:
+    """The GPU's day, in seconds after the epoch."""
+    out = Script({"memory_used": int(BASE_GIB * GiB), "gpu_util": 0, "power_mw": IDLE_MW})
     lo, hi, gib = BEFORE
-    steps[lo] = {**base, "memory_used": int(gib * GiB)}
-    steps[hi] = dict(base)
+    out.at(lo, memory_used=int(gib * GiB)).at(hi)
     for _, start, stop, util, mw, gib, spike in JOBS:
-        steps[stop] = dict(base)
+        out.at(stop)
         job = {"memory_used": int(gib * GiB), "gpu_util": util, "power_mw": mw}
-        steps[start] = job
+        out.at(start, **job)
         if spike:
-            steps[spike[0]] = {**job, "memory_used": int(spike[2] * GiB)}
-            steps[spike[1]] = job
-    return dict(sorted(steps.items()))
+            out.at(spike[0], **{**job, "memory_used": int(spike[2] * GiB)}).at(spike[1], **job)
+    return out
 
 
-def integral(field: str, a: float, b: float) -> float:
-    """The script's ``field`` integrated over [a, b] (seconds after the epoch)."""
-    steps = list(script().items())
-    total = 0.0
-    for (t0, fields), t1 in zip(steps, [t for t, _ in steps[1:]] + [float("inf")],
-                                strict=True):
-        lo, hi = max(a, t0), min(b, t1)
-        if hi > lo:
-            total += fields[field] * (hi - lo)
-    base = {"gpu_util": 0, "power_mw": IDLE_MW}[field]
-    first = steps[0][0]
-    if a < first:
-        total += base * (min(b, first) - a)
-    return total
-
-
-def edge_bound(field: str, samples: list[float], edges: tuple[float, float]) -> float:
-    """What a job's ``field`` integral can be off by: the script's integral over each scrape
-    interval of the GPU that holds one of the job's edges (its share there is proportional
-    to time), plus the edges' own slack."""
-    bound = 0.0
-    for edge in edges:
-        for t0, t1 in pairwise(samples):
-            if t0 < edge < t1:
-                bound += integral(field, t0, t1)
-        bound += integral(field, edge - SLACK, edge + SLACK)
-    return bound
+SCRIPT = script()
 
 
 class Truth:
@@ -121,7 +96,8 @@ class Truth:
         script's) for each GPU sample of the server: for a failure's message."""
         (series,) = query(self.servers[every], "dask_gpu_energy_joules_total[10m]")
         points = [(t - self.epoch, v) for t, v in series["values"] if -5 < t - self.epoch < 15]
-        return [(round(t1, 2), round(v1 - v0, 1), round(integral("power_mw", t0, t1) / 1000, 1))
+        return [(round(t1, 2), round(v1 - v0, 1),
+                 round(SCRIPT.integral("power_mw", t0, t1) / 1000, 1))
                 for (t0, v0), (t1, v1) in pairwise(points)]
 
     def report(self, every: int) -> dict[str, Any]:
@@ -134,19 +110,6 @@ class Truth:
                             "--prometheus", self.servers[every].url)
             assert run.code == 0, run.err
         return json.loads((out / "report.json").read_text())
-
-
-def query(server: PrometheusServer, expr: str) -> list[dict[str, Any]]:
-    answer = requests.get(f"{server.url}/api/v1/query", params={"query": expr}, timeout=10)
-    answer.raise_for_status()
-    return [{"metric": r["metric"], "values": [(float(t), float(v)) for t, v in
-                                               r.get("values", [r.get("value")])]}
-            for r in answer.json()["data"]["result"]]
-
-
-def newest(server: PrometheusServer, job: str) -> float:
-    found = query(server, f'max(timestamp(up{{job="{job}"}}))')
-    return found[0]["values"][-1][1] if found else 0.0
 
 
 @pytest.fixture(scope="module")
@@ -163,17 +126,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
     options = StackOptions(folder / "stack", env=clean_env(fake.env), sample_interval=0.1,
                            worker_specs=[worker])
     with LocalStack(options) as local, ExitStack() as stack:
-        config = yaml.safe_load((options.folder / "prometheus.yml").read_text())
-        servers: dict[int, PrometheusServer] = {}
-        for every in INTERVALS:
-            jobs = [{**job, "scrape_interval": f"{every}s",
-                     "scrape_timeout": f"{min(every, 5)}s"} for job in config["scrape_configs"]]
-            servers[every] = stack.enter_context(run_prometheus(folder / f"prom-{every}",
-                                                                scrape_configs=jobs))
-        for every, server in servers.items():
-            for job in ("dask-gpu", "dask-scheduler"):
-                wait_for(lambda s=server, j=job: newest(s, j), timeout=2 * every + 30,
-                         interval=0.5, what=f"the {every} s server's first scrape of {job}")
+        servers = scraping_like(stack, options.folder / "prometheus.yml", folder, INTERVALS)
         clients = {name: stack.enter_context(Client(local.scheduler_address, name=name,
                                                     set_as_default=False))
                    for name, *_ in JOBS}
@@ -185,7 +138,7 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
         # from energy_mj there, and is not defined before it); the script's epoch is LEAD on
         gpu.energy_mj += round(gpu.power_mw * (now - fake.epoch))
         fake.epoch, epoch = now, now + LEAD
-        for t, fields in script().items():
+        for t, fields in SCRIPT.items():
             fake.at(t + LEAD, 0, **fields)
         fake.write()
         futures = []
@@ -195,16 +148,8 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
                                                 pure=False))
         for future in futures:
             future.result(timeout=60)
-        for every, server in servers.items():  # each has scraped both past the end
-            for job in ("dask-gpu", "dask-scheduler"):
-                wait_for(lambda s=server, j=job: newest(s, j), lambda t: t > epoch + END + 1,
-                         timeout=2 * every + 60, interval=0.5,
-                         what=f"the {every} s server's scrape of {job} after the range")
+        scraped_past(servers, ("dask-gpu", "dask-scheduler"), epoch + END + 1)
         yield Truth(epoch, servers, folder)
-
-
-def jobs_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {job["job_name"]: job for job in report["jobs"]}
 
 
 @pytest.mark.parametrize("every", INTERVALS)
@@ -237,30 +182,17 @@ def test_each_jobs_busy_time_and_energy_are_the_script_within_the_edges_share(
     found, samples = jobs_of(truth.report(every)), truth.gpu_samples(every)
     for name, start, stop, *_ in JOBS:
         job = found[name]
-        busy = integral("gpu_util", start, stop) / 100
-        bound = edge_bound("gpu_util", samples, (start, stop)) / 100
+        busy = SCRIPT.integral("gpu_util", start, stop) / 100
+        bound = SCRIPT.edge_bound("gpu_util", samples, (start, stop)) / 100
         assert abs(job["busy_seconds"] - busy) <= bound + 1e-6, (name, job, busy, bound)
-        joules = integral("power_mw", start, stop) / 1000
-        bound = edge_bound("power_mw", samples, (start, stop)) / 1000
+        joules = SCRIPT.integral("power_mw", start, stop) / 1000
+        bound = SCRIPT.edge_bound("power_mw", samples, (start, stop)) / 1000
         assert job["energy_joules"] is not None, (name, job)
         assert abs(job["energy_joules"] - joules) <= bound + 1.0, (name, job, joules, bound)
     if every == 1:  # at 1 s the bound is a few percent: the numbers are close to the truth
         etl = found["etl"]
         assert etl["busy_seconds"] == pytest.approx(6.0, abs=1.0)
         assert etl["energy_joules"] == pytest.approx(1500, abs=250), truth.energy(every)
-
-
-def scripted_dag(job: dict[str, Any]) -> dict[str, Any]:
-    """The job's DAG that ran the script's task (its warm-up DAG ran before the range)."""
-    (dag,) = [d for d in job["dags"] if (d["gpu_seconds"] or 0) > SLACK]
-    return dag
-
-
-def idle_truth(samples: list[float], start: float, stop: float) -> float:
-    """The documented idle time of a job: its time in the GPU's scrape intervals whose mean
-    utilisation, by the script, was under 5 %."""
-    return sum(max(0.0, min(stop, t1) - max(start, t0)) for t0, t1 in pairwise(samples)
-               if integral("gpu_util", t0, t1) < 5 * (t1 - t0))
 
 
 @pytest.mark.parametrize("every", INTERVALS)
@@ -274,12 +206,12 @@ def test_each_jobs_wall_time_utilisation_and_idle_time_are_the_script(truth: Tru
         assert dag["wall_source"] == "jobs.csv (scheduler)", (name, dag)
         assert dag["wall_seconds"] == pytest.approx(length, abs=SLACK), (name, dag)
         # mean utilisation = busy / held: off by the busy time's bound and the edges' slack
-        mean = integral("gpu_util", start, stop) / length
-        bound = edge_bound("gpu_util", samples, (start, stop)) / 100
+        mean = SCRIPT.integral("gpu_util", start, stop) / length
+        bound = SCRIPT.edge_bound("gpu_util", samples, (start, stop)) / 100
         slack = (bound + mean / 100 * SLACK) / (length - SLACK) * 100
         assert abs(job["mean_utilization_percent"] - mean) <= slack + 0.01, (
             name, job["mean_utilization_percent"], mean, slack)
-        idle = idle_truth(samples, start, stop)
+        idle = SCRIPT.idle(samples, start, stop)
         assert job["idle_gpu_seconds"] == pytest.approx(idle, abs=2 * SLACK), (
             name, job["idle_gpu_seconds"], idle, samples)
 

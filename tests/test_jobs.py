@@ -185,3 +185,18 @@ def test_dags_forgotten_unscraped_in_the_range_are_counted_across_a_reset() -> N
     assert unscraped_note([counter], 5 * S, 12 * S).startswith("3 DAG(s)")
     assert unscraped_note([counter], 40 * S, 50 * S) == ""
     assert unscraped_note([], 0, 60 * S) == ""
+
+
+def test_a_dag_whose_scheduler_went_away_before_its_outcome_is_unknown_not_running() -> None:
+    """Scrapes every 10 s; DAG 0 was running at 20 and 30 s, then its scheduler restarted:
+    the scrapes at 40 and 50 s (the new life's) no longer show it. Its outcome is unknown
+    and it was last seen at 30 s, not running to the range's end."""
+    statuses = [status("0", "0", [(20, 1.0), (30, 1.0)])]
+    scrapes = [t * S for t in range(0, 60, 10)]
+    rows = job_rows([info("0", "0", "etl")], statuses, 0, 55 * S, scrapes=scrapes)
+    assert rows == [JobRow("0", "etl", "0", "c", "unknown", 20 * S, 30 * S)]
+    # no later scrape up to the end: it may still be running there
+    rows = job_rows([info("0", "0", "etl")], statuses, 0, 35 * S, scrapes=scrapes)
+    assert rows[0].status == "running" and rows[0].last_seen == 30 * S
+    # last seen before the range and gone by a scrape inside it: not the range's
+    assert job_rows([info("0", "0", "etl")], statuses, 35 * S, 55 * S, scrapes=scrapes) == []

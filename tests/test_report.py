@@ -177,9 +177,14 @@ def test_a_workers_timeline_follows_the_schedulers_times_oldest_dag_first() -> N
                                          strict=False) if state[0]]
     assert max(held) <= 10000  # a point every max_age / 2 while a DAG holds the worker
     assert timeline.at(19999, 20000) == ("1", "0") and timeline.at(20000, 20000) == ("", "")
-    # the scheduler went away with DAG 2 running: it ends at its last scrape
+    # the scheduler went away with DAG 2 running: it ends at its last scrape, whether that
+    # was long before the end or a later scrape (a restarted scheduler's) no longer showed it
     assert worker_spans(starts[2:], [], until=200000, max_age=20000) == [
         (40000, 60000, ("1", "2"))]
+    assert worker_spans(starts[2:], [], until=70000, max_age=20000, scrapes=[60000, 65000]
+                        ) == [(40000, 60000, ("1", "2"))]
+    assert worker_spans(starts[2:], [], until=70000, max_age=20000, scrapes=[60000]) == [
+        (40000, 70000, ("1", "2"))]  # no scrape after it: running at the end
     # no span series: the tasks at each scrape
     tasks = [Series({"job_id": "1", "dag_id": "0"}, [15000], [2.0])]
     assert not worker_timeline([15000, 30000], tasks).exact

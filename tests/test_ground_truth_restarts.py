@@ -1,0 +1,176 @@
+"""Per-job numbers across restarts against a scripted truth, through a real scheduler, worker
+and sidecar and four real Prometheus servers scraping every 1 s, 5 s, 15 s and 60 s.
+
+One worker's fake GPU follows a script written as the jobs run: each job a task that holds
+the worker for a few seconds while its GPU is busy at a level of its own. Between the jobs,
+what restarts in a cluster's week restarts: the sidecar (its busy counter starts over),
+every Prometheus server (its data kept), the worker (back under its name), and the
+scheduler (a new life: its job ids start over). Each job must still read what the script
+did: its name, outcome and life, its own GPU time, its peak (exact where it says so, else a
+bound that holds the truth), busy time and energy within the documented tolerance
+(docs/collector.md, "How exact the per-job numbers are"), the interval across the
+sidecar's restart included.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distributed import Client
+
+from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
+from tests.fake_nvml import FakeNVML, GiB
+from tests.ground_truth import SLACK, Script, hold_until, jobs_of, query, scraped_past, scripted_dag
+from tests.helpers import clean_env, collector, wait_for
+from tests.prometheus_helpers import PrometheusServer, requires_prometheus, scraping_like
+
+pytestmark = [requires_prometheus, pytest.mark.integration]
+
+INTERVALS = (1, 5, 15, 60)
+BASE = {"memory_used": 2 * GiB, "gpu_util": 0, "power_mw": 60_000}
+# name: seconds, util %, power mW, GiB
+JOBS = {"etl": (4.0, 100, 250_000, 3.0), "train": (4.0, 40, 120_000, 5.0),
+        "score": (3.0, 80, 200_000, 4.0), "final": (3.0, 60, 150_000, 6.0)}
+LEAD = 1.0  # seconds from scripting a job's GPU to its start
+
+
+class Truth:
+    """The script as it ran: each job's (start, stop) and the sidecar's restart, in seconds
+    after the epoch, and the servers that scraped it."""
+
+    def __init__(self, epoch: float, servers: dict[int, PrometheusServer], folder: Path,
+                 script: Script, ran: dict[str, tuple[float, float]], reset: float,
+                 end: float) -> None:
+        self.epoch, self.servers, self.folder = epoch, servers, folder
+        self.script, self.ran, self.reset, self.end = script, ran, reset, end
+
+    def gpu_samples(self, every: int) -> list[float]:
+        (series,) = query(self.servers[every], "dask_gpu_memory_used_bytes[10m]")
+        return [t - self.epoch for t, _ in series["values"]]
+
+    def report(self, every: int) -> dict[str, Any]:
+        """The report of the whole script read from the ``every`` s server (made once)."""
+        out = self.folder / f"report-{every}"
+        if not (out / "report.json").exists():
+            run = collector("report", "--since", f"{self.epoch:.3f}",
+                            "--until", f"{self.epoch + self.end:.3f}", "--out", str(out),
+                            "--prometheus", self.servers[every].url)
+            assert run.code == 0, run.err
+        return json.loads((out / "report.json").read_text())
+
+
+def sidecar_back(server: PrometheusServer, after: float) -> bool:
+    """A GPU sample of the restarted sidecar, scraped after ``after``."""
+    return bool(query(server, f"timestamp(dask_gpu_up) > {after}"))
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iterator[Truth]:
+    folder = tmp_path_factory.mktemp("truth-restarts")
+    fake = FakeNVML(folder / "nvml_state", fake_nvml_lib, gpus=1)
+    for key, value in BASE.items():
+        setattr(fake.gpus[0], key, value)
+    fake.write()
+    worker = WorkerSpec("w0", gpus=fake.uuid(0),
+                        env={"DASK_METRICS_EXPORTER_PEAK_WINDOW": "60"})
+    options = StackOptions(folder / "stack", env=clean_env(fake.env), sample_interval=0.1,
+                           worker_specs=[worker])
+    with LocalStack(options) as local, ExitStack() as stack:
+        servers = scraping_like(stack, options.folder / "prometheus.yml", folder, INTERVALS)
+        epoch, gpu = time.time(), fake.gpus[0]
+        gpu.energy_mj += round(gpu.power_mw * (epoch - fake.epoch))
+        fake.epoch = epoch
+        script, ran = Script(BASE), {}
+
+        def run(name: str) -> None:
+            """Job ``name``: its client's warm-up, then its GPU scripted and its task held
+            for exactly that stretch."""
+            seconds, util, mw, gib = JOBS[name]
+            with Client(local.scheduler_address, name=name, set_as_default=False) as client:
+                client.wait_for_workers(1, timeout=60)
+                client.submit(hold_until, 0.0, key=f"{name}-warm-up", pure=False).result(60)
+                start = time.time() - epoch + LEAD
+                stop = start + seconds
+                script.at(start, memory_used=int(gib * GiB), gpu_util=util, power_mw=mw)
+                script.at(stop)
+                fake.at(start, 0, **script.steps[start]).at(stop, 0, **script.steps[stop])
+                fake.write()
+                time.sleep(max(0.0, epoch + start - time.time()))
+                client.submit(hold_until, epoch + stop, key=f"{name}-0", pure=False
+                              ).result(timeout=60)
+            ran[name] = (start, stop)
+
+        run("etl")
+        reset = time.time() - epoch
+        local.restart("w0-exporter")  # its busy counter starts over
+        wait_for(lambda: sidecar_back(servers[1], epoch + reset), timeout=60,
+                 what="the 1 s server scraping the restarted sidecar")
+        for server in servers.values():
+            server.restart()
+        run("train")
+        local.restart("w0")
+        run("score")
+        local.restart("scheduler")  # a new life: job 0 again
+        local.restart("w0")  # a worker without a nanny closes with its scheduler
+        run("final")
+        end = time.time() - epoch + 1.0
+        scraped_past(servers, ("dask-gpu", "dask-scheduler"), epoch + end + 1)
+        yield Truth(epoch, servers, folder, script, ran, reset, end)
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_every_job_is_there_once_with_its_outcome_and_its_schedulers_life(
+        truth: Truth, every: int) -> None:
+    found = jobs_of(truth.report(every))
+    assert set(found) == set(JOBS), [(j["job"], j["job_name"]) for j in found.values()]
+    assert all(scripted_dag(j)["status"] == "finished" for j in found.values()), found
+    first, last = found["etl"], found["final"]
+    assert first["job"] == last["job"] == "0"  # the restarted scheduler numbers from 0 again
+    assert first["scheduler_start"] != last["scheduler_start"]
+    assert len({j["scheduler_start"] for j in found.values()}) == 2
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_each_job_holds_the_gpu_for_its_own_time_and_peak(truth: Truth, every: int) -> None:
+    found = jobs_of(truth.report(every))
+    for name, (start, stop) in truth.ran.items():
+        job = scripted_dag(found[name])  # its client's warm-up is a DAG of its own
+        assert job["gpu_seconds"] == pytest.approx(stop - start, abs=SLACK), (
+            name, job["gpu_seconds"], truth.gpu_samples(every))
+        peak, true_peak = job["peak"], JOBS[name][3] * GiB
+        assert peak is not None, (name, job)
+        if peak["exact"]:
+            assert peak["peak_bytes"] == true_peak, (name, peak)
+        else:
+            upper = peak["upper_bound_bytes"]
+            if peak["peak_bytes"] is not None and upper != peak["peak_bytes"]:
+                assert peak["peak_bytes"] <= true_peak, (name, peak)
+            assert upper is None or true_peak <= upper, (name, peak)
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_busy_time_and_energy_are_the_script_within_the_edges_and_the_restarts_share(
+        truth: Truth, every: int) -> None:
+    found, samples = jobs_of(truth.report(every)), truth.gpu_samples(every)
+    # the scrape interval across the sidecar's restart: its busy counter went back, so the
+    # report takes the utilisation sampled at its end times its length there (documented)
+    reset = [(t0, t1) for t0, t1 in pairwise(samples) if t0 < truth.reset < t1]
+    for name, (start, stop) in truth.ran.items():
+        job = scripted_dag(found[name])
+        busy = truth.script.integral("gpu_util", start, stop) / 100
+        bound = truth.script.edge_bound("gpu_util", samples, (start, stop)) / 100 + sum(
+            max(0.0, min(stop, t1) - max(start, t0)) for t0, t1 in reset)
+        assert abs(job["busy_seconds"] - busy) <= bound + 1e-6, (name, job["busy_seconds"],
+                                                                 busy, bound, samples)
+        joules = truth.script.integral("power_mw", start, stop) / 1000
+        bound = truth.script.edge_bound("power_mw", samples, (start, stop)) / 1000
+        assert job["energy_joules"] is not None, (name, job)
+        assert abs(job["energy_joules"] - joules) <= bound + 1.0, (name, job["energy_joules"],
+                                                                   joules, bound)
