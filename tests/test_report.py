@@ -93,8 +93,10 @@ def test_an_interval_belongs_to_the_dag_at_its_end_and_gaps_count_nothing() -> N
     dag0, dag1 = found[("1", "0", "0", "GPU-x")], found[("1", "1", "0", "GPU-x")]
     assert (dag0.seconds, dag0.busy, dag0.idle, dag0.energy) == (10, 2.5 + 0.1, 5, 1000)
     assert (dag0.first, dag0.last) == (0, 10000)
-    # 10 -> 15 s: the counter went back (reset), no energy; 15 s -> 200 s: a gap
-    assert (dag1.seconds, dag1.busy, dag1.energy, dag1.energy_intervals) == (5, 5, 0, 0)
+    # 10 -> 15 s: the counter went back (its exporter restarted): it counts from 0 there,
+    # and the interval is said to be one (a lower bound); 15 s -> 200 s: a gap
+    assert (dag1.seconds, dag1.busy, dag1.energy, dag1.energy_intervals, dag1.resets) == (
+        5, 5, 10, 1, 1)
     idle = found[("", "", "0", "GPU-x")]
     assert (idle.seconds, idle.busy, idle.idle, idle.energy) == (5, 2, 0, 500)
 
@@ -192,8 +194,8 @@ def test_a_workers_timeline_follows_the_schedulers_times_oldest_dag_first() -> N
 
 def test_busy_seconds_come_from_the_counter_where_it_is() -> None:
     """A 5 s interval whose utilisation was sampled at 0 % at its end but whose busy
-    counter rose 4 s: the counter's 4 s (80 %, not idle); after a counter reset, the
-    sampled utilisation x length."""
+    counter rose 4 s: the counter's 4 s (80 %, not idle); after a counter reset, the new
+    value (the counter counts from 0 at its exporter's restart), not utilisation x length."""
     times = [0, 5000, 10000, 15000]
     columns = [*COLUMNS, "busy-seconds"]
     busy = [100.0, 104.0, 104.5, 1.0]  # reset between 10 and 15 s
@@ -204,7 +206,7 @@ def test_busy_seconds_come_from_the_counter_where_it_is() -> None:
     states = [("1", "0")] * n
     found = gpu_usage(WorkerTable([gpu], times, states, states), columns, 120_000)
     u = found[("1", "0", "0", "GPU-x")]
-    assert u.busy == 4.0 + 0.5 + 3.0 and u.seconds == 15
+    assert u.busy == 4.0 + 0.5 + 1.0 and u.seconds == 15 and u.resets == 1
     assert u.idle == 0  # 80 %, 10 % and 60 % in the three intervals
 
 

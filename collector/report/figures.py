@@ -52,10 +52,14 @@ def energy_entry(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str,
                 else "not reported: these GPUs report no energy counter")
         return {"energy_joules": None, "energy_kwh": None, "energy_note": note}
     joules = sum(u.energy for u in measured)
-    note = None
+    notes = []
     if len(measured) < gpus:
-        note = (f"{len(measured)} of {gpus} GPU(s) report energy: the others are not "
-                "included (a lower bound)")
+        notes.append(f"{len(measured)} of {gpus} GPU(s) report energy: the others are not "
+                     "included (a lower bound)")
+    if any(u.resets for u in usages):
+        notes.append("an exporter restarted within it: its busy time and energy count from "
+                     "the restart there (lower bounds)")
+    note = "; ".join(notes) or None
     return {"energy_joules": num(joules, 1), "energy_kwh": num(joules / JOULES_PER_KWH, 6),
             "energy_note": note}
 
@@ -67,8 +71,8 @@ def device_key(worker: str, gpu: str, uuid: str) -> str:
 
 
 # Usage's sums: of one device seen by several workers, the largest view of each is kept.
-_SUMMED = ("seconds", "busy", "idle", "energy", "energy_intervals", "sm_active", "sm_measured",
-           "tensor_active", "tensor_measured")
+_SUMMED = ("seconds", "busy", "idle", "energy", "energy_intervals", "resets", "sm_active",
+           "sm_measured", "tensor_active", "tensor_measured")
 
 
 def by_device(usages: Mapping[tuple[str, str, str], Usage]

@@ -10,13 +10,17 @@ export); an interval longer than ``max_age`` is a gap and counts for nothing. In
 
 - GPU seconds: its length; busy seconds: the increase of the exporter's busy-seconds
   counter over it (``dask_gpu_busy_seconds_total``: utilisation integrated over every
-  internal sample, so exact whatever the scrape interval); where the counter is missing or
-  went back (a restart), its length x the utilisation sampled at its end;
+  internal sample, so exact whatever the scrape interval); where the counter is missing,
+  its length x the utilisation sampled at its end;
 - idle seconds: its length when its mean utilisation (busy / length) is below
   ``IDLE_PERCENT``, while the worker held tasks of the job (dask_job_worker_tasks counts
   processing tasks: running or waiting);
-- energy: the increase of the energy counter over it (an interval with a counter reset, or
-  without both samples, adds nothing: the energy is then a lower bound);
+- energy: the increase of the energy counter over it (an interval without both samples
+  adds nothing: the energy is then a lower bound);
+- a counter that went back (its exporter restarted) counts from 0 there, as Prometheus'
+  ``increase()`` does: its new value is the interval's increase, a lower bound (what was
+  counted before the restart and not scraped is lost); such intervals are counted
+  (``resets``) so that the figures can say so;
 - SM and tensor activity (GPM, Hopper and newer): the increase of their exact-integral
   counters over it, and the seconds those increases cover (their mean is the one over the
   measured time);
@@ -66,6 +70,7 @@ class Usage:
     tensor_measured: float = 0.0
     rmm_used: float | None = None  # bytes: the largest RMM use sampled
     rmm_pool: float | None = None  # bytes: the largest RMM pool sampled
+    resets: int = 0  # intervals in which a counter went back (its exporter restarted)
 
     def add(self, other: Usage) -> None:
         self.seconds += other.seconds
@@ -73,6 +78,7 @@ class Usage:
         self.idle += other.idle
         self.energy += other.energy
         self.energy_intervals += other.energy_intervals
+        self.resets += other.resets
         self.first = _min(self.first, other.first)
         self.last = _max(self.last, other.last)
         self.sm_active += other.sm_active
@@ -148,6 +154,8 @@ def _parts(times: Sequence[int], cols: _Columns, i: int, changes: Changes, max_a
     rises = {name: _rise(col, i) for name, col in
              ((BUSY, cols.busy), (ENERGY, cols.energies), (SM, cols.sm), (TENSOR, cols.tensor))}
     whole = _share(rises, cols.utils[i] if cols.utils is not None else None, t0, t1, t0, t1)
+    whole.resets = int(any(went_back(c[i - 1], c[i]) for c in (cols.busy, cols.energies)
+                           if c is not None))
     whole.rmm_used = cols.rmm_used[i] if cols.rmm_used is not None else None
     whole.rmm_pool = cols.rmm_pool[i] if cols.rmm_pool is not None else None
     return split(whole, changes)
@@ -166,6 +174,7 @@ def split(part: Usage, changes: Changes) -> list[tuple[tuple[str, str], Usage]]:
         piece = Usage(part.seconds * f, part.busy * f, part.idle * f, part.energy * f,
                       part.energy_intervals, x, y, part.sm_active * f, part.sm_measured * f,
                       part.tensor_active * f, part.tensor_measured * f)
+        piece.resets = part.resets
         if y == b:
             piece.rmm_used, piece.rmm_pool = part.rmm_used, part.rmm_pool
         out.append((state, piece))
@@ -182,11 +191,20 @@ def attribute(part: Usage, t: int, activity: Timeline, max_age: int
     return split(part, changes) if part.first is not None else [(changes.at(t), part)]
 
 
-def _rise(col: _Column, i: int) -> float | None:
-    if col is None:
+def rise(c0: float | None, c1: float | None) -> float | None:
+    """A counter's increase from ``c0`` to ``c1``: from 0 where it went back (its exporter
+    restarted); None where a sample is missing or NaN."""
+    if c0 is None or c1 is None or c0 != c0 or c1 != c1:
         return None
-    c0, c1 = col[i - 1], col[i]
-    return c1 - c0 if c0 is not None and c1 is not None and c1 >= c0 else None
+    return c1 - c0 if c1 >= c0 else c1
+
+
+def went_back(c0: float | None, c1: float | None) -> bool:
+    return c0 is not None and c1 is not None and c1 < c0
+
+
+def _rise(col: _Column, i: int) -> float | None:
+    return None if col is None else rise(col[i - 1], col[i])
 
 
 _Column = Sequence[float | None] | None  # None: the export has not the column
@@ -229,6 +247,7 @@ def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
         r for r in _increases(dts, cols.energies, lo, hi) if r is not None]
     u.energy += sum(rises)
     u.energy_intervals += len(rises)
+    u.resets += _resets(dts, (cols.busy, cols.energies), lo, hi)
     active, measured = _integral(dts, cols.sm, lo, hi)
     u.sm_active += active
     u.sm_measured += measured
@@ -247,13 +266,20 @@ def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
 
 def _increases(dts: Sequence[int], counter: _Column, lo: int, hi: int
                ) -> list[float | None]:
-    """A counter's increase over each interval ending at lo..hi-1; None where the interval is
-    a gap, a sample is missing or NaN, or the counter went back (a reset), or the export has
-    no such counter."""
+    """A counter's increase over each interval ending at lo..hi-1 (``rise``); None where the
+    interval is a gap, a sample is missing or NaN, or the export has no such counter."""
     if counter is None:
         return [None] * len(dts)
-    return [c1 - c0 if d and c0 is not None and c1 is not None and c1 >= c0 else None
+    return [rise(c0, c1) if d else None
             for d, c0, c1 in zip(dts, counter[lo - 1:hi - 1], counter[lo:hi], strict=True)]
+
+
+def _resets(dts: Sequence[int], counters: Sequence[_Column], lo: int, hi: int) -> int:
+    """The intervals ending at lo..hi-1 (gaps left out) in which one of ``counters`` went
+    back."""
+    backs = [any(went_back(c[k - 1], c[k]) for c in counters if c is not None)
+             for k in range(lo, hi)]
+    return sum(1 for d, back in zip(dts, backs, strict=True) if d and back)
 
 
 def _integral(dts: Sequence[int], counter: _Column, lo: int, hi: int
@@ -302,15 +328,14 @@ def _part(counters: Mapping[str, Samples], t0: int, t1: int, a: int, b: int, max
     if t1 - t0 > max_age or b <= a:
         return Usage()
 
-    def rise(name: str) -> float | None:
-        found = counters.get(name)
-        if found is None:
-            return None
-        at = dict(zip(*found, strict=True))
-        c0, c1 = at.get(t0), at.get(t1)
-        return c1 - c0 if c0 is not None and c1 is not None and c1 >= c0 else None
-
-    return _share({name: rise(name) for name in EDGE_COUNTERS}, None, t0, t1, a, b)
+    ends = {}
+    for name in EDGE_COUNTERS:
+        if (found := counters.get(name)) is not None:
+            at = dict(zip(*found, strict=True))
+            ends[name] = (at.get(t0), at.get(t1))
+    part = _share({name: rise(*pair) for name, pair in ends.items()}, None, t0, t1, a, b)
+    part.resets = int(any(went_back(*ends[n]) for n in (BUSY, ENERGY) if n in ends))
+    return part
 
 
 def _share(rises: Mapping[str, float | None], util: float | None, t0: int, t1: int, a: int,
