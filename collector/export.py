@@ -169,6 +169,10 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             raise
         scope, chosen = find_workers(client, max(lo - to_ms(reach), 0), hi + to_ms(reach),
                                      chunk_ms, workers, cluster, replica_labels, any_cluster)
+        if worker_files:
+            client.warn("no GPU sample lies inside the range (shorter than one scrape interval): "
+                        "the per-worker files hold no row; jobs.csv and gpu_by_prefix.csv "
+                        "cover it from the samples just before and after it")
     if is_default(metrics) and layout == "tidy":  # the seed layout is the original's files
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])

@@ -3,15 +3,21 @@ by at the documented tolerances, and reading the servers and reports they check.
 
 from __future__ import annotations
 
+import json
 import time
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.helpers import wait_for
-from tests.prometheus_helpers import PrometheusServer, newest_scrape
+from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
+from tests.fake_nvml import FakeNVML
+from tests.helpers import clean_env, collector, wait_for
+from tests.prometheus_helpers import PrometheusServer, newest_scrape, scraping_like
 
 SLACK = 0.3  # seconds: a DAG's edges on the scheduler against the script's (submission, return)
 
@@ -36,6 +42,16 @@ class Script:
 
     def items(self) -> list[tuple[float, dict[str, Any]]]:
         return sorted(self.steps.items())
+
+    def value(self, field: str, t: float) -> Any:
+        """``field`` at ``t``."""
+        steps = self.items()
+        k = bisect_right([s for s, _ in steps], t)
+        return (steps[k - 1][1] if k else self.base)[field]
+
+    def near_step(self, t: float, within: float) -> bool:
+        """Whether a step of the script lies within ``within`` seconds of ``t``."""
+        return any(abs(t - s) <= within for s in self.steps)
 
     def integral(self, field: str, a: float, b: float) -> float:
         """``field`` integrated over [a, b]."""
@@ -66,6 +82,32 @@ class Script:
                    if self.integral("gpu_util", t0, t1) < 5 * (t1 - t0))
 
 
+@contextmanager
+def scripted_stack(folder: Path, lib: Path, base: dict[str, Any], intervals: Iterable[int]
+                   ) -> Iterator[tuple[FakeNVML, LocalStack, dict[int, PrometheusServer]]]:
+    """A local stack of one worker ``w0`` whose one fake GPU starts at ``base``, and one
+    Prometheus per scrape interval scraping it like the stack's own: (fake, stack,
+    servers). The sidecar's peak window covers the slowest interval (docs/exporter.md)."""
+    fake = FakeNVML(folder / "nvml_state", lib, gpus=1)
+    for key, value in base.items():
+        setattr(fake.gpus[0], key, value)
+    fake.write()
+    worker = WorkerSpec("w0", gpus=fake.uuid(0), env={"DASK_METRICS_EXPORTER_PEAK_WINDOW": "60"})
+    options = StackOptions(folder / "stack", env=clean_env(fake.env), sample_interval=0.1,
+                           worker_specs=[worker])
+    with LocalStack(options) as local, ExitStack() as stack:
+        yield fake, local, scraping_like(stack, options.folder / "prometheus.yml", folder,
+                                         intervals)
+
+
+def new_epoch(fake: FakeNVML, at: float) -> None:
+    """Count the fake's timeline from ``at`` on (its energy counter goes on from energy_mj
+    there, and is not defined before it)."""
+    gpu = fake.gpus[0]
+    gpu.energy_mj += round(gpu.power_mw * (at - fake.epoch))
+    fake.epoch = at
+
+
 def query(server: PrometheusServer, expr: str) -> list[dict[str, Any]]:
     """An instant query: [{metric, values: [(t, v), ...]}] (one value for a vector)."""
     answer = requests.get(f"{server.url}/api/v1/query", params={"query": expr}, timeout=10)
@@ -85,6 +127,17 @@ def scraped_past(servers: dict[int, PrometheusServer], jobs: tuple[str, ...], t:
                      what=f"the {every} s server's scrape of {job} after {t:.3f}")
 
 
+def report_of(out: Path, server: PrometheusServer, since: float, until: float
+              ) -> dict[str, Any]:
+    """report.json of [since, until] read from ``server``, made into ``out`` once: the
+    tests of one server read the same report."""
+    if not (out / "report.json").exists():
+        run = collector("report", "--since", f"{since:.3f}", "--until", f"{until:.3f}",
+                        "--out", str(out), "--prometheus", server.url)
+        assert run.code == 0, run.err
+    return json.loads((out / "report.json").read_text())
+
+
 def jobs_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """report.json's jobs by name."""
     return {job["job_name"]: job for job in report["jobs"]}
@@ -93,3 +146,32 @@ def jobs_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def scripted_dag(job: dict[str, Any]) -> dict[str, Any]:
     """The job's DAG that ran the script's task: its last, after its client's warm-up."""
     return max(job["dags"], key=lambda d: int(d["dag"]))
+
+
+def honest(peak: dict[str, Any] | None, truth: float, what: object = None) -> None:
+    """A peak (bytes) exact where it says so, else a bound that holds the ``truth``."""
+    assert peak is not None, what
+    found = peak["peak_bytes"]
+    if peak["exact"]:
+        assert found == truth, (what, peak)
+    else:
+        upper = peak["upper_bound_bytes"]
+        if found is not None and upper != found:
+            assert found <= truth, (what, peak)
+        assert upper is None or truth <= upper, (what, peak)
+
+
+def use_within(entry: dict[str, Any], script: Script, samples: list[float], start: float,
+               end: float, what: object = None, more_busy: float = 0.0) -> None:
+    """A job's or DAG's busy seconds and energy over [start, end] against the script, off
+    by at most the edges' share (``Script.edge_bound``; ``more_busy``: seconds more where
+    the test knows of another cause)."""
+    busy = script.integral("gpu_util", start, end) / 100
+    bound = script.edge_bound("gpu_util", samples, (start, end)) / 100 + more_busy
+    assert abs(entry["busy_seconds"] - busy) <= bound + 1e-6, (
+        what, entry["busy_seconds"], busy, bound, samples)
+    joules = script.integral("power_mw", start, end) / 1000
+    bound = script.edge_bound("power_mw", samples, (start, end)) / 1000
+    assert entry["energy_joules"] is not None, (what, entry)
+    assert abs(entry["energy_joules"] - joules) <= bound + 1.0, (
+        what, entry["energy_joules"], joules, bound)

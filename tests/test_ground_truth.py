@@ -22,6 +22,7 @@ from dask_metrics.collector.connection import ConnectionSettings
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.timespec import parse_rfc3339
 from tests.fake_nvml import FakeNVML, GiB
+from tests.ground_truth import honest
 from tests.helpers import collector, sidecar, wait_for
 from tests.prometheus_helpers import PrometheusServer, requires_prometheus, run_prometheus
 
@@ -126,23 +127,11 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
         yield Truth(fake.epoch, servers)
 
 
-def honest(found: dict, truth_gib: float) -> None:
-    """Exact where it says so; a bound that holds the truth where it does not."""
-    peak = found["peak_bytes"]
-    if found["exact"]:
-        assert peak == truth_gib * GiB, found
-    else:
-        upper = found["upper_bound_bytes"]
-        if peak is not None and upper != peak:
-            assert peak <= truth_gib * GiB, found
-        assert upper is None or truth_gib * GiB <= upper, found
-
-
 @pytest.mark.parametrize("every", INTERVALS)
 def test_a_spike_after_the_start_counts_and_one_before_it_does_not(truth: Truth, every: int):
     lo, hi, real = FIRST_HALF
     found = truth.peak(every, lo, hi)
-    honest(found, real)
+    honest(found, real * GiB)
     scrapes = truth.scrapes(every)
     if any(hi < t < B - 2 for t in scrapes):
         # a scrape between the range's end and the next larger spike (the 7 GiB one), whose
@@ -157,7 +146,7 @@ def test_a_spike_after_the_start_counts_and_one_before_it_does_not(truth: Truth,
 def test_the_whole_range_is_the_truth_or_an_honest_bound(truth: Truth, every: int):
     lo, hi, real = WHOLE
     found = truth.peak(every, lo, hi)
-    honest(found, real)
+    honest(found, real * GiB)
     scrapes = truth.scrapes(every)
     if (any(B - 1 < t <= B for t in scrapes) and any(B < t < B + 1 for t in scrapes)):
         # scrapes between the last spike inside and the larger one after (the 1 s server's,

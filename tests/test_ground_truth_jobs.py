@@ -11,7 +11,7 @@ tolerance (docs/collector.md, "How exact the per-job numbers are").
 
 from __future__ import annotations
 
-import json
+import csv
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -22,22 +22,25 @@ from typing import Any
 import pytest
 from distributed import Client
 
-from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
-from tests.fake_nvml import FakeNVML, GiB
+from tests.fake_nvml import GiB
 from tests.ground_truth import (
     SLACK,
     Script,
     hold_until,
+    honest,
     jobs_of,
+    new_epoch,
     query,
+    report_of,
     scraped_past,
     scripted_dag,
+    scripted_stack,
+    use_within,
 )
-from tests.helpers import clean_env, collector
+from tests.helpers import collector
 from tests.prometheus_helpers import (
     PrometheusServer,
     requires_prometheus,
-    scraping_like,
 )
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
@@ -51,6 +54,11 @@ JOBS = (("etl", 0.0, 6.0, 100, 250_000, 3.0, (4.6, 5.0, 9.0)),
         ("train", 6.0, 9.0, 40, 120_000, 4.0, (7.0, 7.4, 5.0)),
         ("score", 9.5, 11.5, 80, 200_000, 2.5, None))
 END = 14.0
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def script() -> Script:
@@ -103,41 +111,25 @@ class Truth:
     def report(self, every: int) -> dict[str, Any]:
         """The report of [epoch - 3 s, epoch + END] read from the ``every`` s server: made
         once per server, read by every test."""
-        out = self.folder / f"report-{every}"
-        if not (out / "report.json").exists():
-            run = collector("report", "--since", f"{self.epoch - 3:.3f}",
-                            "--until", f"{self.epoch + END:.3f}", "--out", str(out),
-                            "--prometheus", self.servers[every].url)
-            assert run.code == 0, run.err
-        return json.loads((out / "report.json").read_text())
+        return report_of(self.folder / f"report-{every}", self.servers[every], self.epoch - 3,
+                         self.epoch + END)
 
 
 @pytest.fixture(scope="module")
 def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iterator[Truth]:
     folder = tmp_path_factory.mktemp("truth-jobs")
-    fake = FakeNVML(folder / "nvml_state", fake_nvml_lib, gpus=1)
-    fake.gpus[0].memory_used = int(BASE_GIB * GiB)
-    fake.gpus[0].gpu_util = 0
-    fake.gpus[0].power_mw = IDLE_MW
-    fake.write()
-    # the sidecar's peak window covers the slowest scrape interval (docs/exporter.md)
-    worker = WorkerSpec("w0", gpus=fake.uuid(0),
-                        env={"DASK_METRICS_EXPORTER_PEAK_WINDOW": "60"})
-    options = StackOptions(folder / "stack", env=clean_env(fake.env), sample_interval=0.1,
-                           worker_specs=[worker])
-    with LocalStack(options) as local, ExitStack() as stack:
-        servers = scraping_like(stack, options.folder / "prometheus.yml", folder, INTERVALS)
+    base = {"memory_used": int(BASE_GIB * GiB), "gpu_util": 0, "power_mw": IDLE_MW}
+    with scripted_stack(folder, fake_nvml_lib, base, INTERVALS) as (fake, local, servers), \
+            ExitStack() as stack:
         clients = {name: stack.enter_context(Client(local.scheduler_address, name=name,
                                                     set_as_default=False))
                    for name, *_ in JOBS}
         for name, client in clients.items():  # a client's first submission is slow
             client.wait_for_workers(1, timeout=60)
             client.submit(hold_until, 0.0, key=f"{name}-warm-up", pure=False).result(60)
-        now, gpu = time.time(), fake.gpus[0]
-        # the fake's timeline counts from its epoch, set to now (its energy counter goes on
-        # from energy_mj there, and is not defined before it); the script's epoch is LEAD on
-        gpu.energy_mj += round(gpu.power_mw * (now - fake.epoch))
-        fake.epoch, epoch = now, now + LEAD
+        now = time.time()
+        new_epoch(fake, now)  # the script's epoch is LEAD on
+        epoch = now + LEAD
         for t, fields in SCRIPT.items():
             fake.at(t + LEAD, 0, **fields)
         fake.write()
@@ -165,15 +157,8 @@ def test_each_job_holds_the_gpu_for_its_own_time_and_peak(truth: Truth, every: i
         assert job["gpu_seconds"] == pytest.approx(stop - start, abs=SLACK), (
             name, job["gpu_seconds"], [(d["dag"], d["gpu_seconds"]) for d in job["dags"]],
             truth.evidence(every))
-        peak, true_peak = job["peak"], max(gib, spike[2] if spike else 0) * GiB
-        assert peak is not None, (name, job)
-        if peak["exact"]:
-            assert peak["peak_bytes"] == true_peak, (name, peak)
-        else:  # a bound: never the spike before etl, never a neighbour's spike as exact
-            upper = peak["upper_bound_bytes"]
-            if peak["peak_bytes"] is not None and upper != peak["peak_bytes"]:
-                assert peak["peak_bytes"] <= true_peak, (name, peak)
-            assert upper is None or true_peak <= upper, (name, peak)
+        # a bound: never the spike before etl, never a neighbour's spike as exact
+        honest(job["peak"], max(gib, spike[2] if spike else 0) * GiB, name)
 
 
 @pytest.mark.parametrize("every", INTERVALS)
@@ -181,14 +166,7 @@ def test_each_jobs_busy_time_and_energy_are_the_script_within_the_edges_share(
         truth: Truth, every: int) -> None:
     found, samples = jobs_of(truth.report(every)), truth.gpu_samples(every)
     for name, start, stop, *_ in JOBS:
-        job = found[name]
-        busy = SCRIPT.integral("gpu_util", start, stop) / 100
-        bound = SCRIPT.edge_bound("gpu_util", samples, (start, stop)) / 100
-        assert abs(job["busy_seconds"] - busy) <= bound + 1e-6, (name, job, busy, bound)
-        joules = SCRIPT.integral("power_mw", start, stop) / 1000
-        bound = SCRIPT.edge_bound("power_mw", samples, (start, stop)) / 1000
-        assert job["energy_joules"] is not None, (name, job)
-        assert abs(job["energy_joules"] - joules) <= bound + 1.0, (name, job, joules, bound)
+        use_within(found[name], SCRIPT, samples, start, stop, name)
     if every == 1:  # at 1 s the bound is a few percent: the numbers are close to the truth
         etl = found["etl"]
         assert etl["busy_seconds"] == pytest.approx(6.0, abs=1.0)
@@ -230,3 +208,31 @@ def test_gpu_time_per_prefix_adds_up_to_each_jobs_own(truth: Truth, every: int) 
         assert sum(float(r["energy"]) for r in mine) == pytest.approx(
             job["energy_joules"], abs=0.5), (name, mine, job["energy_joules"])
     assert {r["job_name"] for r in rows} == {name for name, *_ in JOBS}, rows
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_each_csv_row_says_what_ran_at_its_time_and_the_memory_then(
+        truth: Truth, every: int, tmp_path: Path) -> None:
+    """The export's rows (raw samples): ``worker_job`` is the job the script ran at the
+    row's instant (empty between jobs), ``total-mem`` the memory the GPU held then; rows
+    within the edges' slack of a step are left out (the sidecar samples every 0.1 s)."""
+    since = -3.0
+    run = collector("export", "--since", f"{truth.epoch + since:.3f}", "--until",
+                    f"{truth.epoch + END:.3f}", "--out", str(tmp_path), "--prometheus",
+                    truth.servers[every].url)
+    assert run.code == 0, run.err
+    ids = {row["job_name"]: row["job"] for row in read_csv(tmp_path / "jobs.csv")}
+    assert set(ids) == {name for name, *_ in JOBS}, ids
+    rows = read_csv(tmp_path / "w0.csv")  # every raw sample in the range, none else
+    inside = [t for t in truth.gpu_samples(every) if since <= t <= END]
+    assert [since + float(r["timestamp"]) for r in rows] == pytest.approx(inside, abs=0.01), (
+        rows, inside)
+    if not inside:  # a 60 s scrape interval can hold the whole range: said, not an error
+        assert "no GPU sample lies inside the range" in run.err, run.err
+    for row in rows:
+        t = since + float(row["timestamp"])
+        if SCRIPT.near_step(t, SLACK):
+            continue
+        ran = [name for name, start, stop, *_ in JOBS if start <= t < stop]
+        assert row["worker_job"] == (ids[ran[0]] if ran else ""), (t, row, ids)
+        assert float(row["total-mem"]) == SCRIPT.value("memory_used", t), (t, row)
