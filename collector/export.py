@@ -41,6 +41,7 @@ from dask_metrics.collector.fetch import (
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
+    lookahead,
     present,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
@@ -176,7 +177,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     if is_default(metrics) and layout == "tidy":  # the seed layout is the original's files
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
-    timeline = fetch_cluster(client, lo - age, hi, chunk_ms, scope)
+    timeline = fetch_cluster(client, lo - age, lookahead(hi, age), chunk_ms, scope)
     executed = executing_workers(client, lo, hi, chunk_ms, age, scope)
     names = safe_file_names([w.name for w in chosen], layout)
 

@@ -87,9 +87,11 @@ def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start:
     ``scheduler_start`` label keeps them apart (lifetimes.job_key); from a preload older than
     the label, such ids' samples are one row, with their names joined by " / ".
 
-    ``scrapes``: the scheduler's scrape times (any life). A DAG without an outcome that a
-    later scrape up to ``end`` no longer showed is ``unknown``, last seen at its last
-    sample: its scheduler restarted (or forgot it) before any scrape saw it end.
+    ``scrapes``: the scheduler's scrape times (any life), read as far past ``end`` as the
+    statuses. A DAG without an outcome that a later scrape no longer showed is ``unknown``,
+    last seen at its last sample: its scheduler restarted (or forgot it) before any scrape
+    saw it end (as an outcome is, this is learnt from the first scrape after, even past the
+    range's end).
     """
     named: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
     for labels in info:
@@ -104,7 +106,7 @@ def job_rows(info: Iterable[Mapping[str, str]], status: Iterable[Series], start:
             continue
         word, first, last = found
         seen = samples[-1][0]
-        if word in UNDECIDED and bisect_right(scrapes, seen) < bisect_right(scrapes, end):
+        if word in UNDECIDED and bisect_right(scrapes, seen) < len(scrapes):
             if seen < start:
                 continue  # last seen before the range, gone by a scrape in it
             word, last = "unknown", min(last, seen)

@@ -43,6 +43,7 @@ from dask_metrics.collector.fetch import (
     fetch_gpu_series,
     fetch_jobs,
     fetch_worker_activity,
+    lookahead,
     peak_windows,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
@@ -297,7 +298,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     # the tail too: a session shorter than a scrape has its first samples there
     scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)
-    timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
     names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
     found: list[Peak] = []
     for i, info in enumerate(chosen):

@@ -17,6 +17,7 @@ from dask_metrics.collector.fetch import (
     fetch_activities,
     fetch_cluster,
     fetch_jobs,
+    lookahead,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.jobs import JobNames
@@ -78,7 +79,7 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
     scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
                                  any_cluster)
-    timeline = fetch_cluster(client, start - age, end, chunk_ms, scope)
+    timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
     executed = executing_workers(client, start, end, chunk_ms, age, scope)
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     for info in chosen:

@@ -48,9 +48,10 @@ def worker_spans(starts: Iterable[Series], ends: Iterable[Series], until: int, m
 
     A span whose end series has no sample at or after the start's last one was still open
     then. It ends at that sample (a lower bound: the DAG ended, or its scheduler went away
-    with it, before the next scrape) when a later scheduler scrape (``scrapes``, any life)
-    up to ``until`` no longer showed it, or when that sample is more than ``max_age``
-    before ``until``; else it runs to ``until`` (the DAG was running at the range's end)."""
+    with it, before the next scrape) when a later scheduler scrape (``scrapes``, any life,
+    read past ``until`` as the span series are) no longer showed it, or when that sample is
+    more than ``max_age`` before ``until``; else it runs to ``until`` (the DAG was running
+    at the range's end)."""
     closed: dict[State, tuple[int, float]] = {}
     for s in ends:
         if s.times:
@@ -67,7 +68,7 @@ def worker_spans(starts: Iterable[Series], ends: Iterable[Series], until: int, m
         if end is not None and end[0] >= seen:
             stop = round(end[1] * 1000)
         else:
-            gone = bisect_right(scrapes, seen) < bisect_right(scrapes, until)
+            gone = bisect_right(scrapes, seen) < len(scrapes)
             stop = until if until - seen <= max_age and not gone else seen
         if stop > begin:
             spans.append((begin, stop, state))

@@ -195,8 +195,11 @@ def test_a_dag_whose_scheduler_went_away_before_its_outcome_is_unknown_not_runni
     scrapes = [t * S for t in range(0, 60, 10)]
     rows = job_rows([info("0", "0", "etl")], statuses, 0, 55 * S, scrapes=scrapes)
     assert rows == [JobRow("0", "etl", "0", "c", "unknown", 20 * S, 30 * S)]
-    # no later scrape up to the end: it may still be running there
+    # a later scrape past the range's end tells it too (as an outcome is told)
     rows = job_rows([info("0", "0", "etl")], statuses, 0, 35 * S, scrapes=scrapes)
+    assert (rows[0].status, rows[0].last_seen) == ("unknown", 30 * S)
+    # no later scrape at all: it may still be running at the end
+    rows = job_rows([info("0", "0", "etl")], statuses, 0, 35 * S, scrapes=scrapes[:4])
     assert rows[0].status == "running" and rows[0].last_seen == 30 * S
     # last seen before the range and gone by a scrape inside it: not the range's
     assert job_rows([info("0", "0", "etl")], statuses, 35 * S, 55 * S, scrapes=scrapes) == []
