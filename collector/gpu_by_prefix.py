@@ -84,20 +84,25 @@ class PrefixTimeline:
         return list(map(self.ids.__getitem__, map(bisect_right, repeat(self.times), times)))
 
 
+def _by_key(series: Iterable[Series]) -> list[tuple[PrefixKey, Samples]]:
+    """dask_job_worker_prefix_tasks by (job, dag, prefix), in key order (so that a state's
+    items come in that order), the pieces of one key (a restarted scheduler's other
+    instance label) joined, so that a key has one count per scrape."""
+    pieces: dict[PrefixKey, list[Series]] = {}
+    for s in series:
+        key = (job_key(s.labels), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
+        pieces.setdefault(key, []).append(s)
+    return [(key, join(pieces[key])) for key in sorted(pieces)]
+
+
 def prefix_timeline(scrapes: Iterable[int], series: Iterable[Series], max_age: int
                     ) -> PrefixTimeline:
     """From one worker's dask_job_worker_prefix_tasks series and the scheduler's scrape
     times (dask_job_current_job's): the series exists only while above 0, so a scrape
     without it is a scrape where that prefix did not execute there. A state holds until the
-    next scrape, at most ``max_age``. Pieces of one key (a restarted scheduler's other
-    instance label) are joined first, so a key has one count per scrape."""
-    pieces: dict[PrefixKey, list[Series]] = {}
-    for s in series:
-        key = (job_key(s.labels), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
-        pieces.setdefault(key, []).append(s)
+    next scrape, at most ``max_age``."""
     executing: dict[int, list[tuple[PrefixKey, float]]] = {}
-    for key in sorted(pieces):  # so that each state's items come in key order
-        times, values = join(pieces[key])
+    for key, (times, values) in _by_key(series):
         for t, v in zip(times, values, strict=True):
             if v > 0:
                 executing.setdefault(t, []).append((key, v))
@@ -125,12 +130,8 @@ class DagMixes:
 
     def __init__(self, series: Iterable[Series]) -> None:
         at: dict[tuple[str, str], dict[int, list[tuple[PrefixKey, float]]]] = {}
-        pieces: dict[PrefixKey, list[Series]] = {}
-        for s in series:
-            key = (job_key(s.labels), s.labels.get(DAG_ID, ""), s.labels.get(PREFIX, ""))
-            pieces.setdefault(key, []).append(s)
-        for key in sorted(pieces):  # so that each mix's items come in key order
-            for t, v in zip(*join(pieces[key]), strict=True):
+        for key, samples in _by_key(series):
+            for t, v in zip(*samples, strict=True):
                 if v > 0:
                     at.setdefault(key[:2], {}).setdefault(t, []).append((key, v))
         self._times = {dag: sorted(mixes) for dag, mixes in at.items()}
@@ -340,14 +341,17 @@ class PrefixUses:
         """One worker's raw busy, energy and memory-used series (by metric) against what
         executed on it (its dask_job_worker_prefix_tasks series) and, where the preload
         exports them, the DAGs' own times on it (``ran``, an exact worker_runs timeline)."""
-        lookup = (_Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
-                  if prefix_series else None)
+        gpus = gpu_series(series_by_metric)
+        shared = any(self.seen_by.get(uuid, 1) > 1 for _, uuid in gpus)
         exact = None
         if ran is not None and ran.exact:
             changes = Changes.of(ran)
             exact = (changes.clipped(*self.window) if self.window else changes,
                      DagMixes(prefix_series))
-        for (_, uuid), metrics in gpu_series(series_by_metric).items():
+        # the scrape-based rule: an older preload's, and a shared GPU's
+        lookup = (_Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
+                  if prefix_series and (exact is None or shared) else None)
+        for (_, uuid), metrics in gpus.items():
             if self.seen_by.get(uuid, 1) <= 1:
                 if exact is not None:
                     attribute_exact(self.uses, *exact, metrics.get(BUSY.name),
