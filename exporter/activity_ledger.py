@@ -32,7 +32,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import NamedTuple
 
 from dask_metrics.contract import OTHER_PREFIX, safe_unit
-from dask_metrics.exporter.job_tracker import Dag, Job, clean_label
+from dask_metrics.exporter.job_model import Dag, Job
+from dask_metrics.exporter.label_values import clean_label
 
 Pair = tuple[Hashable, str]  # (span id, task prefix)
 Total = tuple["Job | None", "Dag | None", str, str, str]  # job, dag, prefix, activity, unit

@@ -25,9 +25,10 @@ from dask_metrics.exporter.config import (
     resolve,
 )
 from dask_metrics.exporter.gpu_collector import GpuCollector
-from dask_metrics.exporter.gpu_source import GpuSource, NvmlSource, SourceUnavailable
+from dask_metrics.exporter.gpu_source import GpuSource, SourceUnavailable
 from dask_metrics.exporter.http import make_app, serve, tls_context
 from dask_metrics.exporter.learn_cluster import learn_in_background
+from dask_metrics.exporter.nvml_source import NvmlSource
 from dask_metrics.exporter.sampler import Sampler
 from dask_metrics.exporter.simulated import SimulatedSource
 from dask_metrics.exporter.target import TargetSource

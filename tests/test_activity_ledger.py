@@ -10,7 +10,8 @@ import pytest
 
 from dask_metrics.contract import OTHER_PREFIX
 from dask_metrics.exporter.activity_ledger import ActivityLedger, activity_label
-from dask_metrics.exporter.job_tracker import Dag, JobTracker
+from dask_metrics.exporter.job_model import Dag
+from dask_metrics.exporter.job_tracker import JobTracker
 from dask_metrics.exporter.scheduler.fine import ClusterTotals, count_prefix_tasks
 from dask_metrics.exporter.scheduler.settings import Settings
 

@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
+from dask_metrics.exporter.gpu_source import SourceUnavailable
+from dask_metrics.exporter.nvml_source import NvmlSource
 from tests.helpers import http_get, promtool_lint, scrape, sidecar, value, values, wait_for
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]  # real NVML, a sidecar process

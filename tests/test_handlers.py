@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.exporter.job_tracker import JobMode, JobTracker
+from dask_metrics.exporter.job_model import JobMode
+from dask_metrics.exporter.job_tracker import JobTracker
 from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
 
 

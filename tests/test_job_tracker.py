@@ -7,12 +7,10 @@ import threading
 import pytest
 
 from dask_metrics.contract import IDLE, DagStatus
-from dask_metrics.exporter.job_tracker import (
-    JobMode,
-    JobTracker,
-    SessionError,
-    clean_label,
-)
+from dask_metrics.exporter.job_model import JobMode
+from dask_metrics.exporter.job_tracker import JobTracker
+from dask_metrics.exporter.label_values import clean_label
+from dask_metrics.exporter.monitor_session import SessionError
 
 
 class Clock:

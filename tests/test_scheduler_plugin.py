@@ -17,7 +17,7 @@ from distributed import Client, Event, LocalCluster, get_client, span, worker_cl
 from prometheus_client import REGISTRY, generate_latest
 
 from dask_metrics.exporter.identity import STARTUP_KEY, GpuRef, WorkerIdentity, worker_label
-from dask_metrics.exporter.job_tracker import JobMode
+from dask_metrics.exporter.job_model import JobMode
 from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
 from dask_metrics.exporter.scheduler.preload import dask_setup
 from dask_metrics.exporter.scheduler.settings import Settings

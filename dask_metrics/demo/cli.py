@@ -38,7 +38,8 @@ from dask_metrics.contract import (
 )
 from dask_metrics.demo.localstack import LocalStack, StackOptions
 from dask_metrics.demo.workload import Plan, run
-from dask_metrics.exporter.gpu_source import NvmlSource, SourceUnavailable
+from dask_metrics.exporter.gpu_source import SourceUnavailable
+from dask_metrics.exporter.nvml_source import NvmlSource
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 DEMO_CLUSTER = "dask-metrics-demo"  # the dask_cluster label of the demo's series

@@ -49,8 +49,8 @@ from dask_metrics.contract import (
     activity_spec,
     cluster_activity_spec,
 )
-from dask_metrics.exporter.job_tracker import TrackerSnapshot
 from dask_metrics.exporter.scheduler.fine import FineSnapshot
+from dask_metrics.exporter.tracker_snapshot import TrackerSnapshot
 from dask_metrics.metricspec import MetricSpec
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,9 @@ from typing import Any
 from dask_metrics.contract import safe_unit
 from dask_metrics.exporter.activity_ledger import Activity, ActivityLedger, activity_label
 from dask_metrics.exporter.identity import worker_label
-from dask_metrics.exporter.job_tracker import Dag, JobTracker, clean_label
+from dask_metrics.exporter.job_model import Dag
+from dask_metrics.exporter.job_tracker import JobTracker
+from dask_metrics.exporter.label_values import clean_label
 from dask_metrics.exporter.scheduler import dask_internals
 from dask_metrics.exporter.scheduler.dask_internals import WorkerResources
 

@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dask_metrics.contract import Handler
-from dask_metrics.exporter.job_tracker import JobTracker, MonitorSession, SessionError
+from dask_metrics.exporter.job_tracker import JobTracker
+from dask_metrics.exporter.monitor_session import MonitorSession, SessionError
 from dask_metrics.values import finite_number
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from dask_metrics.contract import DASK_CLUSTER
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.activity_ledger import ActivityLedger
 from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
-from dask_metrics.exporter.job_tracker import JobMode, JobTracker
+from dask_metrics.exporter.job_model import JobMode
+from dask_metrics.exporter.job_tracker import JobTracker
 from dask_metrics.exporter.scheduler import dask_internals
 from dask_metrics.exporter.scheduler.families import (
     HUB,

@@ -15,7 +15,7 @@ import yaml
 from dask.utils import parse_timedelta
 
 from dask_metrics.exporter import cluster
-from dask_metrics.exporter.job_tracker import JobMode
+from dask_metrics.exporter.job_model import JobMode
 from dask_metrics.options import Option
 from dask_metrics.values import whole_number
 
