@@ -53,7 +53,8 @@ def draw(folder: Path) -> dict[str, list[float]]:
     clock = (time.perf_counter, time.process_time)
     began = [c() for c in clock]
     from dask_metrics.collector import plot
-    from dask_metrics.collector.plotdata import read_export, read_provenance
+    from dask_metrics.collector.provenance import read_provenance
+    from dask_metrics.collector.worker_traces import read_export
 
     def since(began: list[float]) -> list[float]:
         return [c() - b for c, b in zip(clock, began, strict=True)]

@@ -22,6 +22,7 @@ from dask_metrics.collector.cli_options import (
 )
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.connection import OPTIONS as CONNECTION_OPTIONS
+from dask_metrics.collector.connection_settings import MAX_TIMEOUT, valid_timeout
 from dask_metrics.collector.errors import (
     CollectorError,
     UsageError,
@@ -31,7 +32,6 @@ from dask_metrics.collector.timespec import (
     format_rfc3339,
     to_ms,
 )
-from dask_metrics.collector.transport import MAX_TIMEOUT, valid_timeout
 from dask_metrics.collector.watch import (
     MAX_POLL,
     MIN_POLL,

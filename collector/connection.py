@@ -12,9 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dask_metrics.collector.errors import UsageError
-from dask_metrics.collector.redaction import split_credentials
-from dask_metrics.collector.transport import (
+from dask_metrics.collector.connection_settings import (
     COMPRESSIONS,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -23,6 +21,8 @@ from dask_metrics.collector.transport import (
     ConnectionSettings,
     valid_timeout,
 )
+from dask_metrics.collector.errors import UsageError
+from dask_metrics.collector.redaction import split_credentials
 from dask_metrics.configfile import ConfigError, load_yaml
 from dask_metrics.options import Option
 

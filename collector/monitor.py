@@ -9,9 +9,7 @@ else a ``config`` file, else the URL the scheduler preload advertises.
 
 from __future__ import annotations
 
-import getpass
 import math
-import os
 import socket
 import time
 import warnings
@@ -24,21 +22,21 @@ from dask_metrics.collector.errors import CollectorError, MonitorError, MonitorU
 from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.monitor_results import SessionResults
 from dask_metrics.collector.notebook import monitor_html
+from dask_metrics.collector.session_identity import address_of, same_session, user_name
 from dask_metrics.collector.session_window import (
     Recorded,
     last_session,
     recorded_session,
 )
+from dask_metrics.collector.stop_timeout import still_running, timed_out, timeout_seconds
 from dask_metrics.contract import (
     REPLICA_LABELS,
     DagStatus,
     Handler,
 )
-from dask_metrics.values import finite_number
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
 STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
-MAX_LISTED = 10  # unfinished DAGs a stop timeout names; the rest are counted
 
 
 class Monitor(SessionResults):
@@ -64,10 +62,10 @@ class Monitor(SessionResults):
             raise MonitorUsageError(f"Monitor({unknown[0]}=...): unknown connection option "
                                     f"(known: {', '.join(CONNECTION_OPTIONS)})")
         self.client = client
-        self._address = _address_of(client)
+        self._address = address_of(client)
         self.metrics: list[str] = list(DEFAULT_NAMES)
         self.scrape_wait = scrape_wait
-        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
+        self.stop_timeout = timeout_seconds(stop_timeout, "stop_timeout")
         if not callable(getattr(client, "sync", None)):  # Monitor("tcp://...") is a slip
             raise MonitorUsageError(f"Monitor needs a distributed.Client, not {client!r}")
         self._prometheus = prometheus
@@ -134,7 +132,7 @@ class Monitor(SessionResults):
         A session that ended with its scheduler (restarted while it ran) has nothing left to
         stop: it is returned as Prometheus recorded it, ``"interrupted": True``, with a
         warning (also to a new Monitor, when the scheduler has run no session since)."""
-        timeout = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        timeout = self.stop_timeout if timeout is None else timeout_seconds(timeout, "timeout")
         limit = None if math.isinf(timeout) else float(timeout)
         if self._started is not None and not any_owner:
             session, known = self._mine(self._started)
@@ -145,7 +143,7 @@ class Monitor(SessionResults):
                 "session_id": None if any_owner or self._started is None
                 else int(self._started["id"])}
         reply = self._versioned(Handler.MONITOR_STOP, mine, wait=not force, timeout=limit)
-        if not force and not reply.get("ok") and _timed_out(reply):
+        if not force and not reply.get("ok") and timed_out(reply):
             raise MonitorError(self._still_running(reply, timeout))
         if not reply.get("ok") and self._started is None and not reply.get("session"):
             interrupted = self._interrupted_last()  # a restart left no session to stop
@@ -293,7 +291,6 @@ class Monitor(SessionResults):
 
     def _still_running(self, reply: dict[str, Any], timeout: float) -> str:
         """The timeout message: what the stop waited for, read from the scheduler now."""
-        session = reply.get("session") or {}
         dags = reply.get("unfinished")  # a scheduler that lists them in its reply
         if dags is None:
             dags = [d for d in self._call(Handler.DAGS) if d.get("finished") is None]
@@ -301,23 +298,7 @@ class Monitor(SessionResults):
             processing = self.client.sync(self.client.scheduler.processing)
         except Exception:  # only detail for the message: never hide the timeout behind it
             processing = None
-        text = f"monitor session {session.get('id', '?')} not stopped after {timeout:g} s: "
-        if dags:
-            text += (f"{len(dags)} DAG(s) still running: "
-                     + ", ".join(map(_describe_dag, dags[:MAX_LISTED])))
-            if len(dags) > MAX_LISTED:
-                text += f" and {len(dags) - MAX_LISTED} more"
-        else:
-            text += "the DAGs it waited for have finished since"
-        if processing is not None:
-            busy = {w: len(keys) for w, keys in processing.items() if keys}
-            tasks = sum(busy.values())
-            text += f"; {tasks} task(s) processing"
-            if busy:
-                text += " on " + ", ".join(f"{w} ({n})" for w, n in sorted(busy.items()))
-        return (text + ". The session keeps running: stop it again with a longer timeout "
-                "(math.inf: no limit), or at once with stop(force=True) "
-                "(collector monitor stop --force)")
+        return still_running(reply, timeout, dags, processing)
 
     def _require_open(self) -> None:
         """A closed Client has no scheduler to call (an AttributeError deep in Dask)."""
@@ -332,55 +313,3 @@ class Monitor(SessionResults):
         if not reply.get("ok"):
             raise MonitorError(str(reply.get("error") or reply))
         return reply
-
-
-
-
-def user_name() -> str:
-    """The user's name for a session's owner (a uid where the system has no name for it)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid{os.getuid()}"
-
-
-def _seconds(value: Any, name: str) -> float:
-    """0 or more seconds; ``math.inf`` (no limit) too."""
-    seconds = math.inf if value == math.inf else finite_number(value)
-    if seconds is None or not seconds >= 0:
-        raise MonitorUsageError(f"{name} must be 0 or more seconds (got {value!r})")
-    return seconds
-
-
-def _timed_out(reply: dict[str, Any]) -> bool:
-    """Whether a refused stop gave up waiting (the session still runs), rather than found
-    no session to stop."""
-    if "timed_out" in reply:
-        return bool(reply["timed_out"])
-    session = reply.get("session") or {}
-    return "timed out" in str(reply.get("error", "")) and session.get("stop") is None
-
-
-def _describe_dag(dag: dict[str, Any]) -> str:
-    """``job 1 'alice' DAG 0 (running, 2 result(s) pending, 1 task(s) processing)``."""
-    details = [str(dag.get("status", "unfinished"))]
-    if dag.get("pending") is not None:
-        details.append(f"{dag['pending']} result(s) pending")
-    if dag.get("processing") is not None:
-        details.append(f"{dag['processing']} task(s) processing")
-    return (f"job {dag.get('job_id')} {dag.get('job_name', '')!r} DAG {dag.get('dag_id')} "
-            f"({', '.join(details)})")
-
-
-def same_session(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two session records are one session: ids count from 0 again when the
-    scheduler restarts, the start time tells them apart."""
-    return a.get("id") == b.get("id") and float(a.get("start") or 0) == float(b.get("start") or 0)
-
-
-def _address_of(client: Any) -> str | None:
-    """The scheduler address of ``client`` while it is open (for messages)."""
-    try:
-        return str(client.scheduler.address)
-    except Exception:  # not connected (yet): the messages do without it
-        return None

@@ -14,24 +14,19 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dask_metrics.collector.errors import CollectorError, UsageError
-from dask_metrics.collector.jobs import JobNames
-from dask_metrics.collector.plotdata import (
-    UNKNOWN,
-    Phase,
-    Provenance,
-    WorkerTrace,
+from dask_metrics.collector.chart_layout import (
     break_gaps,
     envelope,
     job_colours,
     label_forms,
     place_labels,
-    read_export,
-    read_provenance,
     time_unit,
-    worker_capacity,
 )
+from dask_metrics.collector.errors import CollectorError, UsageError
+from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.provenance import UNKNOWN, Provenance, read_provenance
 from dask_metrics.collector.staging import fixed_names, staged
+from dask_metrics.collector.worker_traces import Phase, WorkerTrace, read_export, worker_capacity
 
 FORMATS = ("png", "svg")
 # zlib level 1 instead of PIL's 6: 24 ms instead of 57 to compress a worker's picture, for a

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from dask_metrics.collector.connection_settings import ConnectionSettings
 from dask_metrics.collector.errors import PrometheusError, setting
 from dask_metrics.collector.redaction import Scrubber, one_line, split_credentials
 from dask_metrics.collector.series import Series
@@ -24,7 +25,6 @@ from dask_metrics.collector.transport import (
     MAX_RETRY_AFTER,
     RETRY_STATUSES,
     Answer,
-    ConnectionSettings,
     Transport,
     asked_wait,
 )

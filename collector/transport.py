@@ -16,7 +16,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -27,76 +27,20 @@ from urllib3.exceptions import InvalidHeader, MaxRetryError, ReadTimeoutError, R
 from urllib3.util.retry import Retry
 
 from dask_metrics import __version__
+from dask_metrics.collector.connection_settings import (
+    DEADLINE_FACTOR,
+    MIN_DEADLINE,
+    ConnectionSettings,
+)
 from dask_metrics.collector.errors import PrometheusError, setting
 from dask_metrics.collector.redaction import one_line, split_credentials
 
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 60.0
-DEFAULT_RETRIES = 3
-MAX_TIMEOUT = 3600.0
-"""The longest connect or read timeout accepted, in seconds (an hour)."""
-MIN_DEADLINE = 30.0
-DEADLINE_FACTOR = 4
-"""Each try of a request, from sending it to the answer's last byte, ends within
-max(MIN_DEADLINE, DEADLINE_FACTOR x the read timeout) seconds, however slowly the server
-trickles its headers or body (the read timeout alone restarts with every byte)."""
 MAX_RETRY_AFTER = 30.0
 """The longest ``Retry-After`` obeyed, in seconds; a server asking for more is reported at
 once instead of waited for."""
-MAX_RESPONSE_BYTES = 2**30
-"""The largest answer read (1 GiB, decompressed), so a runaway server cannot exhaust memory;
-a series of 11,000 points is about 0.3 MB of JSON: some 3,000 of them fit."""
 _READ_CHUNK = 2**18  # 256 KiB: the fastest read here, plain or gzip (1 MiB slows gzip)
-COMPRESSIONS = ("gzip", "none")
-"""``compression``: gzip (requests' default, good over a slow network) or none, which saves
-the server's and our CPU time where the network is fast (loopback, a LAN)."""
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _BACKOFF = 0.5
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """How to reach the API. ``url`` is the base URL, path prefix included (e.g.
-    ``https://mimir.example/prometheus``); user:password in it works like ``user``/``password``.
-    Secrets are left out of ``repr`` so they cannot leak through a log line or a traceback."""
-
-    url: str
-    user: str | None = None
-    password: str | None = field(default=None, repr=False)
-    bearer_token: str | None = field(default=None, repr=False)
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    ca_file: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    retries: int = DEFAULT_RETRIES
-    compression: str = "gzip"
-    total_timeout: float | None = None
-    """Seconds each try may take, headers and body; None: see ``deadline``."""
-    max_response_bytes: int = MAX_RESPONSE_BYTES
-    """The largest answer read, decompressed; a larger one is an error."""
-
-    def __post_init__(self) -> None:
-        # Checked here too, for the Python API: NaN or inf would fail deep in the request.
-        for name in ("connect_timeout", "read_timeout", "total_timeout"):
-            value = getattr(self, name)
-            if value is not None and not valid_timeout(value):
-                raise ValueError(f"{name} must be more than 0 and at most {MAX_TIMEOUT:g} "
-                                 f"seconds (got {value!r})")
-
-    @property
-    def deadline(self) -> float:
-        """Seconds each try may take: ``total_timeout``, else max(MIN_DEADLINE,
-        DEADLINE_FACTOR x ``read_timeout``)."""
-        if self.total_timeout is not None:
-            return self.total_timeout
-        return max(MIN_DEADLINE, DEADLINE_FACTOR * self.read_timeout)
-
-
-def valid_timeout(seconds: float) -> bool:
-    """Whether ``seconds`` is a usable timeout: finite, more than 0, at most MAX_TIMEOUT."""
-    return 0 < seconds <= MAX_TIMEOUT  # False for NaN too
-
-
 _RETRY_AFTER = Retry(0)
 _RETRY_AFTER.retry_after_max = math.inf  # newer urllib3 cap it at 6 h: say what was asked
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.errors import CollectorError, Terminated, UsageError
-from dask_metrics.collector.monitor import Monitor, same_session
+from dask_metrics.collector.monitor import Monitor
 from dask_metrics.collector.promapi import PrometheusError
+from dask_metrics.collector.session_identity import same_session
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import pytest
 
 from dask_metrics.collector.export import SUMMARIES
 from dask_metrics.collector.monitor import Monitor
-from dask_metrics.collector.plotdata import read_export
+from dask_metrics.collector.worker_traces import read_export
 from dask_metrics.contract import Handler
 from tests.collector_dataset import (
     CLUSTERS,

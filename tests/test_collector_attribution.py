@@ -18,16 +18,10 @@ from dask_metrics.collector.activities import (
     unit_of,
 )
 from dask_metrics.collector.columns import select, source_metrics, worker_metrics
-from dask_metrics.collector.gpu_by_prefix import (
-    PrefixUse,
-    PrefixUses,
-    attribute,
-    increments,
-    prefix_rows,
-    prefix_timeline,
-    seen_by,
-)
+from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.layouts import seed_lines, tidy_lines
+from dask_metrics.collector.prefix_scrapes import attribute, prefix_timeline
+from dask_metrics.collector.prefix_use import PrefixUse, increments
 from dask_metrics.collector.series import Series, WorkerInfo, cluster_timeline
 from dask_metrics.collector.tables import as_of, joined_by_metric, worker_table
 from dask_metrics.collector.worker_runs import span_timeline, worker_timeline

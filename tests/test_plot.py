@@ -14,19 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.chart_layout import break_gaps, envelope, place_labels, time_unit
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.plotdata import (
+from dask_metrics.collector.provenance import UNKNOWN, read_provenance
+from dask_metrics.collector.worker_traces import (
     FIXED,
-    UNKNOWN,
     Phase,
-    break_gaps,
-    envelope,
     phases,
-    place_labels,
     read_export,
-    read_provenance,
     read_worker_file,
-    time_unit,
     worker_capacity,
 )
 from dask_metrics.contract import JOBS_COLUMNS, JOBS_CSV

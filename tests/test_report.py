@@ -21,7 +21,6 @@ import pytest
 from dask_metrics.collector.columns import select
 from dask_metrics.collector.export import export
 from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.plotdata import read_worker_file, trace_of_table
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.report.advice import (
     GIB,
@@ -31,14 +30,16 @@ from dask_metrics.collector.report.advice import (
     smallest_fitting,
 )
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
+from dask_metrics.collector.report.edges import edge_usage
 from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
-from dask_metrics.collector.report.usage import Usage, edge_usage, gpu_usage
+from dask_metrics.collector.report.usage import Usage, gpu_usage
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.tables import GpuTable, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.collector.worker_runs import span_timeline, worker_spans, worker_timeline
+from dask_metrics.collector.worker_traces import read_worker_file, trace_of_table
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import Page, png_size, render, requires_chromium
 from tests.helpers import collector

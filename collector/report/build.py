@@ -29,8 +29,8 @@ from dask_metrics.collector.export import export
 from dask_metrics.collector.fetch import Scope, peak_windows
 from dask_metrics.collector.notebook import framed
 from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
-from dask_metrics.collector.plotdata import read_provenance, trace_of_table
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.provenance import read_provenance
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
@@ -47,6 +47,7 @@ from dask_metrics.collector.session_window import (
 from dask_metrics.collector.staging import fixed_names, staged, write_text
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import MONITOR, format_rfc3339, parse_when, to_ms
+from dask_metrics.collector.worker_traces import trace_of_table
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy", "busy-seconds",

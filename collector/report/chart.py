@@ -2,8 +2,8 @@
 
 GPU utilisation and memory over time, one colour per GPU, the capacity line, and the job/DAG
 phases that ran on the worker shaded in their job's colour and named above the chart. The
-same picture as ``collector plot``'s worker PNG, from the same points (``plotdata``: the
-per-pixel envelope, the breaks at gaps, the phases and their label rows), but written as SVG
+same picture as ``collector plot``'s worker PNG, from the same points (``chart_layout``: the
+per-pixel envelope, the breaks at gaps, the phases' label rows), but written as SVG
 text: a matplotlib figure costs about half a second to lay out and rasterise and the library
 as much to import, which made the report slower than its export; this costs milliseconds,
 needs no plotting library, and the browser sets the text.
@@ -16,10 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dask_metrics.collector.jobs import JobNames
-from dask_metrics.collector.plotdata import (
-    Phase,
-    WorkerTrace,
+from dask_metrics.collector.chart_layout import (
     break_gaps,
     envelope,
     job_colours,
@@ -27,6 +24,8 @@ from dask_metrics.collector.plotdata import (
     place_labels,
     time_unit,
 )
+from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.worker_traces import Phase, WorkerTrace
 
 # matplotlib's default cycle, so that a GPU or job has the colour it has in `collector plot`
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -18,6 +18,7 @@ from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qual
 from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.peaks import peaks_over, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
+from dask_metrics.collector.report.edges import EDGE_COUNTERS, edge_usage
 from dask_metrics.collector.report.figures import (
     PEAK_KEYS,
     device_key,
@@ -28,13 +29,11 @@ from dask_metrics.collector.report.figures import (
 )
 from dask_metrics.collector.report.headline import headline, title_words
 from dask_metrics.collector.report.usage import (
-    EDGE_COUNTERS,
     ENERGY,
     IDLE_PERCENT,
     Usage,
     UsageKey,
     attribute,
-    edge_usage,
     gpu_usage,
     total,
 )
@@ -107,7 +106,7 @@ class Gatherer:
 
     def _add_edges(self, usage: dict[UsageKey, Usage], series: Mapping[str, list[Series]],
                    activity: Timeline) -> None:
-        """The parts of the scrape intervals across the range's edges (usage.edge_usage),
+        """The parts of the scrape intervals across the range's edges (edges.edge_usage),
         to what the worker ran then."""
         metrics = {c.metric: c.name for c in select([n for n in EDGE_COUNTERS
                                                      if n in self.columns])}

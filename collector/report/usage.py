@@ -30,13 +30,12 @@ export); an interval longer than ``max_age`` is a gap and counts for nothing. In
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import sub
 from typing import NamedTuple, TypeVar
 
-from dask_metrics.collector.series import Samples, Timeline
+from dask_metrics.collector.series import Timeline
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.worker_runs import Changes
 
@@ -45,8 +44,6 @@ IDLE_PERCENT = 5.0
 UTIL, ENERGY, BUSY = "compute-util", "energy", "busy-seconds"
 SM, TENSOR = "sm-active-seconds", "tensor-active-seconds"
 RMM_USED, RMM_POOL = "rmm-used", "rmm-pool"
-#: The counters whose increases the intervals across a range's edges share (edge_usage).
-EDGE_COUNTERS = (BUSY, ENERGY, SM, TENSOR)
 
 _N = TypeVar("_N", int, float)
 UsageKey = tuple[str, str, str, str]
@@ -153,7 +150,7 @@ def _parts(times: Sequence[int], cols: _Columns, i: int, changes: Changes, max_a
         return []
     rises = {name: _rise(col, i) for name, col in
              ((BUSY, cols.busy), (ENERGY, cols.energies), (SM, cols.sm), (TENSOR, cols.tensor))}
-    whole = _share(rises, cols.utils[i] if cols.utils is not None else None, t0, t1, t0, t1)
+    whole = share(rises, cols.utils[i] if cols.utils is not None else None, t0, t1, t0, t1)
     whole.resets = int(any(went_back(c[i - 1], c[i]) for c in (cols.busy, cols.energies)
                            if c is not None))
     whole.rmm_used = cols.rmm_used[i] if cols.rmm_used is not None else None
@@ -293,52 +290,7 @@ def _integral(dts: Sequence[int], counter: _Column, lo: int, hi: int
             sum(d for d, r in zip(dts, rises, strict=True) if r is not None) / 1000)
 
 
-def edge_usage(counters: Mapping[str, Samples], since: int, until: int, max_age: int
-               ) -> list[tuple[int, Usage]]:
-    """The parts inside [since, until] (ms) of one GPU's two scrape intervals that straddle
-    its edges, which no interval of the table covers: (the time whose worker state the part
-    is attributed to, its Usage). ``counters``: the GPU's busy-seconds, energy, SM and
-    tensor counters by column name, with samples on both sides of the edges.
-
-    A part takes its share of the interval's counter increases in proportion to time (exact
-    where the GPU's use was even over the interval; off by at most the share of one scrape
-    interval's increase otherwise): a session's first and last intervals are neither dropped
-    (a long scrape interval would lose most of a short job's energy) nor counted whole."""
-    clock = counters.get(BUSY) or counters.get(ENERGY)
-    if clock is None:
-        return []
-    times = clock[0]
-    first = bisect_left(times, since)  # the first sample at or after since
-    last = bisect_right(times, until) - 1  # the last at or before until
-    out = []
-    if 0 < first <= last and times[first] > since:  # (t0, t1] straddles since
-        out.append((times[first], _part(counters, times[first - 1], times[first], since,
-                                        times[first], max_age)))
-    if first <= last < len(times) - 1 and times[last] < until:  # (t0, t1] straddles until
-        out.append((until, _part(counters, times[last], times[last + 1], times[last], until,
-                                 max_age)))
-    if 0 < first == last + 1 < len(times):  # one interval holds the whole range
-        out.append((until, _part(counters, times[last], times[first], since, until, max_age)))
-    return [(t, u) for t, u in out if u.seconds]
-
-
-def _part(counters: Mapping[str, Samples], t0: int, t1: int, a: int, b: int, max_age: int
-          ) -> Usage:
-    """The share [a, b] of the interval (t0, t1] (a gap when longer than ``max_age``)."""
-    if t1 - t0 > max_age or b <= a:
-        return Usage()
-
-    ends = {}
-    for name in EDGE_COUNTERS:
-        if (found := counters.get(name)) is not None:
-            at = dict(zip(*found, strict=True))
-            ends[name] = (at.get(t0), at.get(t1))
-    part = _share({name: rise(*pair) for name, pair in ends.items()}, None, t0, t1, a, b)
-    part.resets = int(any(went_back(*ends[n]) for n in (BUSY, ENERGY) if n in ends))
-    return part
-
-
-def _share(rises: Mapping[str, float | None], util: float | None, t0: int, t1: int, a: int,
+def share(rises: Mapping[str, float | None], util: float | None, t0: int, t1: int, a: int,
            b: int) -> Usage:
     """The part [a, b] of the interval (t0, t1]: its time, and each counter's increase over
     the interval (``rises``; None: not measured) in proportion to that time. Busy seconds

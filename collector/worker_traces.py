@@ -1,4 +1,5 @@
-"""What the plots show, read from the tidy CSV files of an export: pure logic, no drawing.
+"""The traces of an export's worker files: each GPU's samples over time and the jobs/DAGs
+that ran, read back from the tidy CSV files ``collector export`` writes.
 
 Plots are drawn from the files ``collector export`` writes rather than from Prometheus
 directly, so that one export can be plotted again, and a plot shows exactly the numbers a
@@ -12,13 +13,11 @@ import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.jobs import NO_NAMES, JobNames
-from dask_metrics.collector.lifetimes import life_at, qualify
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, parse_rfc3339
 from dask_metrics.contract import JOBS_CSV
@@ -127,52 +126,6 @@ def phases(samples: Iterable[tuple[float, str, str]]) -> list[Phase]:
     return found
 
 
-def break_gaps(times: Sequence[float], values: Sequence[float],
-               factor: float = 3.0) -> tuple[list[float], list[float]]:
-    """Insert a NaN point where samples stop for more than ``factor`` times their usual
-    interval (a worker restarting, scrapes failing), so that no line is drawn across a gap."""
-    import numpy as np
-
-    t, v = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
-    steps = np.diff(t)
-    usual = np.sort(steps[steps > 0])
-    if not len(usual):
-        return t.tolist(), v.tolist()
-    cut = np.flatnonzero(steps > factor * usual[len(usual) // 2]) + 1
-    return (np.insert(t, cut, (t[cut - 1] + t[cut]) / 2).tolist(),
-            np.insert(v, cut, np.nan).tolist())
-
-
-def envelope(times: Sequence[float], values: Sequence[float], lo: float, hi: float,
-             buckets: int) -> tuple[Any, Any]:
-    """At most two points per bucket of [lo, hi] cut in ``buckets`` equal widths: the
-    lowest and the highest sample of each bucket, at their own times and in time order.
-    With a bucket no wider than a pixel column, the line looks the same and every spike
-    stays (a mean or a stride would lose them), at a fraction of the points to draw.
-
-    ``times`` ascending; a NaN value breaks the line: no bucket spans it, and a NaN point
-    stays between the samples before and after it. Returns float arrays (times, values).
-    """
-    import numpy as np
-
-    t, v = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
-    hole = np.isnan(v)
-    run = np.cumsum(hole)[~hole]  # stretches between holes, numbered
-    t, v = t[~hole], v[~hole]
-    if not len(t):
-        return t, v
-    width = (hi - lo) / buckets if hi > lo else 1.0
-    key = run * buckets + np.clip(((t - lo) // width).astype(np.int64), 0, buckets - 1)
-    order = np.lexsort((v, key))  # by bucket, then value: each bucket's min first, max last
-    key = key[order]
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    last = np.r_[first[1:], len(order)] - 1
-    keep = np.unique(np.r_[order[first], order[last]])  # back in time order
-    t, v, run = t[keep], v[keep], run[keep]
-    cut = np.flatnonzero(run[1:] != run[:-1]) + 1
-    return (np.insert(t, cut, (t[cut - 1] + t[cut]) / 2), np.insert(v, cut, np.nan))
-
-
 def _number(text: str) -> float | None:
     return float(text) if text else None
 
@@ -261,116 +214,6 @@ def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
     if not files:
         raise CollectorError(f"{folder} holds no worker CSV files")
     return [read_worker_file(p) for p in files]
-
-
-# ---- provenance: names and simulated GPUs, from the export's other files -------------------
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What the worker files do not say: the jobs' names (jobs.csv) and which workers' GPUs
-    are simulated (workers.csv). An export without those files (an older one, CSV files from
-    elsewhere) gives ids only and no simulated marks."""
-
-    names: JobNames = NO_NAMES
-    simulated: frozenset[str] = frozenset()
-    lives: tuple[str, ...] = ()  # the scheduler lives of jobs.csv (its scheduler_start)
-
-    def own(self, trace: WorkerTrace) -> WorkerTrace:
-        """``trace`` read from a worker file, its jobs keyed as ``names`` keys them: a row's
-        plain job id is of the scheduler life in effect at its time."""
-        if not self.lives or not trace.start:
-            return trace
-        origin = parse_rfc3339(trace.start) * 1000
-
-        def keyed(found: list[Phase]) -> list[Phase]:
-            return [replace(p, job=qualify(p.job, life_at(self.lives, round(origin
-                                                                              + p.start * 1000))))
-                    for p in found]
-
-        return replace(trace, phases=keyed(trace.phases),
-                       cluster_phases=keyed(trace.cluster_phases))
-
-
-UNKNOWN = Provenance()
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    """A CSV file's rows as dicts; none when it is missing. CollectorError when unreadable."""
-    if not path.exists():
-        return []
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise CollectorError(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
-
-
-def tables_folder(folder: Path) -> Path:
-    """Where an export folder keeps workers.csv and jobs.csv: its export.json's ``tables``
-    subfolder (a Monitor's export), else the folder itself."""
-    try:
-        tables = json.loads((folder / "export.json").read_text(encoding="utf-8")).get("tables")
-    except (OSError, ValueError, AttributeError):
-        return folder
-    return folder / tables if isinstance(tables, str) and tables and \
-        Path(tables).name == tables else folder
-
-
-def read_provenance(folder: str | os.PathLike[str]) -> Provenance:
-    """The job names and simulated workers of an export folder."""
-    folder = tables_folder(Path(folder))
-    jobs = _rows(folder / JOBS_CSV)
-    names = JobNames.of((qualify(r.get("job") or "", r.get("scheduler_start") or ""),
-                         r.get("job_name") or "", r.get("dag") or "")
-                        for r in jobs) if jobs else NO_NAMES
-    simulated = frozenset(r.get("worker") or "" for r in _rows(folder / "workers.csv")
-                          if r.get("simulated") == "true")
-    lives = tuple({r["scheduler_start"]: None for r in jobs if r.get("scheduler_start")})
-    return Provenance(names, simulated, lives)
-
-
-# ---- axes ----------------------------------------------------------------------------------
-
-TIME_UNITS = ((15 * 60, 1.0, "seconds"), (10 * 3600, 60.0, "minutes"),
-              (math.inf, 3600.0, "hours"))
-
-
-def time_unit(span: float) -> tuple[float, str]:
-    """(seconds per unit, unit) for a time axis ``span`` seconds long: seconds up to 15
-    minutes, minutes up to 10 hours, hours beyond, so that ticks read as round numbers."""
-    return next((size, unit) for limit, size, unit in TIME_UNITS if span <= limit)
-
-
-def place_labels(labels: Sequence[tuple[float, Sequence[float]]], levels: int = 3
-                 ) -> list[tuple[int, int]]:
-    """(row, form) for each label, given in order of position as (centre, widths of its
-    forms, longest first), row 0 nearest the axes: the first form that fits on a free row
-    (one where it overlaps no label placed before) on the lowest such row; when no form
-    fits anywhere, the shortest on the row that frees first. Labels are never dropped."""
-    ends = [-math.inf] * levels
-    out = []
-    for centre, widths in labels:
-        fits = ((form, row) for form, width in enumerate(widths) for row in range(levels)
-                if ends[row] <= centre - width / 2)
-        form, row = next(fits, (len(widths) - 1, min(range(levels), key=ends.__getitem__)))
-        ends[row] = max(ends[row], centre + widths[form] / 2)
-        out.append((row, form))
-    return out
-
-
-def job_colours(found: Iterable[Phase]) -> dict[str, str]:
-    """One colour per job (matplotlib's cycle, ``C0``-``C9``), in the order the jobs first
-    ran."""
-    ordered = sorted(found, key=lambda p: p.start)
-    return {job: f"C{i % 10}" for i, job in enumerate(dict.fromkeys(p.job for p in ordered))}
-
-
-def label_forms(names: JobNames, p: Phase) -> tuple[str, ...]:
-    """A phase's label, then shorter forms for a narrow phase (its job shows by colour):
-    ``etl · DAG 2``, ``DAG 2``, ``2``; a job's only DAG keeps the job's name."""
-    full = names.phase(p.job, p.dag)
-    return (full, f"DAG {p.dag}", p.dag) if p.dag and full != names.job(p.job) else (full,)
 
 
 def worker_capacity(trace: WorkerTrace) -> float | None:
