@@ -6,21 +6,50 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
-from dask_metrics.collector.fetch import (
-    TRIM_ABOVE_CHUNKS,
-    Scope,
-    clusters_in,
-    clusters_of,
-    discover,
-    in_cluster,
-)
+from dask_metrics.collector.fetch import TRIM_ABOVE_CHUNKS, UNSCOPED, Scope, fetch_label_sets
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import WorkerInfo, select_workers, worker_inventory
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import CLUSTER_ENV, CLUSTER_OPTION, DASK_CLUSTER, REPLICA_LABELS
+from dask_metrics.contract import (
+    CLUSTER_ENV,
+    CLUSTER_OPTION,
+    DASK_CLUSTER,
+    INFO,
+    REPLICA_LABELS,
+    WORKER_GPU_INFO,
+)
 
 Progress = Callable[[int, int, str], None]
 """Told (workers done, workers in all, the worker now) as a command goes over the workers."""
+
+
+def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:
+    """The dask_cluster values of the GPU series with a sample in [start, end] (ms), sorted
+    ("" for series without one): one instant query, whatever the range."""
+    window = max(end - start, 1) + 1
+    found = client.query(f"count by ({DASK_CLUSTER}) (last_over_time({INFO.name}"
+                         f"[{window}ms]))", end / 1000)
+    return clusters_of([series.labels for series in found])
+
+
+def discover(client: PrometheusClient, start: int, end: int, chunk: int,
+             scope: Scope = UNSCOPED) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The label sets of dask_gpu_info and dask_job_worker_gpu_info in [start, end]: the
+    clusters (their dask_cluster labels) and their workers, from the same two queries."""
+    return (fetch_label_sets(client, scope.of(INFO.name), start, end, chunk, scope),
+            fetch_label_sets(client, scope.of(WORKER_GPU_INFO.name), start, end, chunk, scope))
+
+
+def clusters_of(label_sets: Sequence[dict[str, str]]) -> list[str]:
+    """The dask_cluster values among ``label_sets``, sorted; "" for series without one."""
+    return sorted({labels.get(DASK_CLUSTER, "") for labels in label_sets})
+
+
+def in_cluster(label_sets: Sequence[dict[str, str]], cluster: str | None
+               ) -> list[dict[str, str]]:
+    if cluster is None:
+        return list(label_sets)
+    return [labels for labels in label_sets if labels.get(DASK_CLUSTER, "") == cluster]
 
 
 def cluster_names(clusters: Sequence[str]) -> str:

@@ -14,6 +14,7 @@ import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import requests
 
 from dask_metrics import __version__
 from dask_metrics.collector.background import gc_paused, prefetched
+from dask_metrics.collector.batches import samples_per_gpu, worker_batches
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
     WHEN_PRESENT,
@@ -71,7 +73,7 @@ from dask_metrics.collector.staging import files_written, staged
 from dask_metrics.collector.summaries import activity_table
 from dask_metrics.collector.tables import WorkerTable, worker_table
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
-from dask_metrics.collector.worker_fetch import WorkerData, fetch_worker
+from dask_metrics.collector.worker_fetch import WorkerData, fetch_workers
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
@@ -128,8 +130,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
     samples by default); ``layout``: "tidy" or "seed"; ``workers``: names or globs;
-    ``progress(done, total, worker)`` is called before each worker is fetched (in the
-    fetching thread) and once at the end; ``asked`` is recorded in export.json as what the
+    ``progress(done, total, worker)`` is called before each batch of workers is fetched
+    (``worker_batches``: its first worker; in the fetching thread) and once at the end;
+    ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
     ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
     ``Visit``) and, with ``visit_metrics``, those series' raw samples too (no column), and
@@ -186,27 +189,35 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     tail_end = max(hi, min(end + to_ms(visit_tail), hi + to_ms(visit_tail),
                            to_ms(time.time()))) if visit else hi
 
-    def fetch(i: int) -> tuple[WorkerData, dict[str, list[Series]]]:
-        worker = chosen[i].name
+    outside = [*source_metrics(columns), *visit_metrics]
+    batches = worker_batches(chosen, samples_per_gpu(client, lo, hi, chunk_ms, len(outside),
+                                                     step_ms, scope))
+    firsts = list(accumulate([0, *map(len, batches)]))
+
+    def fetch(b: int) -> list[tuple[WorkerData, dict[str, list[Series]]]]:
+        batch = [w.name for w in batches[b]]
         if progress:
-            progress(i, len(chosen), worker)
-        data = fetch_worker(client, worker, columns, timeline, lo, hi, chunk_ms, step_ms, age,
-                            scope, worker in executed, visit_metrics)
+            progress(firsts[b], len(chosen), batch[0])
+        found = fetch_workers(client, batch, columns, timeline, lo, hi, chunk_ms, step_ms, age,
+                              scope, executed, visit_metrics)
         if tail_end <= hi and not visit_head:
-            return data, data.gpu
-        outside = [*source_metrics(columns), *visit_metrics]
-        more = fetch_gpu_series(client, worker, outside, hi, tail_end, chunk_ms, None, age,
+            return [(found[w], found[w].gpu) for w in batch]
+        more = fetch_gpu_series(client, batch, outside, hi, tail_end, chunk_ms, None, age,
                                 scope) if tail_end > hi else {}
-        head = fetch_gpu_series(client, worker, outside, lo - to_ms(visit_head), lo,
+        head = fetch_gpu_series(client, batch, outside, lo - to_ms(visit_head), lo,
                                 chunk_ms, None, age, scope) if visit_head else {}
-        return data, {m: [*head.get(m, []), *data.gpu.get(m, []), *more.get(m, [])]
-                      for m in data.gpu.keys() | more.keys() | head.keys()}
+        out = []
+        for w in batch:
+            gpu, after, before = found[w].gpu, more.get(w, {}), head.get(w, {})
+            out.append((found[w], {m: [*before.get(m, []), *gpu.get(m, []), *after.get(m, [])]
+                                   for m in gpu.keys() | after.keys() | before.keys()}))
+        return out
 
     rows_written = 0
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     missing: list[tuple[str, tuple[int, int]]] = []
     with staged(target) as stage, files_written() as writer:
-        fetched = prefetched(fetch, range(len(chosen)))
+        fetched = chain.from_iterable(prefetched(fetch, range(len(batches))))
         for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
             missing += [(info.name, hole) for hole in holes(table.times, lo, hi, age)]

@@ -8,7 +8,7 @@ query engine finds too big (timeout, too many samples) is split in halves and as
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
@@ -17,7 +17,6 @@ from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
     Timeline,
-    WorkerInfo,
     by_metric,
     clip,
     cluster_timeline,
@@ -26,7 +25,6 @@ from dask_metrics.collector.series import (
     merge,
     plan_chunks,
     plan_step_chunks,
-    worker_inventory,
 )
 from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
 from dask_metrics.contract import (
@@ -46,7 +44,6 @@ from dask_metrics.contract import (
     REPLICA_LABELS,
     WORKER,
     WORKER_DAG_START,
-    WORKER_GPU_INFO,
     WORKER_PREFIX_TASKS,
 )
 
@@ -85,13 +82,40 @@ class Scope:
 UNSCOPED = Scope()
 
 
-def selector(metrics: Sequence[str], worker: str | None = None, scope: Scope = UNSCOPED) -> str:
+Workers = Sequence[str] | str | None
+"""Whose series a query selects: one worker, several (one query for a batch), or all."""
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def worker_matchers(workers: Workers) -> list[str]:
+    """``worker="w"`` for one worker, ``worker=~"a|b"`` (each name matched literally) for
+    several, nothing for None."""
+    if workers is None:
+        return []
+    names = [workers] if isinstance(workers, str) else list(workers)
+    if len(names) == 1:
+        return [f"{WORKER}={label(names[0])}"]
+    literal = "|".join("".join("\\" + c if c in _RE2_SPECIAL else c for c in name)
+                       for name in names)
+    return [f"{WORKER}=~{label(literal)}"]
+
+
+def selector(metrics: Sequence[str], workers: Workers = None, scope: Scope = UNSCOPED) -> str:
     """``{__name__=~"a|b",worker="w",dask_cluster="c"}``: one query for several metrics of
-    one worker of one cluster."""
-    matchers = [f'__name__=~{label("|".join(metrics))}']
-    if worker is not None:
-        matchers.append(f"worker={label(worker)}")
+    some workers of one cluster."""
+    matchers = [f'__name__=~{label("|".join(metrics))}', *worker_matchers(workers)]
     return "{" + ",".join(matchers + scope.matchers()) + "}"
+
+
+def by_worker(series: Iterable[Series], workers: Sequence[str]) -> dict[str, list[Series]]:
+    """``series`` by their worker label, each of ``workers`` a key (an empty list if none)."""
+    out: dict[str, list[Series]] = {w: [] for w in workers}
+    for s in series:
+        found = out.get(s.labels.get(WORKER, ""))
+        if found is not None:
+            found.append(s)
+    return out
 
 
 def _attempt(run: Callable[[int, int], list[Series]], lo: int, hi: int, halve: Halver,
@@ -162,15 +186,6 @@ def any_sample(client: PrometheusClient, sel: str, start: int, end: int) -> bool
     return bool(client.query(f"count(last_over_time({sel}[{window}ms]))", end / 1000))
 
 
-def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:
-    """The dask_cluster values of the GPU series with a sample in [start, end] (ms), sorted
-    ("" for series without one): one instant query, whatever the range."""
-    window = max(end - start, 1) + 1
-    found = client.query(f"count by ({DASK_CLUSTER}) (last_over_time({INFO.name}"
-                         f"[{window}ms]))", end / 1000)
-    return clusters_of([series.labels for series in found])
-
-
 def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
             scope: Scope = UNSCOPED) -> set[str]:
     """The ``metrics`` with a sample in [start, end] (ms): one instant query each."""
@@ -206,33 +221,6 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     if step:
         first = start + (first - start) // step * step
     return first, last
-
-
-def discover_workers(client: PrometheusClient, start: int, end: int, chunk: int,
-                     scope: Scope = UNSCOPED) -> list[WorkerInfo]:
-    """Workers with GPU series in [start, end], with addresses from the scheduler preload."""
-    gpus, addresses = discover(client, start, end, chunk, scope)
-    return worker_inventory(gpus, addresses)
-
-
-def discover(client: PrometheusClient, start: int, end: int, chunk: int,
-             scope: Scope = UNSCOPED) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """The label sets of dask_gpu_info and dask_job_worker_gpu_info in [start, end]: the
-    clusters (their dask_cluster labels) and their workers, from the same two queries."""
-    return (fetch_label_sets(client, scope.of(INFO.name), start, end, chunk, scope),
-            fetch_label_sets(client, scope.of(WORKER_GPU_INFO.name), start, end, chunk, scope))
-
-
-def clusters_of(label_sets: Sequence[dict[str, str]]) -> list[str]:
-    """The dask_cluster values among ``label_sets``, sorted; "" for series without one."""
-    return sorted({labels.get(DASK_CLUSTER, "") for labels in label_sets})
-
-
-def in_cluster(label_sets: Sequence[dict[str, str]], cluster: str | None
-               ) -> list[dict[str, str]]:
-    if cluster is None:
-        return list(label_sets)
-    return [labels for labels in label_sets if labels.get(DASK_CLUSTER, "") == cluster]
 
 
 def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
@@ -276,33 +264,37 @@ def lookahead(end: int, by: int) -> int:
     return min(end + by, max(round(time.time() * 1000), end))
 
 
-def fetch_worker_activity(client: PrometheusClient, worker: str, cluster: Timeline,
+def fetch_worker_activity(client: PrometheusClient, workers: Sequence[str], cluster: Timeline,
                           start: int, end: int, chunk: int, max_age: int,
-                          scope: Scope = UNSCOPED) -> Timeline:
-    """What ``worker`` ran when in [start, end] (worker_runs)."""
-    found = by_metric(fetch_raw(client, selector(RAN_METRICS, worker, scope), start,
-                                lookahead(end, max_age), chunk, scope))
-    return ran_timeline(within(found, start, end), cluster.times, end, max_age)
+                          scope: Scope = UNSCOPED) -> dict[str, Timeline]:
+    """What each of ``workers`` ran when in [start, end] (worker_runs), in one query."""
+    found = by_worker(fetch_raw(client, selector(RAN_METRICS, workers, scope), start,
+                                lookahead(end, max_age), chunk, scope), workers)
+    return {w: ran_timeline(within(by_metric(series), start, end), cluster.times, end, max_age)
+            for w, series in found.items()}
 
 
-
-def fetch_gpu_series(client: PrometheusClient, worker: str, metrics: Sequence[str], start: int,
-                     end: int, chunk: int, step: int | None, max_age: int,
-                     scope: Scope = UNSCOPED) -> dict[str, list[Series]]:
-    """{metric: series} of one worker: raw samples, or with ``step`` a grid in which a point
-    takes the last raw sample at or before it only when that is at most ``max_age`` old.
+def fetch_gpu_series(client: PrometheusClient, workers: Sequence[str], metrics: Sequence[str],
+                     start: int, end: int, chunk: int, step: int | None, max_age: int,
+                     scope: Scope = UNSCOPED) -> dict[str, dict[str, list[Series]]]:
+    """{worker: {metric: series}} of ``workers``: raw samples (one query for them all), or
+    with ``step`` a grid in which a point takes the last raw sample at or before it only
+    when that is at most ``max_age`` old (one query per metric).
 
     ``last_over_time(m[max_age])`` bounds the look-back: a plain query_range would repeat a
     worker's last value for Prometheus' 5-minute lookback past its end or across a restart
     whose stale markers are missing (a Prometheus restart, backfilled or downsampled data).
     """
     if step is None:
-        return by_metric(fetch_raw(client, selector(metrics, worker, scope), start, end, chunk,
-                                   scope))
-    out = {}
+        found = by_worker(fetch_raw(client, selector(metrics, workers, scope), start, end,
+                                    chunk, scope), workers)
+        return {w: by_metric(series) for w, series in found.items()}
+    out: dict[str, dict[str, list[Series]]] = {w: {} for w in workers}
     for metric in metrics:
-        expr = f"last_over_time({scope.of(metric, worker=worker)}[{max_age}ms])"
-        out[metric] = fetch_steps(client, expr, start, end, step, scope)
+        expr = f"last_over_time({selector([metric], workers, scope)}[{max_age}ms])"
+        for w, series in by_worker(fetch_steps(client, expr, start, end, step, scope),
+                                   workers).items():
+            out[w][metric] = series
     return out
 
 
@@ -337,14 +329,15 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
                      chunk, scope)
 
 
-def fetch_worker_series(client: PrometheusClient, worker: str, metrics: Sequence[str],
-                        start: int, end: int, chunk: int, scope: Scope = UNSCOPED
-                        ) -> list[Series]:
-    """Raw samples of ``worker``'s series ``metrics`` in [start, end] (its resources, what
-    ran on it), for as-of joins to its GPU samples."""
+def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],
+                        metrics: Sequence[str], start: int, end: int, chunk: int,
+                        scope: Scope = UNSCOPED) -> dict[str, list[Series]]:
+    """Raw samples of the series ``metrics`` of each of ``workers`` in [start, end] (their
+    resources, what ran on them), for as-of joins to their GPU samples; one query."""
     if not metrics:
-        return []
-    return fetch_raw(client, selector(metrics, worker, scope), start, end, chunk, scope)
+        return {w: [] for w in workers}
+    return by_worker(fetch_raw(client, selector(metrics, workers, scope), start, end, chunk,
+                               scope), workers)
 
 
 def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int, age: int,

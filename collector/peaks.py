@@ -25,6 +25,7 @@ from itertools import groupby
 from typing import NamedTuple
 
 from dask_metrics.collector.background import gc_paused
+from dask_metrics.collector.batches import samples_per_gpu, worker_batches
 from dask_metrics.collector.columns import (
     NEXT_PEAK_METRIC,
     NEXT_PEAK_TIME_METRIC,
@@ -280,7 +281,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
           replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False,
           peak_window: float = DEFAULT_PEAK_WINDOW) -> list[Peak]:
     """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
-    worker, GPU and job. One worker's samples are in memory at a time. ``cluster``,
+    worker, GPU and job. One batch of workers' samples is in memory at a time. ``cluster``,
     ``replica_labels``, ``any_cluster`` as for ``export.find_workers``; ``peak_window``: the
     peak window (seconds) of exporters that do not say theirs.
 
@@ -299,18 +300,23 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
-    names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
+    job_names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
     found: list[Peak] = []
-    for i, info in enumerate(chosen):
+    done = 0
+    for batch in worker_batches(chosen, samples_per_gpu(client, start, end, chunk_ms,
+                                                        len(PEAK_METRICS), None, scope)):
         if progress:
-            progress(i, len(chosen), info.name)
-        series = fetch_gpu_series(client, info.name, PEAK_METRICS, start, end, chunk_ms, None,
+            progress(done, len(chosen), batch[0].name)
+        names = [w.name for w in batch]
+        series = fetch_gpu_series(client, names, PEAK_METRICS, start, end, chunk_ms, None,
                                   age, scope)
-        activity = fetch_worker_activity(client, info.name, timeline, start - age, end,
+        activity = fetch_worker_activity(client, names, timeline, start - age, end,
                                          chunk_ms, age, scope)
-        found += gpu_peaks(info.name, series, activity, age, by_job=by == "job", since=begin,
-                           until=until_ms, names=names,
-                           **window_keywords(windows.get(info.name, default)))
+        for name in names:
+            found += gpu_peaks(name, series[name], activity[name], age, by_job=by == "job",
+                               since=begin, until=until_ms, names=job_names,
+                               **window_keywords(windows.get(name, default)))
+        done += len(batch)
     if progress:
         progress(len(chosen), len(chosen), "")
     return found

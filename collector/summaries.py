@@ -8,10 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dask_metrics.collector.activities import activity_rows, increases
+from dask_metrics.collector.batches import samples_per_gpu, worker_batches
 from dask_metrics.collector.discovery import (
     find_workers,
 )
 from dask_metrics.collector.fetch import (
+    ATTRIBUTION_METRICS,
     Scope,
     executing_workers,
     fetch_activities,
@@ -30,7 +32,7 @@ from dask_metrics.collector.ranges import (
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import to_ms
-from dask_metrics.collector.worker_fetch import fetch_worker
+from dask_metrics.collector.worker_fetch import fetch_workers
 from dask_metrics.contract import (
     REPLICA_LABELS,
 )
@@ -82,9 +84,12 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
     executed = executing_workers(client, start, end, chunk_ms, age, scope)
     uses = PrefixUses(age, seen_by(chosen), (start, end))
-    for info in chosen:
-        if info.name in executed:  # the others add nothing
-            data = fetch_worker(client, info.name, (), timeline, start, end, chunk_ms, None,
-                                age, scope, True)
+    ran = [info for info in chosen if info.name in executed]  # the others add nothing
+    per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(ATTRIBUTION_METRICS), None,
+                              scope)
+    for batch in worker_batches(ran, per_gpu):
+        found = fetch_workers(client, [w.name for w in batch], (), timeline, start, end,
+                              chunk_ms, None, age, scope, executed)
+        for data in found.values():
             uses.add_worker(timeline.times, data.prefixes, data.attribution, data.ran)
     return prefix_rows(uses.result(), job_names(client, start, end, chunk_ms, age, scope))

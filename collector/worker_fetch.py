@@ -3,7 +3,7 @@ its resources and the prefixes it executed, in as few queries as the data needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from dask_metrics.collector.background import Background
@@ -43,43 +43,53 @@ class WorkerData(NamedTuple):
     # samples just outside the range (at most ``age`` before and after)
 
 
-def fetch_worker(client: PrometheusClient, worker: str, columns: Sequence[Column],
-                 timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
-                 age: int, scope: Scope, executed: bool, extra: Sequence[str] = ()
-                 ) -> WorkerData:
-    """One worker's series: its GPUs' columns and its scheduler series (tasks, the worker
-    columns', prefix tasks), one query each.
+def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Sequence[Column],
+                  timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
+                  age: int, scope: Scope, executed: Collection[str], extra: Sequence[str] = ()
+                  ) -> dict[str, WorkerData]:
+    """The series of a batch of workers (``worker_batches``): their GPUs' columns and their
+    scheduler series (tasks, the worker columns', prefix tasks), one query each for the
+    whole batch; a batch of one asks exactly what a single worker needs.
 
-    ``executed``: the scheduler saw the worker executing tasks in the range
-    (``executing_workers``); only then are its prefix tasks and gpu_by_prefix's raw counters
-    read (with the samples just outside the range), the counters not among the columns' in
-    a third query sent at the same time as the columns' (in a thread: the server answers
-    both at once), raw also with ``step``. A worker without them adds nothing to
-    gpu_by_prefix.csv, and data from an older scheduler preload costs no more series.
-    ``extra``: more series of the worker, raw, fetched with the columns' (without ``step``)."""
+    ``executed``: the workers the scheduler saw executing tasks in the range
+    (``executing_workers``); only theirs are the prefix tasks and gpu_by_prefix's raw
+    counters read (with the samples just outside the range), the counters not among the
+    columns' in a third query sent at the same time as the columns' (in a thread: the
+    server answers both at once), raw also with ``step``. A worker without them adds
+    nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs no more
+    series. ``extra``: more series of the workers, raw, fetched with the columns' (without
+    ``step``)."""
+    ran = [w for w in workers if w in executed]
     metrics = source_metrics(columns) + [m for m in extra if step is None]
-    apart_metrics = ([m for m in ATTRIBUTION_METRICS if m not in metrics or step]
-                     if executed else [])
-    reused = [m for m in ATTRIBUTION_METRICS if m not in apart_metrics] if executed else []
+    apart_metrics = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if ran else []
+    reused = [m for m in ATTRIBUTION_METRICS if m not in apart_metrics] if ran else []
     after = lookahead(hi, age)
 
-    def raw(names: Sequence[str], a: int, b: int) -> dict[str, list[Series]]:
-        return fetch_gpu_series(client, worker, names, a, b, chunk, None, age, scope)
+    def raw(names: Sequence[str], a: int, b: int) -> dict[str, dict[str, list[Series]]]:
+        return fetch_gpu_series(client, ran, names, a, b, chunk, None, age, scope)
 
     apart = Background(lambda names: raw(names, lo - age, after),
                        apart_metrics) if apart_metrics else None
-    gpu = fetch_gpu_series(client, worker, metrics, lo, hi, chunk, step, age, scope)
+    gpu = fetch_gpu_series(client, workers, metrics, lo, hi, chunk, step, age, scope)
     # the samples just outside [lo, hi]: the intervals that straddle the range's edges
     head = raw(reused, lo - age, lo - 1) if reused else {}
     tail = raw(reused, hi + 1, after) if reused and after > hi else {}
     found_apart = apart.result() if apart is not None else {}
-    attribution = {m: found_apart.get(m, []) if m in apart_metrics
-                   else [*head.get(m, []), *gpu.get(m, []), *tail.get(m, [])]
-                   for m in ATTRIBUTION_METRICS} if executed else {}
     resources = worker_metrics(columns)
-    sched = [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if executed else [])]
-    found = within(by_metric(fetch_worker_series(client, worker, sched, lo - age,
-                                                 lookahead(hi, age), chunk, scope)), lo - age, hi)
-    return WorkerData(gpu, ran_timeline(found, timeline.times, hi, age),
-                      joined_by_metric({m: found[m] for m in resources if m in found}),
-                      found.get(WORKER_PREFIX_TASKS.name, []), attribution)
+    sched = {w: [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if w in executed else [])]
+             for w in workers}
+    asked = sorted({m for names in sched.values() for m in names})
+    found = fetch_worker_series(client, workers, asked, lo - age, lookahead(hi, age), chunk,
+                                scope)
+    out = {}
+    for w in workers:
+        mine = within(by_metric(s for s in found[w] if s.labels.get("__name__") in sched[w]),
+                      lo - age, hi)
+        attribution = {m: found_apart.get(w, {}).get(m, []) if m in apart_metrics
+                       else [*head.get(w, {}).get(m, []), *gpu[w].get(m, []),
+                             *tail.get(w, {}).get(m, [])]
+                       for m in ATTRIBUTION_METRICS} if w in executed else {}
+        out[w] = WorkerData(gpu[w], ran_timeline(mine, timeline.times, hi, age),
+                            joined_by_metric({m: mine[m] for m in resources if m in mine}),
+                            mine.get(WORKER_PREFIX_TASKS.name, []), attribution)
+    return out

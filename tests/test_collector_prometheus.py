@@ -14,13 +14,23 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.batches import samples_per_gpu, worker_batches
 from dask_metrics.collector.columns import select, source_metrics
 from dask_metrics.collector.connection import ENV_URL
+from dask_metrics.collector.discovery import find_workers
 from dask_metrics.collector.export import SUMMARIES, export
-from dask_metrics.collector.fetch import fetch_steps, selector
+from dask_metrics.collector.fetch import (
+    executing_workers,
+    fetch_cluster,
+    fetch_steps,
+    selector,
+)
+from dask_metrics.collector.peaks import PEAK_METRICS, peaks
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
+from dask_metrics.collector.series import Series, WorkerInfo
 from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.contract import JOBS_COLUMNS
+from dask_metrics.collector.worker_fetch import fetch_workers
+from dask_metrics.contract import JOBS_COLUMNS, REPLICA_LABELS
 from tests.collector_dataset import (
     COLUMNS,
     CORE_DAGS,
@@ -435,6 +445,67 @@ def test_fifty_workers_one_file_each_in_name_order(prom: PrometheusServer, datas
                     f"{many_used(i, 0, t):.0f}, {many_used(i, 1, t):.0f}" for t in range(0, 61, 15)]
 
 
+class CountingClient(PrometheusClient):
+    """The real client, counting the queries it sends."""
+
+    queries = 0
+
+    def query(self, expr: str, at: float) -> list[Series]:
+        self.queries += 1
+        return super().query(expr, at)
+
+
+def canonical(found: object) -> str:
+    """``found``'s text with every list of series in label order (a store may answer in any
+    order; Prometheus sorts, VictoriaMetrics does not); NaN samples compare by their text."""
+    def walk(x: object) -> object:
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in sorted(x.items())}
+        if isinstance(x, tuple) and hasattr(x, "_fields"):  # WorkerData
+            return {f: walk(getattr(x, f)) for f in x._fields}
+        if isinstance(x, list) and x and isinstance(x[0], Series):
+            return sorted(map(repr, x))
+        return repr(x)
+    return repr(walk(found))
+
+
+@pytest.mark.parametrize("window", ["many", "core"])
+def test_a_batch_of_workers_is_each_worker_alone_in_fewer_queries(
+        prom: PrometheusServer, dataset: Dataset, window: str) -> None:
+    """One query for a batch of workers (``worker=~"a|b"``) hands each worker exactly what a
+    query of its own would: series, activity, resources, prefix tasks, counters outside the
+    range, and peaks; and a fleet takes fewer queries than it has workers."""
+    start = (dataset.many if window == "many" else dataset.core) * 1000
+    end, age, chunk = start + 600_000, 120_000, 3_600_000
+    settings = ConnectionSettings(prom.url_with(USER, PASSWORD))
+    with CountingClient(settings) as client:
+        scope, chosen = find_workers(client, start, end, chunk, None, None, REPLICA_LABELS,
+                                     False)
+        names = [w.name for w in chosen]
+        timeline = fetch_cluster(client, start - age, end + age, chunk, scope)
+        executed = executing_workers(client, start, end, chunk, age, scope)
+        columns = select(None)
+        before = client.queries
+        together = fetch_workers(client, names, columns, timeline, start, end, chunk, None,
+                                 age, scope, executed)
+        batched = client.queries - before
+        alone = {w: fetch_workers(client, [w], columns, timeline, start, end, chunk, None, age,
+                                  scope, executed)[w] for w in names}
+        assert canonical(together) == canonical(alone)
+        assert any(data.gpu for data in alone.values())
+        if window == "many":
+            assert len(names) == MANY_WORKERS and batched < len(names)
+            assert worker_batches(chosen, samples_per_gpu(client, start, end, chunk, 6, None,
+                                                          scope)) == [chosen]
+        per_gpu = samples_per_gpu(client, start, end, chunk, len(PEAK_METRICS), None, scope)
+        assert per_gpu >= 1
+    for by in ("gpu", "job"):
+        with PrometheusClient(settings) as client:
+            assert peaks(client, start / 1000, end / 1000, by=by) == [
+                p for w in names for p in peaks(client, start / 1000, end / 1000, by=by,
+                                                workers=[w])]
+
+
 def test_since_monitor_is_the_last_session(prom: PrometheusServer, dataset: Dataset,
                                            password_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "monitor"
@@ -660,16 +731,21 @@ def test_tls_with_a_private_ca_and_a_client_certificate(blocks: Path, dataset: D
 
 def test_a_failure_in_the_middle_leaves_no_file(blocks: Path, dataset: Dataset,
                                                 tmp_path: Path) -> None:
-    """Prometheus goes away after two of fifty workers: no CSV, no staging folder."""
+    """Prometheus goes away after two of fifty workers were written: no CSV, no staging
+    folder."""
     with run_prometheus(tmp_path / "prom", blocks=blocks) as server:
-        def stop_at_third(done: int, total: int, worker: str) -> None:
-            if done == 2:
+        seen: list[str] = []
+
+        def stop_at_third(info: WorkerInfo, *_: object) -> None:
+            seen.append(info.name)
+            if len(seen) == 3:
                 server.stop()
 
         out = tmp_path / "out"
         with (PrometheusClient(ConnectionSettings(server.url, retries=0)) as client,
               pytest.raises(PrometheusError, match="cannot reach Prometheus")):
-            export(client, dataset.many, dataset.many + 60, out, progress=stop_at_third)
+            export(client, dataset.many, dataset.many + 60, out, visit=stop_at_third)
+    assert len(seen) >= 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prom"]
 
 

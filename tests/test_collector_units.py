@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.batches import worker_batches
 from dask_metrics.collector.cli_options import Terminal, cli_option
 from dask_metrics.collector.columns import (
     COLUMNS,
@@ -32,6 +33,7 @@ from dask_metrics.collector.errors import (
     UsageError,
     setting,
 )
+from dask_metrics.collector.fetch import worker_matchers
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.layouts import (
     format_value,
@@ -606,3 +608,30 @@ def test_an_answers_warnings_come_back_with_its_data():
     data, notes = decode(Answer(200, "OK", {}, body), "http://p", "the query up", 3, snip)
     assert data == 1 and notes == ["Prometheus: partial response (in the query up)",
                                    "Prometheus: i (in the query up)"]
+
+
+def test_workers_are_batched_in_order_within_the_sample_budget() -> None:
+    """Consecutive workers, each batch's GPUs' samples within the limit and the batch within
+    the most workers; a worker larger than the limit is a batch alone, none is left out."""
+    fleet = [WorkerInfo(f"w-{i}", [], [], [(str(g), f"GPU-{i}-{g}") for g in range(gpus)])
+             for i, gpus in enumerate([8, 8, 8, 1, 2, 8, 0, 4])]
+    batches = worker_batches(fleet, 1000.0, limit=17_000, most=3)
+    assert [w for b in batches for w in b] == fleet
+    assert [[w.name for w in b] for b in batches] == [
+        ["w-0", "w-1"], ["w-2", "w-3", "w-4"], ["w-5", "w-6", "w-7"]]
+    assert worker_batches(fleet, 10**6, limit=17_000) == [[w] for w in fleet]
+    assert worker_batches([], 1.0) == []
+
+
+@pytest.mark.parametrize("names, matcher", [
+    (["w.1", "tcp://10.0.0.1:8786", 'a"b'],
+     r'worker=~"w\\.1|tcp://10\\.0\\.0\\.1:8786|a\"b"'),
+    (["(x)|[y]*+?{2}^$\\", "w-2"],
+     r'worker=~"\\(x\\)\\|\\[y\\]\\*\\+\\?\\{2\\}\\^\\$\\\\|w-2"'),
+])
+def test_a_batch_matches_each_worker_name_literally(names: list[str], matcher: str) -> None:
+    """Several names are a regular expression in which every character that means something
+    to RE2 is escaped, inside a PromQL string literal; one name an equality matcher."""
+    assert worker_matchers(names) == [matcher]
+    assert worker_matchers(["w-1"]) == worker_matchers("w-1") == ['worker="w-1"']
+    assert worker_matchers(None) == []

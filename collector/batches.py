@@ -1,0 +1,61 @@
+"""How many workers one query asks for: a fleet's workers are read in batches (``worker=~"a|b"``),
+so that the queries are fewer than the workers, while each answer stays small enough for
+the server's limits and for the collector's memory, whatever the number of workers.
+
+The size of an answer is learnt from the data (how many samples a GPU's series hold per
+query window), not assumed from a scrape interval."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dask_metrics.collector.fetch import ATTRIBUTION_METRICS, MAX_POINTS, Scope
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.series import WorkerInfo
+from dask_metrics.contract import INFO
+
+SAMPLES_PER_QUERY = 250_000
+"""The samples one batch's query may hold: about 8 MB of JSON and some 25 MB decoded, far
+under Prometheus' --query.max-samples (50 M) and the collector's answer cap; a worker
+whose own answer is larger is a batch alone (its time chunks halve as before)."""
+MAX_BATCH = 200
+"""Workers in one batch at most: the regular expression of their names stays short."""
+PROBE_WINDOW = 600_000
+"""ms of the range's end in which the samples per GPU are counted."""
+
+
+def worker_batches(workers: Sequence[WorkerInfo], samples_per_gpu: float,
+                   limit: int = SAMPLES_PER_QUERY, most: int = MAX_BATCH
+                   ) -> list[list[WorkerInfo]]:
+    """``workers`` in order, cut into consecutive batches whose GPUs' samples add up to at
+    most ``limit`` (``samples_per_gpu``: what one GPU's series hold in one query) and of at
+    most ``most`` workers; every batch holds at least one worker."""
+    batches: list[list[WorkerInfo]] = []
+    held = 0.0
+    for w in workers:
+        size = max(len(w.gpus), 1) * samples_per_gpu
+        if batches and held + size <= limit and len(batches[-1]) < most:
+            batches[-1].append(w)
+            held += size
+        else:
+            batches.append([w])
+            held = size
+    return batches
+
+
+def samples_per_gpu(client: PrometheusClient, lo: int, hi: int, chunk: int, metrics: int,
+                    step: int | None, scope: Scope) -> float:
+    """What one GPU's series hold in one query of [lo, hi] (ms): raw, ``metrics`` series of
+    as many samples as its most frequently scraped GPU has in the range's last
+    ``PROBE_WINDOW`` (one instant query), scaled to a query's time chunk; with ``step``, a
+    metric's grid points per query, or gpu_by_prefix's raw counters if more. A range with no
+    sample there counts as one sample per second (the most a query can then hold is the
+    1 s scrape's)."""
+    span = max(min(chunk, hi - lo + 1), 1)
+    window = max(min(PROBE_WINDOW, hi - lo + 1), 1)
+    found = client.query(f"max(count_over_time({scope.of(INFO.name)}[{window}ms]))", hi / 1000)
+    count = found[0].values[-1] if found and found[0].values else 0.0
+    raw = max((count if count > 0 else window / 1000) / window * span, 1.0)
+    if step:
+        return max(float(min(span // step + 1, MAX_POINTS)), raw * len(ATTRIBUTION_METRICS))
+    return raw * metrics
