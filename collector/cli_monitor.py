@@ -28,6 +28,7 @@ from dask_metrics.collector.errors import (
     UsageError,
 )
 from dask_metrics.collector.monitor import Monitor
+from dask_metrics.collector.monitor_options import STOP_TIMEOUT_OPTION, read
 from dask_metrics.collector.timespec import (
     format_rfc3339,
     to_ms,
@@ -127,6 +128,8 @@ def _monitor_action(args: argparse.Namespace) -> int:
         select(metrics)
     except ValueError as exc:
         raise UsageError(f"--metrics: {exc}") from None
+    if getattr(args, "timeout", None) is not None:  # checked before any wait on the scheduler
+        read(STOP_TIMEOUT_OPTION, args.timeout, "timeout")
     with scheduler_client(args) as client:
         monitor = Monitor(client)  # owned, like a Monitor's sessions, by the user on this host
         if args.action == "start":

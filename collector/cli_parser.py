@@ -9,6 +9,7 @@ from dask_metrics.collector.columns import DEFAULT_NAMES, NAMES, WORKER_COLUMNS
 from dask_metrics.collector.connection import CONFIG_KEYS, CONNECTION, ENV_URL
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.layouts import LAYOUTS
+from dask_metrics.collector.monitor_options import STOP_TIMEOUT_OPTION
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW
 from dask_metrics.collector.plot import FORMATS
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
@@ -159,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--force", action="store_true", help="stop now, without waiting")
     stop.add_argument("--any-owner", action="store_true",
                       help="stop the running session even if another user or host started it")
-    stop.add_argument("--timeout", metavar="SECONDS", type=float,
-                      help="wait at most this long for running DAGs")
+    stop.add_argument("--timeout", metavar=STOP_TIMEOUT_OPTION.metavar, type=float,
+                      help=STOP_TIMEOUT_OPTION.help)
     actions.add_parser("status", parents=[sched], help="the session and the current job/DAG")
     new_job = actions.add_parser("new-job", parents=[sched],
                                  help="start the next job (scheduler --job-mode manual)")

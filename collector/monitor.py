@@ -20,6 +20,13 @@ from dask_metrics.collector.columns import DEFAULT_NAMES, select
 from dask_metrics.collector.connection import OPTIONS as CONNECTION_OPTIONS
 from dask_metrics.collector.errors import CollectorError, MonitorError, MonitorUsageError
 from dask_metrics.collector.fetch import Scope
+from dask_metrics.collector.monitor_options import (
+    SCRAPE_WAIT,
+    SCRAPE_WAIT_OPTION,
+    STOP_TIMEOUT,
+    STOP_TIMEOUT_OPTION,
+    read,
+)
 from dask_metrics.collector.monitor_results import SessionResults
 from dask_metrics.collector.notebook import monitor_html
 from dask_metrics.collector.session_identity import address_of, same_session, user_name
@@ -28,7 +35,7 @@ from dask_metrics.collector.session_window import (
     last_session,
     recorded_session,
 )
-from dask_metrics.collector.stop_timeout import still_running, timed_out, timeout_seconds
+from dask_metrics.collector.stop_timeout import still_running, timed_out
 from dask_metrics.contract import (
     REPLICA_LABELS,
     DagStatus,
@@ -36,7 +43,6 @@ from dask_metrics.contract import (
 )
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
-STOP_TIMEOUT = 60.0  # seconds Monitor.stop() waits for running DAGs unless told otherwise
 
 
 class Monitor(SessionResults):
@@ -54,7 +60,7 @@ class Monitor(SessionResults):
     """
 
     def __init__(self, client: Any, prometheus: str | None = None, *, config: str | None = None,
-                 scrape_wait: float = 30.0, stop_timeout: float = STOP_TIMEOUT,
+                 scrape_wait: float = SCRAPE_WAIT, stop_timeout: float = STOP_TIMEOUT,
                  cluster: str | None = None, replica_labels: Sequence[str] = (),
                  owner: str | None = None, **connection: Any) -> None:
         unknown = sorted(set(connection) - set(CONNECTION_OPTIONS))
@@ -64,8 +70,8 @@ class Monitor(SessionResults):
         self.client = client
         self._address = address_of(client)
         self.metrics: list[str] = list(DEFAULT_NAMES)
-        self.scrape_wait = scrape_wait
-        self.stop_timeout = timeout_seconds(stop_timeout, "stop_timeout")
+        self.scrape_wait = read(SCRAPE_WAIT_OPTION, scrape_wait)
+        self.stop_timeout = read(STOP_TIMEOUT_OPTION, stop_timeout)
         if not callable(getattr(client, "sync", None)):  # Monitor("tcp://...") is a slip
             raise MonitorUsageError(f"Monitor needs a distributed.Client, not {client!r}")
         self._prometheus = prometheus
@@ -132,7 +138,8 @@ class Monitor(SessionResults):
         A session that ended with its scheduler (restarted while it ran) has nothing left to
         stop: it is returned as Prometheus recorded it, ``"interrupted": True``, with a
         warning (also to a new Monitor, when the scheduler has run no session since)."""
-        timeout = self.stop_timeout if timeout is None else timeout_seconds(timeout, "timeout")
+        timeout = self.stop_timeout if timeout is None else read(STOP_TIMEOUT_OPTION, timeout,
+                                                                   "timeout")
         limit = None if math.isinf(timeout) else float(timeout)
         if self._started is not None and not any_owner:
             session, known = self._mine(self._started)

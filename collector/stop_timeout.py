@@ -1,25 +1,13 @@
-"""A Monitor stop's timeout: its value checked, whether a refused stop ran out of it, and the
-message that says what the stop waited for. No scheduler here: ``Monitor`` asks it, and
+"""A Monitor stop's timeout: whether a refused stop ran out of it, and the message that says
+what the stop waited for. No scheduler here: ``Monitor`` asks it, and
 these say what its answers mean to the user.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from dask_metrics.collector.errors import MonitorUsageError
-from dask_metrics.values import finite_number
-
 MAX_LISTED = 10  # unfinished DAGs a stop timeout names; the rest are counted
-
-
-def timeout_seconds(value: Any, name: str) -> float:
-    """0 or more seconds; ``math.inf`` (no limit) too."""
-    seconds = math.inf if value == math.inf else finite_number(value)
-    if seconds is None or not seconds >= 0:
-        raise MonitorUsageError(f"{name} must be 0 or more seconds (got {value!r})")
-    return seconds
 
 
 def timed_out(reply: dict[str, Any]) -> bool:

@@ -13,8 +13,9 @@ import pytest
 from distributed import Client, Event
 
 from dask_metrics.collector.errors import UsageError
-from dask_metrics.collector.monitor import STOP_TIMEOUT, Monitor, MonitorError
-from tests.helpers import preload_cluster, wait_for
+from dask_metrics.collector.monitor import Monitor, MonitorError
+from dask_metrics.collector.monitor_options import STOP_TIMEOUT
+from tests.helpers import collector, preload_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +79,12 @@ def test_a_bad_timeout_is_a_usage_error(bad):
         Monitor(None, stop_timeout=bad)
     with pytest.raises(ValueError, match=r"timeout must be 0 or more seconds"):
         Monitor(Unconnected()).stop(timeout=bad)
+    with pytest.raises(UsageError, match=r"scrape_wait must be 0 to 3600 seconds"):
+        Monitor(None, scrape_wait=bad)
+    run = collector("monitor", "stop", "--scheduler", "tcp://127.0.0.1:9", "--timeout", str(bad))
+    assert run.code == 2 and run.out == ""
+    assert len(run.err.splitlines()) == 1 and ("--timeout must be 0 or more seconds" in run.err
+                                              or "invalid float value" in run.err)
 
 
 class Unconnected:
