@@ -94,12 +94,14 @@ def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
     out = args.out or f"dask-metrics-{stamp}Z"
     asked = {"since": args.since, "until": args.until, "metrics": opts["metrics"],
              "step": args.step, "max_age": args.max_age, "layout": args.layout,
-             "workers": opts["workers"], "chunk": args.chunk, "cluster": args.cluster}
+             "workers": opts["workers"], "chunk": args.chunk, "cluster": args.cluster,
+             "format": args.format}
     result = export(client, since, until, out, metrics=opts["metrics"], step=opts["step"],
                     max_age=opts["max_age"], layout=args.layout, workers=opts["workers"],
                     chunk=opts["chunk"], progress=ui.progress, asked=asked,
                     cluster=opts["cluster"], replica_labels=opts["replica_labels"],
-                    reach=min(SCRAPE_GAP, opts["max_age"]))  # as the report: one rule
+                    reach=min(SCRAPE_GAP, opts["max_age"]),  # as the report: one rule
+                    format=args.format)
     of = f" of Dask cluster {result.cluster!r}" if result.cluster else ""
     ui.info(f"wrote {len(result.files)} worker file(s){of}, {result.rows} rows, "
             f"{format_rfc3339(to_ms(since))} to {format_rfc3339(to_ms(until))}, "

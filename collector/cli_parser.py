@@ -10,6 +10,7 @@ from dask_metrics.collector.connection import CONFIG_KEYS, CONNECTION, ENV_URL
 from dask_metrics.collector.errors import UsageError
 from dask_metrics.collector.layouts import LAYOUTS
 from dask_metrics.collector.monitor_options import STOP_TIMEOUT_OPTION
+from dask_metrics.collector.parquet_output import EXPORT_FORMATS
 from dask_metrics.collector.peaks import BY, DEFAULT_PEAK_WINDOW
 from dask_metrics.collector.plot import FORMATS
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--layout", choices=LAYOUTS, default="tidy",
                      help="tidy: a row per time and GPU (default); seed: the original "
                      "dask-metrics files")
+    exp.add_argument("--format", choices=EXPORT_FORMATS, default="csv",
+                     help="csv (default): a file per worker; parquet: one Parquet dataset of "
+                     "the tidy rows partitioned by worker, in samples/ (needs pyarrow)")
 
     pk = commands.add_parser(
         "peaks", parents=[span, conn], help="peak GPU memory per worker and GPU",

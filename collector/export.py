@@ -35,7 +35,7 @@ from dask_metrics.collector.discovery import (
     Progress,
     find_workers,
 )
-from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.errors import ArgumentError, CollectorError
 from dask_metrics.collector.fetch import (
     Scope,
     data_span,
@@ -60,6 +60,12 @@ from dask_metrics.collector.layouts import (
     tidy_header,
     tidy_lines,
     workers_rows,
+)
+from dask_metrics.collector.parquet_output import (
+    EXPORT_FORMATS,
+    pyarrow,
+    worker_file,
+    write_worker,
 )
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import (
@@ -125,7 +131,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            any_cluster: bool = False, visit: Visit | None = None,
            worker_files: bool = True, visit_metrics: Sequence[str] = (),
            visit_tail: float = 0.0, visit_head: float = 0.0, reach: float = 0.0,
-           tables: str = "") -> ExportResult:
+           tables: str = "", format: str = "csv") -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
@@ -145,12 +151,22 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     ("": beside the worker files), so that ``out``'s own CSV files are the workers' alone.
     ``reach``: a range with no GPU sample inside (shorter than one scrape) takes the workers
     scraped within this many seconds before and after it (for ``visit``'s edges).
+    ``format``: "csv", or "parquet" for one Parquet dataset of the tidy rows partitioned by
+    worker (parquet_output), the worker files' place.
     Raises ValueError for bad arguments and CollectorError (PrometheusError included) when
     the export fails.
     """
     if tables and (Path(tables).name != tables or tables in (".", "..")):
         raise ValueError(f"tables {tables!r}: must be a plain folder name")
     check_range(since, until)
+    if format not in EXPORT_FORMATS:
+        raise ArgumentError("format", format, "is not a format",
+                            f"one of {', '.join(EXPORT_FORMATS)}")
+    if format == "parquet":
+        if layout != "tidy":
+            raise ArgumentError("format", format, "writes the tidy layout",
+                                "the seed layout is the original's CSV files")
+        pyarrow()  # before anything is asked of Prometheus
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
     if step:
@@ -182,7 +198,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
     timeline = fetch_cluster(client, lo - age, lookahead(hi, age), chunk_ms, scope)
     executed = executing_workers(client, lo, hi, chunk_ms, age, scope)
-    names = safe_file_names([w.name for w in chosen], layout)
+    names = ({w.name: worker_file(w.name) for w in chosen} if format == "parquet"
+             else safe_file_names([w.name for w in chosen], layout))
 
     # past the data's end, never further than the tail asked for beyond it: a range whose
     # data ended long before its end costs no chunks of nothing
@@ -227,6 +244,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             rows_written += table.rows
             if not worker_files:
                 continue
+            if format == "parquet":
+                write_worker(stage / names[info.name], table, columns, start)
+                continue
             if layout == "seed":
                 header, lines = seed_header(columns), seed_lines(table, start)
             else:
@@ -264,6 +284,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "step_seconds": step,
             "max_age_seconds": max_age,
             "layout": layout,
+            "format": format,
             "metrics": [c.name for c in columns],
             "units": {c.name: c.unit for c in columns},
             "prometheus": client.url,

@@ -115,6 +115,27 @@ def tidy_lines(worker: str, table: WorkerTable, start: int) -> Iterator[str]:
     return map(itemgetter(1), merged)
 
 
+def tidy_columns(table: WorkerTable
+                 ) -> tuple[dict[str, list[int] | list[str | None]], list[list[float | None]]]:
+    """The tidy layout column-wise, rows in ``tidy_lines``' order: the keys but the worker
+    and ``timestamp`` (a columnar dataset holds the worker in its partition; ``time`` is in
+    ms), None where a row has no job, then the metric columns' values (None: no sample)."""
+    index = {t: i for i, t in enumerate(table.times)}
+    rows = sorted(((t, g, k) for g, gpu in enumerate(table.gpus)
+                   for k, t in enumerate(gpu.times)), key=itemgetter(0))  # stable: GPU order
+    at = [index[t] for t, _, _ in rows]
+    keys: dict[str, list[int] | list[str | None]] = {"time": [t for t, _, _ in rows],
+                            "gpu": [table.gpus[g].gpu for _, g, _ in rows],
+                            "uuid": [table.gpus[g].uuid for _, g, _ in rows]}
+    for name, states, part in (("job", table.cluster, 0), ("dag", table.cluster, 1),
+                               ("worker_job", table.worker, 0), ("worker_dag", table.worker, 1)):
+        texts = [plain(s[0]) if part == 0 else s[1] for s in states]
+        keys[name] = [texts[i] or None for i in at]
+    values = [[table.gpus[g].columns[c][k] for _, g, k in rows]
+              for c in range(len(table.gpus[0].columns) if table.gpus else 0)]
+    return keys, values
+
+
 def seed_header(columns: Sequence[Column]) -> list[str]:
     return [*SEED_KEYS, *(c.name for c in columns)]
 

@@ -204,11 +204,15 @@ def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
     record = folder / "export.json"
     if record.exists():
         try:
-            names = json.loads(record.read_text(encoding="utf-8"))["files"]
+            found = json.loads(record.read_text(encoding="utf-8"))
+            names, kind = found["files"], found.get("format", "csv")
             files = sorted(folder / str(name) for name in names)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CollectorError(f"{record} is not an export.json of 'collector export' "
                                  f"({type(exc).__name__}: {exc})") from None
+        if kind != "csv":
+            raise CollectorError(f"{folder} holds a {kind} export: this reads CSV exports "
+                                 "(export again without --format)")
     else:
         files = sorted(p for p in folder.glob("*.csv") if p.name not in NOT_WORKER_FILES)
     if not files:

@@ -171,6 +171,66 @@ def test_tidy_export_matches_the_dataset_value_by_value(core_export: tuple[Path,
                 check(row[column], value, f"{where} {column}")
 
 
+def test_parquet_export_is_the_tidy_rows_as_one_dataset_by_worker(
+        prom: PrometheusServer, dataset: Dataset, tmp_path: Path) -> None:
+    """``--format parquet``: one dataset partitioned by worker that pyarrow, pandas, Dask and
+    DuckDB read as one table, value for value the tidy CSV's rows (typed: times as UTC
+    timestamps, no job as null, each metric's unit in its field's metadata)."""
+    import dask.dataframe as dd
+    import duckdb
+    import pandas as pd
+    import pyarrow.dataset as ds
+
+    base = ("export", "--since", str(dataset.core), "--until", str(dataset.core + 600),
+            "--prometheus", prom.url_with(USER, PASSWORD), "--quiet")
+    out, csv_out = tmp_path / "pq", tmp_path / "csv"
+    assert collector(*base, "--out", str(csv_out)).code == 0
+    run = collector(*base, "--out", str(out), "--format", "parquet")
+    assert run.code == 0 and "error" not in run.err, run.err  # a gap's warning, as the CSV's
+    record = json.loads((out / "export.json").read_text())
+    assert record["format"] == "parquet"
+    assert record["files"] == ["samples/worker=w-a/part-0.parquet",
+                               "samples/worker=w-b/part-0.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["export.json", "jobs.csv", "samples", "workers.csv", *SUMMARIES])
+    table = ds.dataset(out / "samples", partitioning="hive").to_table()
+    assert str(table.schema.field("time").type) == "timestamp[ms, tz=UTC]"
+    assert all(table.schema.field(c).metadata == {b"unit": unit.encode()}
+               for c, unit in record["units"].items())  # export.json's units
+    frame = pd.read_parquet(out / "samples")
+    assert len(frame) == table.num_rows == sum(len(expected_core(w)) for w in ("w-a", "w-b"))
+    assert len(dd.read_parquet(out / "samples").compute()) == len(frame)
+    assert duckdb.sql(f"select count(*), count(distinct worker) from read_parquet("
+                      f"'{out}/samples/*/*.parquet', hive_partitioning = true)"
+                      ).fetchall() == [(len(frame), 2)]
+    got_rows = table.to_pylist()  # None: null, apart from NaN (pandas would make both NaN)
+    for worker in ("w-a", "w-b"):
+        rows = read_csv(csv_out / f"{worker}.csv")
+        mine = [r for r in got_rows if r["worker"] == worker]
+        assert len(mine) == len(rows)
+        for row, got in zip(rows, mine, strict=True):
+            where = f"{worker} {row['timestamp']} gpu {row['gpu']}"
+            assert f"{got['timestamp']:.3f}" == row["timestamp"], where
+            assert format_rfc3339(int(got["time"].timestamp() * 1000)) == row["time"], where
+            for key in ("gpu", "uuid", "job", "dag", "worker_job", "worker_dag"):
+                assert (got[key] if got[key] is not None else "") == row[key], where
+            for column in COLUMNS:
+                check(row[column], got[column], f"{where} {column}")
+
+
+def test_parquet_needs_the_tidy_layout_and_plot_says_it_reads_csv(
+        prom: PrometheusServer, dataset: Dataset, tmp_path: Path) -> None:
+    base = ("export", "--since", str(dataset.core), "--until", str(dataset.core + 60),
+            "--prometheus", prom.url_with(USER, PASSWORD), "--quiet", "--format", "parquet")
+    line = one_error_line(collector(*base, "--layout", "seed", "--out", str(tmp_path / "s")), 2)
+    assert "--format parquet writes the tidy layout" in line
+    assert not (tmp_path / "s").exists()
+    assert collector(*base, "--out", str(tmp_path / "p")).code == 0
+    line = one_error_line(collector("plot", "--csv", str(tmp_path / "p"), "--out",
+                                    str(tmp_path / "pics")), 1)
+    assert "holds a parquet export" in line
+
+
 def vm_sample_limit_is_one_line(prom: PrometheusServer, dataset: Dataset,
                                 password_file: Path, tmp_path: Path) -> None:
     """VictoriaMetrics counts its sample limit differently (docs/collector.md, Stores): it

@@ -40,6 +40,7 @@ from dask_metrics.collector.layouts import (
     safe_file_names,
     seed_header,
     seed_lines,
+    tidy_columns,
     tidy_header,
     tidy_lines,
     workers_rows,
@@ -302,6 +303,29 @@ def test_tidy_and_seed_lines() -> None:
     assert seed_header(columns) == ["job", "dag", "timestamp", "total-mem", "power"]
     assert list(seed_lines(table, 1000)) == ['3,1,0.000,"5, 7","50, NaN"',
                                              '3,1,1.000,"6, NaN","NaN, NaN"']
+
+
+def test_tidy_columns_are_the_tidy_rows_column_wise() -> None:
+    """Parquet's columns hold the tidy lines' rows in their order (GPUs with different sample
+    times merged by time, GPU order at equal times), no job as None, no sample as None."""
+    columns = select(["total-mem", "power"])
+    used = [_series({2000: 6.0, 1000: 5.0, 3000: math.nan}, gpu="0", uuid="U0"),
+            _series({1000: 7.0, 2500: 8.0}, gpu="1", uuid="U1")]
+    power = [_series({1000: 50.0}, gpu="0", uuid="U0")]
+    cluster = cluster_timeline([_series({0: 3})], [_series({0: 1})])
+    worker = worker_timeline([0], [_series({2000: 1}, job_id="3", dag_id="0")])
+    table = worker_table({"dask_gpu_memory_used_bytes": used, "dask_gpu_power_watts": power},
+                         columns, cluster, worker, 10_000)
+    keys, values = tidy_columns(table)
+    lines = [line.split(",") for line in tidy_lines("w", table, 0)]
+    assert keys["time"] == [round(float(f[0]) * 1000) for f in lines] == [1000, 1000, 2000,
+                                                                          2500, 3000]
+    for i, name in enumerate(("gpu", "uuid", "job", "dag", "worker_job", "worker_dag"), 3):
+        assert [v or "" for v in keys[name]] == [f[i] for f in lines]
+    assert keys["worker_job"][:2] == [None, None]
+    assert [[format_value(v) for v in column] for column in values] == [
+        [f[9 + c] for f in lines] for c in range(2)]
+    assert values[1][1] is None and math.isnan(values[0][4])
 
 
 def test_lines_are_what_csv_writes_row_by_row() -> None:

@@ -239,6 +239,10 @@ PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
         Mapped("tests/test_collector_prometheus.py::"
                "test_tidy_export_matches_the_dataset_value_by_value",
                "export() and peaks() as the example calls them (since/until are inputs)"),
+    "docs/collector.md: import pandas as pd, dask.dataframe as dd, duckdb":
+        Mapped("tests/test_collector_prometheus.py::"
+               "test_parquet_export_is_the_tidy_rows_as_one_dataset_by_worker",
+               "the same three readers over a Parquet export (its folder an input)"),
     "docs/deploy.md: from dask_cuda import LocalCUDACluster":
         CompileOnly("LocalCUDACluster needs dask-cuda and NVIDIA GPUs; the same preloads on a "
                 "LocalCluster: tests/test_exporter_worker.py"),

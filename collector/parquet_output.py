@@ -1,0 +1,61 @@
+"""The export's columnar output, for exports too big for CSV: one Parquet dataset of the tidy
+layout, partitioned by worker the Hive way (``samples/worker=<name>/part-0.parquet``, the
+name percent-encoded), which pandas, Dask, DuckDB and Spark read as one table with a
+``worker`` column. pyarrow is an optional extra (``pip install 'dask-metrics[parquet]'``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from dask_metrics.collector.columns import Column
+from dask_metrics.collector.errors import ArgumentError
+from dask_metrics.collector.layouts import tidy_columns
+from dask_metrics.collector.tables import WorkerTable
+
+EXPORT_FORMATS = ("csv", "parquet")
+SAMPLES = "samples"
+"""The dataset's folder in the export folder: apart from export.json and the CSV tables, so
+that reading the folder reads Parquet files only."""
+PART = "part-0.parquet"
+
+
+def pyarrow() -> Any:
+    """pyarrow, or an ArgumentError that says how to install it."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet
+    except ImportError:
+        raise ArgumentError("format", "parquet", "needs pyarrow",
+                            "pip install 'dask-metrics[parquet]'") from None
+    return pa
+
+
+def worker_file(worker: str) -> str:
+    """The worker's file, relative to the export folder; pyarrow, Dask and DuckDB read the
+    partition's name back (percent-decoding it)."""
+    return f"{SAMPLES}/worker={quote(worker, safe='')}/{PART}"
+
+
+def write_worker(path: Path, table: WorkerTable, columns: Sequence[Column], start: int) -> None:
+    """One worker's rows: ``timestamp`` (seconds since the start) and ``time`` (UTC, ms) as
+    in the CSV, the job and DAG columns null where nothing ran, each metric a float64 column
+    (null: no sample; NaN as sampled) whose field metadata holds its unit."""
+    pa = pyarrow()
+    keys, values = tidy_columns(table)
+    times = keys["time"]
+    strings = [(name, pa.string()) for name in ("gpu", "uuid", "job", "dag", "worker_job",
+                                                "worker_dag")]
+    fields = [pa.field("timestamp", pa.float64()), pa.field("time", pa.timestamp("ms", "UTC")),
+              *(pa.field(name, kind) for name, kind in strings),
+              *(pa.field(c.name, pa.float64(), metadata={"unit": c.unit}) for c in columns)]
+    arrays = [pa.array([(t - start) / 1000 for t in times], pa.float64()),
+              pa.array(times, pa.timestamp("ms", "UTC")),
+              *(pa.array(keys[name], kind) for name, kind in strings),
+              *(pa.array(v, pa.float64()) for v in values)]
+    if not values:  # a worker without rows still has every column
+        arrays += [pa.array([], pa.float64()) for _ in columns]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pa.parquet.write_table(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), path)
