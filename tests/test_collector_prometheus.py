@@ -22,15 +22,16 @@ from dask_metrics.collector.export import SUMMARIES, export
 from dask_metrics.collector.fetch import (
     executing_workers,
     fetch_cluster,
+    fetch_raw,
     fetch_steps,
     selector,
 )
-from dask_metrics.collector.peaks import PEAK_METRICS, peaks
+from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
 from dask_metrics.collector.series import Series, WorkerInfo
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.collector.worker_fetch import fetch_workers
-from dask_metrics.contract import JOBS_COLUMNS, REPLICA_LABELS
+from dask_metrics.contract import INFO, JOBS_COLUMNS, REPLICA_LABELS
 from tests.collector_dataset import (
     COLUMNS,
     CORE_DAGS,
@@ -555,10 +556,12 @@ def test_a_batch_of_workers_is_each_worker_alone_in_fewer_queries(
         assert any(data.gpu for data in alone.values())
         if window == "many":
             assert len(names) == MANY_WORKERS and batched < len(names)
-            assert worker_batches(chosen, samples_per_gpu(client, start, end, chunk, 6, None,
-                                                          scope)) == [chosen]
-        per_gpu = samples_per_gpu(client, start, end, chunk, len(PEAK_METRICS), None, scope)
-        assert per_gpu >= 1
+            scraped = max(len(s.times) for s in fetch_raw(client, scope.of(INFO.name), start,
+                                                           end, chunk))
+            per_gpu = samples_per_gpu(client, start, end, chunk, 6, None, scope)
+            assert per_gpu == pytest.approx(6 * scraped, rel=0.01)  # learnt from the data
+            assert worker_batches(chosen, per_gpu) == [chosen]
+            assert len(worker_batches(chosen, per_gpu, limit=round(per_gpu * 2 * 10))) == 5
     for by in ("gpu", "job"):
         with PrometheusClient(settings) as client:
             assert peaks(client, start / 1000, end / 1000, by=by) == [
