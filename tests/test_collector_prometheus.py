@@ -55,6 +55,7 @@ from tests.collector_dataset import (
 )
 from tests.helpers import Run, collector, collector_process, read_csv
 from tests.prometheus_helpers import (
+    OpenMetrics,
     PrometheusServer,
     VictoriaMetricsServer,
     create_blocks,
@@ -567,6 +568,33 @@ def test_a_batch_of_workers_is_each_worker_alone_in_fewer_queries(
             assert peaks(client, start / 1000, end / 1000, by=by) == [
                 p for w in names for p in peaks(client, start / 1000, end / 1000, by=by,
                                                 workers=[w])]
+
+
+def test_worker_names_a_regular_expression_would_misread_are_matched_literally(
+        tmp_path: Path) -> None:
+    """Batched queries match names such as addresses (``.``), ``a|b`` or ``w+`` literally:
+    ``w.1`` does not also read ``wx1``, ``w+`` not ``ww``; each export file holds its own
+    worker's values only."""
+    names = ["tcp://10.0.0.1:4000", "w.1", "wx1", "a|b", "a", "w+", "ww", "(x)", "x"]
+    start = 1_795_000_000
+    om = OpenMetrics()
+    for i, name in enumerate(names):
+        labels = {"worker": name, "gpu": "0", "uuid": f"GPU-{i}", "dask_cluster": "c"}
+        times = range(start, start + 60, 15)
+        om.add(INFO.name, {**labels, "name": "fake", "simulated": "false"},
+               [(t, 1.0) for t in times])
+        om.add("dask_gpu_memory_used_bytes", labels, [(t, float(i)) for t in times])
+    with run_prometheus(tmp_path / "prom", blocks=create_blocks(om, tmp_path / "b")) as server:
+        run = collector("export", "--since", str(start), "--until", str(start + 60),
+                        "--metrics", "total-mem", "--out", str(tmp_path / "out"), "--quiet",
+                        "--prometheus", server.url)
+        assert run.code == 0, run.err
+        record = json.loads((tmp_path / "out" / "export.json").read_text())
+        assert sorted(record["workers"]) == sorted(names)
+        for name, file in zip(record["workers"], record["files"], strict=True):
+            rows = read_csv(tmp_path / "out" / file)
+            assert [r["worker"] for r in rows] == [name] * 4, name
+            assert {r["total-mem"] for r in rows} == {str(names.index(name))}, name
 
 
 def test_since_monitor_is_the_last_session(prom: PrometheusServer, dataset: Dataset,
