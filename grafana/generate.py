@@ -302,7 +302,8 @@ def custom_variable(name: str, label: str, values: list[str], default: str) -> d
 
 BUSY = f"rate(dask_gpu_busy_seconds_total{{{W}}}[{RATE}])"
 # Share of each worker's running tasks that belong to each job (1 when a worker runs one job).
-JOB_SHARE = ('sum by (worker, job_id) (dask_job_worker_tasks{job_id=~"$job_id", ' + W + '})'
+JOB_SHARE = ('sum by (worker, scheduler_start, job_id) '
+             '(dask_job_worker_tasks{job_id=~"$job_id", ' + W + '})'
              " / on(worker) group_left() sum by (worker) (dask_job_worker_tasks)")
 JOB_BUSY = (f"{JOB_SHARE} * on(worker) group_left() "
             f"sum by (worker) (rate(dask_gpu_busy_seconds_total[{RATE}]))")
@@ -312,14 +313,14 @@ JOB_SM = (f"{JOB_SHARE} * on(worker) group_left() "
           f"sum by (worker) (rate(dask_gpu_sm_active_seconds_total[{RATE}]))")
 JOB_TENSOR = (f"{JOB_SHARE} * on(worker) group_left() "
               f"sum by (worker) (rate(dask_gpu_tensor_active_seconds_total[{RATE}]))")
-JOB_WORKERS = ('max by (worker, job_id) (dask_job_worker_tasks{job_id=~"$job_id", '
+JOB_WORKERS = ('max by (worker, scheduler_start, job_id) (dask_job_worker_tasks{job_id=~"$job_id", '
                + W + '}) * 0')
 DAG_NAMED = ("{status} * ignoring(job_name, client) group_left(job_name, client) {info}")
 JOB_SEL = 'job_id=~"$job_id"'
 # Time per activity (Dask's fine performance metrics): seconds per second = threads busy.
 ACTIVITY_RATE = f"rate(dask_job_activity_seconds_total{{{JOB_SEL}}}[{RATE}])"
 # Share of each worker's executing tasks per (job, prefix), times the worker's GPU busy rate.
-PREFIX_SHARE = ("sum by (worker, job_id, prefix) (dask_job_worker_prefix_tasks{"
+PREFIX_SHARE = ("sum by (worker, scheduler_start, job_id, prefix) (dask_job_worker_prefix_tasks{"
                 + JOB_SEL + ", " + W + "}) / on(worker) group_left() "
                 "sum by (worker) (dask_job_worker_prefix_tasks)")
 PREFIX_BUSY = (f"{PREFIX_SHARE} * on(worker) group_left() "
@@ -471,7 +472,8 @@ def worker() -> Dashboard:
                  mappings=GPU_UP, show_value="auto"),
         timeseries("Tasks running on this worker", "Tasks of each job and DAG processing on "
                    "this worker (scheduler preload, dask_job_worker_tasks).", "none",
-                   [target(f"sum by (job_id, dag_id) (dask_job_worker_tasks{{{W}}})",
+                   [target("sum by (scheduler_start, job_id, dag_id) "
+                           f"(dask_job_worker_tasks{{{W}}})",
                            "job {{job_id}} / DAG {{dag_id}}")], w=12, h=6, stack=True),
     )
     d.add(
@@ -593,7 +595,8 @@ def jobs() -> Dashboard:
         "Which job and DAG ran on which worker",
         "One row per worker and DAG, coloured while the worker processed tasks of that DAG "
         "(dask_job_worker_tasks; the value is the number of tasks).", "none",
-        [target('max by (worker, job_id, dag_id) (dask_job_worker_tasks{job_id=~"$job_id", '
+        [target("max by (worker, scheduler_start, job_id, dag_id) "
+                '(dask_job_worker_tasks{job_id=~"$job_id", '
                 + W + "})", "{{worker}} / job {{job_id}} / DAG {{dag_id}}")],
         h=10, show_value="auto", color={"mode": "continuous-GrYlRd"}, min_=0))
     d.add(
@@ -606,7 +609,8 @@ def jobs() -> Dashboard:
                  w=12, h=9, mappings=DAG_STATUS, show_value="auto"),
         timeseries("Tasks running per job", "Tasks processing on the selected workers, by "
                    "job.", "none",
-                   [target('sum by (job_id) (dask_job_worker_tasks{job_id=~"$job_id", '
+                   [target("sum by (scheduler_start, job_id) "
+                           '(dask_job_worker_tasks{job_id=~"$job_id", '
                            + W + "})", "job {{job_id}}")], w=12, h=9, stack=True, min_=0),
     )
     d.row("Cost per job")
@@ -618,22 +622,28 @@ def jobs() -> Dashboard:
         "count instead of its busy time. Peak memory: the highest peak "
         "(dask_gpu_memory_peak_bytes) of a GPU of a worker while it ran the job's tasks.",
         "none",
-        [target("max by (job_id, job_name) (last_over_time(dask_job_dag_info"
+        [target("max by (scheduler_start, job_id, job_name) (last_over_time(dask_job_dag_info"
                 '{job_id=~"$job_id"}[$__range]))', "{{job_name}}", instant=True, table=True),
-         target('count by (job_id) (last_over_time(dask_job_dag_info{job_id=~"$job_id"}'
+         target("count by (scheduler_start, job_id) "
+                '(last_over_time(dask_job_dag_info{job_id=~"$job_id"}'
                 "[$__range]))", "DAGs", instant=True, table=True),
-         target(f"sum by (job_id) (sum_over_time(({JOB_BUSY})[$__range:$__interval])) "
+         target("sum by (scheduler_start, job_id) "
+                f"(sum_over_time(({JOB_BUSY})[$__range:$__interval])) "
                 "* $__interval_ms / 3600000", "busy", instant=True, table=True),
-         target(f"sum by (job_id) (sum_over_time(({JOB_HELD})[$__range:$__interval])) "
+         target("sum by (scheduler_start, job_id) "
+                f"(sum_over_time(({JOB_HELD})[$__range:$__interval])) "
                 "* $__interval_ms / 3600000", "held", instant=True, table=True),
-         target(f"max by (job_id) (max_over_time(({JOB_WORKERS} + on(worker) group_left() "
+         target("max by (scheduler_start, job_id) "
+                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
                 "max by (worker) (dask_gpu_memory_peak_bytes))[$__range:$__interval]))",
                 "peak", instant=True, table=True),
-         target(f"max by (job_id) (max_over_time(({JOB_WORKERS} + on(worker) group_left() "
+         target("max by (scheduler_start, job_id) "
+                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
                 "max by (worker) (dask_gpu_memory_peak_bytes / dask_gpu_memory_total_bytes))"
                 "[$__range:$__interval]))", "peak share", instant=True, table=True)],
-        h=8, hide=("Value #A",), order=("job_id", "job_name"),
-        rename={"job_id": "job", "job_name": "name", "Value #B": "DAGs",
+        h=8, hide=("Value #A",), order=("scheduler_start", "job_id", "job_name"),
+        rename={"scheduler_start": "scheduler start", "job_id": "job", "job_name": "name",
+                "Value #B": "DAGs",
                 "Value #C": "GPU-hours busy", "Value #D": "GPU-hours held",
                 "Value #E": "peak memory", "Value #F": "peak / capacity"},
         overrides=[unit_override("GPU-hours busy", "suffix: GPU-h", decimals=3),
@@ -644,28 +654,33 @@ def jobs() -> Dashboard:
         timeseries("GPUs busy per job", "Busy GPU-equivalents attributed to each job (the "
                    "integrand of GPU-hours busy): a worker's busy time split among the jobs "
                    "running tasks on it.", "none",
-                   [target(f"sum by (job_id) ({JOB_BUSY})", "job {{job_id}}")], w=12, h=8,
+                   [target(f"sum by (scheduler_start, job_id) ({JOB_BUSY})", "job {{job_id}}")],
+                   w=12, h=8,
                    stack=True, min_=0),
         timeseries("SMs and tensor cores busy per job", "The same split of the GPUs' GPM "
                    "activity (Hopper and newer): SM-active and tensor-active GPU-equivalents "
                    "per job. Far below the busy GPUs beside: the job's kernels leave most "
                    "SMs idle.", "none",
-                   [target(f"sum by (job_id) ({JOB_SM})", "job {{job_id}} SMs"),
-                    target(f"sum by (job_id) ({JOB_TENSOR})", "job {{job_id}} tensor cores")],
+                   [target(f"sum by (scheduler_start, job_id) ({JOB_SM})", "job {{job_id}} SMs"),
+                    target(f"sum by (scheduler_start, job_id) ({JOB_TENSOR})",
+                           "job {{job_id}} tensor cores")],
                    w=12, h=8, min_=0),
     )
     d.add(table(
         "Jobs: RMM", "Per job over the dashboard's time range: the largest RMM use and pool "
         "of a worker while it ran the job's tasks (worker heartbeats, so the use is sampled: "
         "a lower bound). NVML's peak memory counts a whole pool as used.", "bytes",
-        [target(f"max by (job_id) (max_over_time(({JOB_WORKERS} + on(worker) group_left() "
+        [target("max by (scheduler_start, job_id) "
+                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
                 "max by (worker) (dask_job_worker_rmm_used_bytes))[$__range:$__interval]))",
                 "RMM in use", instant=True, table=True),
-         target(f"max by (job_id) (max_over_time(({JOB_WORKERS} + on(worker) group_left() "
+         target("max by (scheduler_start, job_id) "
+                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
                 "max by (worker) (dask_job_worker_rmm_pool_bytes))[$__range:$__interval]))",
                 "RMM pool", instant=True, table=True)],
-        w=24, h=6, order=("job_id",),
-        rename={"job_id": "job", "Value #A": "peak RMM in use", "Value #B": "RMM pool"}))
+        w=24, h=6, order=("scheduler_start", "job_id",),
+        rename={"scheduler_start": "scheduler start", "job_id": "job",
+                "Value #A": "peak RMM in use", "Value #B": "RMM pool"}))
     d.row("Where the time went")
     d.add(
         timeseries("Time per activity", "Dask's fine performance metrics of the selected "
@@ -677,22 +692,24 @@ def jobs() -> Dashboard:
         timeseries("Time per task prefix", "The same, by job and task prefix (prefixes "
                    "beyond the scheduler's max-prefixes-per-job are added up as 'other').",
                    "short",
-                   [target(f"sum by (job_id, prefix) ({ACTIVITY_RATE})",
+                   [target(f"sum by (scheduler_start, job_id, prefix) ({ACTIVITY_RATE})",
                            "job {{job_id}} / {{prefix}}")],
                    w=12, h=9, stack=True, min_=0),
     )
     d.add(table(
         "Time per job, prefix and activity", "Seconds over the dashboard's time range "
         "(increase of dask_job_activity_seconds_total).", "s",
-        [target("sum by (job_id, prefix, activity) (increase(dask_job_activity_seconds_total"
+        [target("sum by (scheduler_start, job_id, prefix, activity) "
+                "(increase(dask_job_activity_seconds_total"
                 "{" + JOB_SEL + "}[$__range]))", "{{activity}}", instant=True, table=True)],
-        w=12, h=9, merge=False, order=("job_id", "prefix", "activity"),
-        rename={"Value": "seconds", "job_id": "job"}))
+        w=12, h=9, merge=False, order=("scheduler_start", "job_id", "prefix", "activity"),
+        rename={"Value": "seconds", "scheduler_start": "scheduler start", "job_id": "job"}))
     d.add(timeseries(
         "GPUs busy per task prefix", "Busy GPU-equivalents attributed to each job's task "
         "prefixes: a worker's GPU busy time split among the prefixes executing on it "
         "(dask_job_worker_prefix_tasks) in proportion to their tasks.", "none",
-        [target(f"sum by (job_id, prefix) ({PREFIX_BUSY})", "job {{job_id}} / {{prefix}}")],
+        [target(f"sum by (scheduler_start, job_id, prefix) ({PREFIX_BUSY})",
+                "job {{job_id}} / {{prefix}}")],
         w=12, h=9, stack=True, min_=0))
     d.row("Workers: memory and CPU beside the GPUs")
     d.add(
@@ -727,8 +744,10 @@ def jobs() -> Dashboard:
                   status='last_over_time(dask_job_dag_status{job_id=~"$job_id"}[$__range])',
                   info='last_over_time(dask_job_dag_info{job_id=~"$job_id"}[$__range])'),
                   "{{job_name}} {{dag_id}}", instant=True, table=True)],
-              w=12, h=9, merge=False, order=("job_id", "dag_id", "job_name", "client"),
-              rename={"Value": "status", "job_id": "job", "dag_id": "DAG"},
+              w=12, h=9, merge=False,
+              order=("scheduler_start", "job_id", "dag_id", "job_name", "client"),
+              rename={"Value": "status", "scheduler_start": "scheduler start", "job_id": "job",
+                      "dag_id": "DAG"},
               mappings=DAG_STATUS),
         timeseries("DAGs ending", "DAGs that finished or erred per $__rate_interval "
                    "(dask_job_dags_completed_total).", "none",

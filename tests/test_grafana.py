@@ -160,6 +160,12 @@ def test_every_panel_and_target_follows_the_rules(name):
                 assert window and window.group(1) in ("$__rate_interval", "$__range"), (
                     f"{where}: {m.group(1)}() window must be $__rate_interval: {expr}")
             assert not re.search(r"\[\d+[smhd]", expr), f"{where}: fixed range in {expr}"
+            # A job is (scheduler_start, job_id): a restarted scheduler numbers its jobs from
+            # 0 again, and two lives' job 0 in one time range must not add up.
+            for by in re.finditer(r"\bby \(([^)]*)\)", expr):
+                keys = {k.strip() for k in by.group(1).split(",")}
+                assert "job_id" not in keys or "scheduler_start" in keys, (
+                    f"{where}: groups jobs without their scheduler's life: {expr}")
             if p["type"] in ("stat", "table"):
                 assert t["instant"], f"{where}: {p['type']} panels query one instant"
             else:
