@@ -41,8 +41,10 @@ class Terminal:
         self._clock = clock
         self._began: float | None = None
 
-    def progress(self, done: int, total: int, worker: str) -> None:
-        """``worker 3/100: w-2, about 40 s left`` (the time left from the pace so far)."""
+    def progress(self, done: int, total: int, worker: str, rows: int | None = None) -> None:
+        """``worker 3/100: w-2, 1.2 M rows, 45 k rows/s, about 40 s left`` (the rows written
+        so far and their rate where the command writes rows; the time left from the pace so
+        far)."""
         if not self.live:
             return
         if done >= total:
@@ -53,9 +55,13 @@ class Terminal:
         if self._began is None or done == 0:
             self._began = now
         left = ""
+        if rows:
+            left += f", {_count(rows)} rows"
+            if now > self._began:
+                left += f", {_count(rows / (now - self._began))} rows/s"
         if done:
             seconds = (now - self._began) / done * (total - done)
-            left = f", about {_about(seconds)} left"
+            left += f", about {_about(seconds)} left"
         self.stream.write(f"\rcollector: worker {done + 1}/{total}: {worker}{left}\033[K")
         self.stream.flush()
         self._line = True
@@ -82,6 +88,15 @@ def _about(seconds: float) -> str:
         return f"{max(round(seconds), 1)} s"
     minutes = round(seconds / 60)
     return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60} min"
+
+def _count(n: float) -> str:
+    """``950``, ``45 k``, ``1.2 M``: a count on a progress line."""
+    if n < 1000:
+        return f"{n:.0f}"
+    if n < 1e6:
+        return f"{n / 1e3:.0f} k"
+    return f"{n / 1e6:.1f} M" if n < 1e9 else f"{n / 1e9:.1f} G"
+
 
 def words(values: Sequence[str] | None) -> list[str] | None:
     """``--metrics a b,c`` -> [a, b, c]."""

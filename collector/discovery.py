@@ -19,8 +19,9 @@ from dask_metrics.contract import (
     WORKER_GPU_INFO,
 )
 
-Progress = Callable[[int, int, str], None]
-"""Told (workers done, workers in all, the worker now) as a command goes over the workers."""
+Progress = Callable[[int, int, str, int | None], None]
+"""Told (workers done, workers in all, the worker now, rows written so far or None) as a
+command goes over the workers."""
 
 
 def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:

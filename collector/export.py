@@ -136,7 +136,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
     samples by default); ``layout``: "tidy" or "seed"; ``workers``: names or globs;
-    ``progress(done, total, worker)`` is called before each batch of workers is fetched
+    ``progress(done, total, worker, rows)`` is called before each batch of workers is fetched
     (``worker_batches``: its first worker; in the fetching thread) and once at the end;
     ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
@@ -214,7 +214,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     def fetch(b: int) -> list[tuple[WorkerData, dict[str, list[Series]]]]:
         batch = [w.name for w in batches[b]]
         if progress:
-            progress(firsts[b], len(chosen), batch[0])
+            progress(firsts[b], len(chosen), batch[0], rows_written)
         found = fetch_workers(client, batch, columns, timeline, lo, hi, chunk_ms, step_ms, age,
                               scope, executed, visit_metrics)
         if tail_end <= hi and not visit_head:
@@ -253,7 +253,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                 header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
             writer.write(stage / names[info.name], header, lines)
         if progress:
-            progress(len(chosen), len(chosen), "")
+            progress(len(chosen), len(chosen), "", rows_written)
         for line in warnings_of(missing, age):
             client.warn(line)
         side = stage / tables

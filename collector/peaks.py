@@ -306,7 +306,7 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     for batch in worker_batches(chosen, samples_per_gpu(client, start, end, chunk_ms,
                                                         len(PEAK_METRICS), None, scope)):
         if progress:
-            progress(done, len(chosen), batch[0].name)
+            progress(done, len(chosen), batch[0].name, None)
         names = [w.name for w in batch]
         series = fetch_gpu_series(client, names, PEAK_METRICS, start, end, chunk_ms, None,
                                   age, scope)
@@ -318,5 +318,5 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
                                **window_keywords(windows.get(name, default)))
         done += len(batch)
     if progress:
-        progress(len(chosen), len(chosen), "")
+        progress(len(chosen), len(chosen), "", None)
     return found

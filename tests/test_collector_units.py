@@ -463,6 +463,11 @@ def test_progress_only_on_a_terminal_and_not_quiet() -> None:
     assert "worker 1/2: w-1\033[K" in tty.getvalue()
     assert "worker 2/2: w-2, about 30 s left" in tty.getvalue()
     assert "\rcollector: warning: careful\n" in tty.getvalue().replace("\033[K", "")
+    now[0] = 200.0
+    ui.progress(0, 4, "w-1", 0)
+    now[0] += 20
+    ui.progress(1, 4, "w-2", 1_500_000)  # what the export has written so far, and its pace
+    assert "worker 2/4: w-2, 1.5 M rows, 75 k rows/s, about 60 s left" in tty.getvalue()
     for quiet, stream in ((True, _Tty()), (False, io.StringIO())):
         ui = Terminal(quiet=quiet, stream=stream)
         ui.progress(0, 2, "w-1")
