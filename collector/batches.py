@@ -15,9 +15,10 @@ from dask_metrics.collector.series import WorkerInfo
 from dask_metrics.contract import INFO
 
 SAMPLES_PER_QUERY = 250_000
-"""The samples one batch's query may hold: about 8 MB of JSON and some 25 MB decoded, far
-under Prometheus' --query.max-samples (50 M) and the collector's answer cap; a worker
-whose own answer is larger is a batch alone (its time chunks halve as before)."""
+"""The samples one batch's query may hold: about 8 MB of JSON, some 140 MB while it is
+decoded and 5 MB kept, far under Prometheus' --query.max-samples (50 M) and the collector's
+answer cap; a worker whose own answer is larger is a batch alone (its time chunks halve as
+before)."""
 MAX_BATCH = 200
 """Workers in one batch at most: the regular expression of their names stays short."""
 PROBE_WINDOW = 600_000
