@@ -4,6 +4,8 @@
         [--scrape-every 1.0]
     python benchmarks/bench_scheduler.py memory [--dags 100000] [--every 10000] [--tracemalloc]
         [--without-plugin]
+    python benchmarks/bench_scheduler.py fleet [--scales 100,300,1000] [--workers 1000]
+        [--gpus 8] [--jobs 100] [--prefixes 50] [--finished 0] [--activities 6] [--tight ...]
 
 ``overhead`` runs the same graph (a tree reduction of ``--tasks`` tasks) alternately
 without and with the plugin (ABBA order, so drift cancels), each run on a fresh scheduler
@@ -18,6 +20,16 @@ client every ``--client-every`` DAGs, and prints process memory (``--tracemalloc
 the part allocated by exporter/ code), the tracker's table sizes and the number of
 exported dask_job_* series at intervals; ``--without-plugin`` is the same run on Dask alone.
 The scheduler and clients run in this process; workers are ``dask worker`` processes.
+``fleet`` needs no cluster: it attaches the plugin to a stand-in scheduler (the attributes
+``dask_internals`` reads), feeds it through the plugin's own hooks (add_worker, update_graph,
+transition, the spans extension's heartbeat it taps) a fleet of ``--workers`` workers with
+``--gpus`` GPUs each, ``--jobs`` connected clients with a running DAG of ``--prefixes``
+prefixes (every prefix has reported ``--activities`` activity/unit pairs; each worker executes
+``--executing`` tasks of as many prefixes at the scrape) and ``--finished`` DAGs per job that
+finished in the last ``--history`` seconds; then renders one scrape as ``--metrics-port``
+serves it and prints series per family, bytes (text, gzip, OpenMetrics) and render time,
+with the settings at their defaults and ``--tight``. Timestamps come from a fake clock, so
+series and bytes repeat exactly.
 """
 
 from __future__ import annotations
@@ -25,23 +37,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import operator
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
 import tracemalloc
+import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
 from distributed import Client, Scheduler
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import dask_metrics.exporter
+from dask_metrics.exporter.identity import STARTUP_KEY
+from dask_metrics.exporter.scheduler.families import SourceCollector
 from dask_metrics.exporter.scheduler.plugin import PLUGIN_NAME, JobPlugin
 from dask_metrics.exporter.scheduler.settings import Settings
 
@@ -281,6 +301,350 @@ async def memory(args: argparse.Namespace) -> None:
                 await plugin.close()
 
 
+# -- fleet: one scrape of a big fleet, without a cluster ---------------------------------------
+
+#: (activity, unit) pairs Dask's execute context reports, commonest first: every task
+#: (thread-cpu, thread-noncpu, executor, other; memory-read of its inputs), spilling
+#: (disk-*, (de)serialize, (de)compress), cancelled or failed tasks. ``--activities N``
+#: takes the first N.
+EXECUTE_ACTIVITIES = (
+    ("thread-cpu", "seconds"), ("thread-noncpu", "seconds"), ("executor", "seconds"),
+    ("other", "seconds"), ("memory-read", "count"), ("memory-read", "bytes"),
+    ("disk-read", "seconds"), ("disk-read", "count"), ("disk-read", "bytes"),
+    ("disk-write", "seconds"), ("disk-write", "count"), ("disk-write", "bytes"),
+    ("serialize", "seconds"), ("deserialize", "seconds"), ("compress", "seconds"),
+    ("decompress", "seconds"), ("cancelled", "seconds"), ("failed", "seconds"),
+)  # fmt: skip
+#: Scheduler.cumulative_worker_metrics keys outside task execution (exported cluster-wide),
+#: plus execute and p2p keys, which the preload leaves out there.
+CLUSTER_KEYS = (
+    ("gather-dep", "network", "seconds"), ("gather-dep", "decompress", "seconds"),
+    ("gather-dep", "deserialize", "seconds"), ("gather-dep", "other", "seconds"),
+    ("get-data", "network", "seconds"), ("get-data", "serialize", "seconds"),
+    ("get-data", "compress", "seconds"), ("get-data", "memory-read", "count"),
+    ("get-data", "memory-read", "bytes"), ("memory-monitor", "disk-write", "seconds"),
+    ("memory-monitor", "disk-write", "count"), ("memory-monitor", "disk-write", "bytes"),
+    ("memory-monitor", "serialize", "seconds"),
+    ("execute", "sum-chunk", "thread-cpu", "seconds"), ("p2p", "shard", "seconds"),
+)  # fmt: skip
+#: Task prefix stems (key_split results); a job's prefix k is f"{stem}-{k:02d}"
+PREFIX_STEMS = ("read_parquet", "getitem", "assign", "astype", "merge", "groupby-chunk",
+                "groupby-agg", "sum-chunk", "sum-aggregate", "to_parquet")  # fmt: skip
+#: The settings that bound cardinality, tightened (--tight)
+TIGHT = ("max_prefixes_per_job=10", "max_finished_dags=100", "finished_dag_ttl=60s",
+         "max_jobs=100")
+T0 = 1_764_000_000.0  # the synthetic scheduler's start (unix seconds)
+
+
+class FakeClock:
+    """The tracker's clock: set by the benchmark, so every timestamp (and byte) repeats."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeTask:
+    """What dask_internals reads of a TaskState: .key, .state, .group.span_id, .prefix.name,
+    .processing_on."""
+
+    __slots__ = ("group", "key", "prefix", "processing_on", "state")
+
+    def __init__(self, key: Any, prefix: str, span_id: str) -> None:
+        self.key, self.state, self.processing_on = key, "waiting", None
+        self.group = SimpleNamespace(span_id=span_id)
+        self.prefix = SimpleNamespace(name=prefix)
+
+
+class FakeWorker:
+    """What dask_internals reads of a WorkerState, as the worker's last heartbeat left it."""
+
+    def __init__(self, index: int, gpus: int, threads: int, rng: random.Random) -> None:
+        self.address = f"tcp://10.{index // 250}.{index % 250}.{7 + index % 3}:{40000 + index}"
+        self.name = f"dask-worker-{index:04d}"
+        uuids = [str(uuid.UUID(int=(index << 8) + g)) for g in range(gpus)]
+        self.extra = {STARTUP_KEY: {
+            "name": self.name, "address": self.address, "pid": 1000 + index,
+            "host": f"gpu-node-{index:04d}", "cluster": "",
+            "gpus": [{"index": g, "uuid": f"GPU-{u}"} for g, u in enumerate(uuids)]}}
+        gib = 2**30
+        self.memory = SimpleNamespace(process=int(rng.uniform(4, 40) * gib),
+                                      managed=int(rng.uniform(1, 30) * gib),
+                                      spilled=int(rng.uniform(0, 4) * gib))
+        self.memory_limit = 64 * gib
+        self.nthreads = threads
+        self.occupancy = rng.uniform(0, 60)
+        self.nbytes = int(rng.uniform(1, 30) * gib)
+        self.executing: dict[FakeTask, float] = {}
+        self.processing: set[FakeTask] = set()
+        rmm = {"rmm-used": int(rng.uniform(1, 70) * gib), "rmm-total": 72 * gib} if gpus else None
+        self.metrics: dict[str, Any] = {"cpu": rng.uniform(50, 800), "task_counts": {},
+                                        **({"rmm": rmm} if rmm else {})}
+
+
+class FakeSpans:
+    """The spans extension: the plugin taps its heartbeat (Dask's adds to its spans)."""
+
+    def heartbeat(self, ws: Any, data: dict[Any, float]) -> None:
+        pass
+
+
+class FakeScheduler:
+    """The scheduler attributes dask_internals reads: nothing runs, the benchmark sets them."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.address = "tcp://10.0.0.1:8786"
+        self.handlers: dict[str, Any] = {}
+        self.stream_handlers: dict[str, Any] = {}
+        self.extensions = {"spans": FakeSpans()}
+        self.tasks: dict[Any, FakeTask] = {}
+        self.workers: dict[str, FakeWorker] = {}
+        self.cumulative_worker_metrics = {key: rng.uniform(1, 1e6) for key in CLUSTER_KEYS}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    workers: int
+    gpus: int  # per worker: dask_job_worker_gpu_info series
+    threads: int
+    executing: int  # tasks each worker executes at the scrape, each of another prefix
+    jobs: int
+    prefixes: int  # per job: every one has reported activity by the scrape
+    dags: int  # running DAGs per job
+    finished: int  # finished DAGs per job, in the last ``history`` seconds
+    history: float
+    activities: int  # (activity, unit) pairs of EXECUTE_ACTIVITIES reported per prefix
+    tasks_per_prefix: int
+
+
+class FleetFeed:
+    """Feeds a JobPlugin attached to a FakeScheduler through the plugin's own hooks, the way
+    Dask calls them: add_worker at attach, update_graph per DAG, transition per task state
+    change, the spans extension's heartbeat (tapped by the plugin) per worker heartbeat."""
+
+    def __init__(self, fleet: Fleet, plugin: JobPlugin, scheduler: FakeScheduler,
+                 clock: FakeClock, rng: random.Random) -> None:
+        self.f, self.plugin, self.s, self.clock, self.rng = fleet, plugin, scheduler, clock, rng
+        self.addresses = list(scheduler.workers)
+        self.heartbeats = 0
+        self.transitions = 0
+
+    def prefix(self, k: int) -> str:
+        return f"{PREFIX_STEMS[k % len(PREFIX_STEMS)]}-{k:02d}"
+
+    def client(self, job: int) -> str:
+        return f"Client-etl-job-{job:03d}-{uuid.UUID(int=job)}"
+
+    def workers_of(self, job: int) -> list[str]:
+        """The workers that run the job's tasks: every jobs-th worker (one at least)."""
+        return self.addresses[job % len(self.addresses) :: self.f.jobs] or [
+            self.addresses[job % len(self.addresses)]]
+
+    def submit(self, job: int, tag: str, per_prefix: dict[int, int]) -> list[FakeTask]:
+        """One DAG of ``job`` in a span of its own: per_prefix[k] tasks of prefix k, the last
+        prefix's wanted; returns its tasks by prefix order."""
+        span = f"span-{job}-{tag}"
+        tasks = [FakeTask((f"{self.prefix(k)}-{job}-{tag}", i), self.prefix(k), span)
+                 for k in range(self.f.prefixes) for i in range(per_prefix.get(k, 0))]
+        for ts in tasks:
+            self.s.tasks[ts.key] = ts
+        wanted = [ts.key for ts in tasks if ts.prefix.name == self.prefix(self.f.prefixes - 1)]
+        self.plugin.update_graph(self.s, client=self.client(job), keys=wanted,
+                                 tasks=[ts.key for ts in tasks])
+        return tasks
+
+    def transition(self, ts: FakeTask, finish: str, worker: FakeWorker | None = None) -> None:
+        start = ts.state
+        if start == "processing" and ts.processing_on is not None:
+            ts.processing_on.processing.discard(ts)
+            ts.processing_on.executing.pop(ts, None)
+            ts.processing_on = None
+        ts.state = finish
+        if finish == "processing":
+            assert worker is not None
+            ts.processing_on = worker
+            worker.processing.add(ts)
+        if finish == "forgotten":
+            del self.s.tasks[ts.key]
+        self.plugin.transition(ts.key, start, finish, stimulus_id="bench")
+        self.transitions += 1
+
+    def heartbeat(self, address: str, pairs: list[tuple[str, str]]) -> None:
+        """One worker heartbeat's spans data: every activity of each (span, prefix)."""
+        acts = EXECUTE_ACTIVITIES[: self.f.activities]
+        data = {("execute", span, prefix, activity, unit): self.rng.uniform(0.01, 50.0)
+                * (2**20 if unit == "bytes" else 1.0) for span, prefix in pairs
+                for activity, unit in acts}  # fmt: skip
+        self.s.extensions["spans"].heartbeat(self.s.workers[address], data)
+        self.heartbeats += 1
+
+    def finished_dag(self, job: int, n: int, start: float, end: float) -> None:
+        """A DAG submitted at ``start`` that ran every prefix on the job's workers, reported
+        its activity and finished at ``end``; then the client released its results."""
+        self.clock.now = start
+        tasks = self.submit(job, f"f{n}", dict.fromkeys(range(self.f.prefixes),
+                                                        self.f.tasks_per_prefix))
+        where = self.workers_of(job)
+        for i, ts in enumerate(tasks):
+            self.transition(ts, "processing", self.s.workers[where[i % len(where)]])
+        for k in range(self.f.prefixes):
+            self.heartbeat(where[k % len(where)], [(f"span-{job}-f{n}", self.prefix(k))])
+        self.clock.now = end
+        for ts in tasks:
+            self.transition(ts, "memory")
+        for ts in tasks:
+            self.transition(ts, "forgotten")
+
+    def running_dags(self) -> None:
+        """Every job's running DAGs: submitted at T0, each worker executing ``executing``
+        tasks of as many prefixes now, and every prefix of every DAG reported so far."""
+        f = self.f
+        executing: dict[str, list[tuple[int, int, int]]] = {}  # worker -> (job, dag, prefix)
+        need: dict[tuple[int, int, int], int] = {}
+        for job in range(f.jobs):
+            for rank, address in enumerate(self.workers_of(job)):
+                dag = rank % f.dags
+                for t in range(f.executing):
+                    k = (rank // f.dags * f.executing + t) % f.prefixes
+                    executing.setdefault(address, []).append((job, dag, k))
+                    need[job, dag, k] = need.get((job, dag, k), 0) + 1
+        self.clock.now = T0
+        free: dict[tuple[int, int, int], list[FakeTask]] = {}
+        for job in range(f.jobs):
+            for dag in range(f.dags):
+                counts = {k: max(f.tasks_per_prefix, need.get((job, dag, k), 0))
+                          for k in range(f.prefixes)}
+                for ts in self.submit(job, f"r{dag}", counts):
+                    k = int(ts.prefix.name.rsplit("-", 1)[1])
+                    free.setdefault((job, dag, k), []).append(ts)
+        for job in range(f.jobs):
+            for dag in range(f.dags):
+                where = self.workers_of(job)
+                for k in range(f.prefixes):
+                    self.heartbeat(where[k % len(where)], [(f"span-{job}-r{dag}", self.prefix(k))])
+        self.clock.now = T0 + 1.0
+        for address, running in executing.items():
+            ws = self.s.workers[address]
+            for job, dag, k in running:
+                ts = free[job, dag, k].pop()
+                self.transition(ts, "processing", ws)
+                ws.executing[ts] = self.rng.uniform(0.1, 30.0)
+            ws.metrics["task_counts"] = {"executing": len(ws.executing)}
+
+
+def fleet_settings(overrides: list[str]) -> Settings:
+    """The preload's settings with ``KEY=VALUE`` overrides (names as in SETTINGS)."""
+    values = dict(item.split("=", 1) for item in overrides)
+    return Settings.from_config(cluster="bench-fleet", **values)
+
+
+async def fleet_scrape(fleet: Fleet, settings: Settings, renders: int) -> dict[str, Any]:
+    """Build the preload's state for ``fleet`` and render one scrape ``renders`` times."""
+    rng = random.Random(20_240_101)
+    scheduler = FakeScheduler(rng)
+    for w in range(fleet.workers):
+        ws = FakeWorker(w, fleet.gpus, fleet.threads, rng)
+        scheduler.workers[ws.address] = ws
+    clock = FakeClock(T0)
+    plugin = JobPlugin(settings)
+    plugin.tracker._clock = clock  # deterministic timestamps: the same bytes every run
+    build = time.perf_counter()
+    plugin.attach(scheduler)  # add_worker for every worker, taps the spans' heartbeat
+    plugin.started = T0 - 3600.0
+    feed = FleetFeed(fleet, plugin, scheduler, clock, rng)
+    feed.running_dags()
+    total = fleet.jobs * fleet.finished
+    now = T0 + fleet.history + 10.0
+    for n in range(total):  # finished evenly over the last `history` seconds before `now`
+        end = now - fleet.history + fleet.history * n / max(1, total)
+        feed.finished_dag(n % fleet.jobs, n // fleet.jobs, end - 5.0, end)
+    clock.now = now
+    plugin.tracker.snapshot()  # the scrapes before: they saw every finished DAG
+    plugin.tracker.evict()  # what the plugin's evictor does every few seconds
+    build = time.perf_counter() - build
+    registry = CollectorRegistry()
+    registry.register(SourceCollector(plugin))  # the --metrics-port registry: dask_job_* only
+    text = generate_latest(registry)  # the first scrape of this state (its side effects)
+    times, collects = [], []
+    for _ in range(renders):
+        start = time.perf_counter()
+        again = generate_latest(registry)
+        times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        plugin.collect()
+        collects.append(time.perf_counter() - start)
+        assert again == text, "a scrape of unchanged state changed"
+    start = time.perf_counter()
+    packed = gzip.compress(text, compresslevel=6, mtime=0)  # tornado's gzip level
+    gzip_s = time.perf_counter() - start
+    openmetrics = openmetrics_latest(registry)
+    per_family: dict[str, int] = {}
+    for m in plugin.collect():
+        if m.samples:  # a counter's samples are named <family>_total
+            per_family[m.name + ("_total" if m.type == "counter" else "")] = len(m.samples)
+    lines = sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
+    assert lines == sum(per_family.values()), (lines, per_family)
+    assert not any(plugin.errors.values()), plugin.errors  # every hook took its input
+    stats = plugin.tracker.stats()
+    await plugin.close()
+    return {
+        "series": lines, "per_family": per_family, "bytes": len(text), "gzip": len(packed),
+        "openmetrics": len(openmetrics), "render": statistics.median(times),
+        "collect": statistics.median(collects), "gzip_s": gzip_s, "build": build,
+        "load": os.getloadavg()[0], "dags": stats["finished_dags"] + stats["unfinished_dags"],
+        "jobs": stats["jobs"], "ledger": plugin.ledger.stats()["counters"],
+        "heartbeats": feed.heartbeats, "transitions": feed.transitions,
+    }
+
+
+async def fleet(args: argparse.Namespace) -> None:
+    scales = [int(s) for s in args.scales.split(",")] if args.scales else [args.workers]
+    profiles = {"defaults": fleet_settings([])}
+    if args.tight:
+        profiles["tightened"] = fleet_settings(args.tight)
+    results: dict[tuple[int, str], dict[str, Any]] = {}
+    acts = ", ".join(f"{a} {u}" for a, u in EXECUTE_ACTIVITIES[: args.activities])
+    print(f"jobs {args.jobs} (client mode, clients connected), {args.prefixes} prefixes per job, "
+          f"{args.dags} running DAG(s) per job (each in a span of its own), {args.finished} "
+          f"finished DAG(s) per job in the last {args.history:g} s, {args.gpus} GPU(s) and "
+          f"{args.threads} thread(s) per worker, {args.executing} executing per worker at the "
+          f"scrape; activities: {acts}")  # fmt: skip
+    print(f"tightened: {', '.join(args.tight) or '-'}; load average at start "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for workers in scales:
+        f = Fleet(workers, args.gpus, args.threads, min(args.executing, args.threads), args.jobs,
+                  args.prefixes, args.dags, args.finished, args.history, args.activities,
+                  args.tasks_per_prefix)  # fmt: skip
+        for name, settings in profiles.items():
+            r = results[workers, name] = await fleet_scrape(f, settings, args.renders)
+            print(f"{workers} workers, {name}: {r['series']} series, {r['bytes']} bytes, "
+                  f"render {r['render'] * 1e3:.0f} ms (built in {r['build']:.1f} s: "
+                  f"{r['heartbeats']} heartbeats, {r['transitions']} transitions)", flush=True)
+    print()
+    print("| workers | settings | series | biggest families | bytes | gzip bytes | OpenMetrics "
+          "bytes | render ms (median) | of which collect ms | gzip ms | load | DAGs kept "
+          "| ledger counters |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (workers, name), r in results.items():
+        top = sorted(r["per_family"].items(), key=lambda kv: -kv[1])[:3]
+        biggest = ", ".join(f"{n.removeprefix('dask_job_')} {c}" for n, c in top)
+        print(f"| {workers} | {name} | {r['series']} | {biggest} | {r['bytes']} | {r['gzip']} "
+              f"| {r['openmetrics']} | {r['render'] * 1e3:.0f} | {r['collect'] * 1e3:.0f} "
+              f"| {r['gzip_s'] * 1e3:.0f} | {r['load']:.2f} | {r['dags']} | {r['ledger']} |")
+    print()
+    keys = list(results)
+    print("| family | " + " | ".join(f"{w} w, {n}" for w, n in keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    families_seen = sorted({fam for r in results.values() for fam in r["per_family"]},
+                           key=lambda fam: (-max(r["per_family"].get(fam, 0)
+                                                 for r in results.values()), fam))
+    for fam in families_seen:
+        counts = [str(results[k]["per_family"].get(fam, 0)) for k in keys]
+        print(f"| {fam} | " + " | ".join(counts) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -298,7 +662,36 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--workers", type=int, default=2)
     m.add_argument("--tracemalloc", action="store_true", help="also trace Python allocations")
     m.add_argument("--without-plugin", action="store_true", help="baseline: Dask alone")
+    f = sub.add_parser("fleet", help="one scrape of a big fleet: series, bytes, render time "
+                       "(synthetic state, no cluster)")
+    f.add_argument("--workers", type=int, default=1000)
+    f.add_argument("--scales", default="", help="worker counts, e.g. 100,300,1000 "
+                   "(instead of --workers)")
+    f.add_argument("--gpus", type=int, default=8, help="GPUs each worker's identity lists")
+    f.add_argument("--threads", type=int, default=2, help="threads per worker")
+    f.add_argument("--executing", type=int, default=2,
+                   help="tasks (of as many prefixes) each worker executes at the scrape")
+    f.add_argument("--jobs", type=int, default=100, help="jobs (clients), all connected")
+    f.add_argument("--prefixes", type=int, default=50, help="task prefixes per job")
+    f.add_argument("--dags", type=int, default=1, help="running DAGs per job")
+    f.add_argument("--finished", type=int, default=0,
+                   help="finished DAGs per job, finished in the last --history seconds")
+    f.add_argument("--history", type=float, default=240.0)
+    f.add_argument("--activities", type=int, default=6,
+                   choices=range(1, len(EXECUTE_ACTIVITIES) + 1), metavar="N",
+                   help="(activity, unit) pairs each prefix reports: the first N of "
+                   "thread-cpu, thread-noncpu, executor, other, memory-read count/bytes, "
+                   "disk-read..., up to 18")  # fmt: skip
+    f.add_argument("--tasks-per-prefix", type=int, default=2)
+    f.add_argument("--renders", type=int, default=5, help="timed scrapes (median)")
+    f.add_argument("--tight", action="append", metavar="SETTING=VALUE",
+                   help="a second run with these settings (repeat; default: "
+                   + " ".join(TIGHT) + "; none: --tight ''")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.command == "fleet":
+        args.tight = [t for t in (TIGHT if args.tight is None else args.tight) if t]
+        asyncio.run(fleet(args))
+        return 0
     asyncio.run(overhead(args) if args.command == "overhead" else memory(args))
     return 0
 
