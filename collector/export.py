@@ -237,7 +237,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         fetched = chain.from_iterable(prefetched(fetch, range(len(batches))))
         for info, (data, visited) in zip(chosen, fetched, strict=True):
             table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
-            missing += [(info.name, hole) for hole in holes(table.times, lo, hi, age)]
+            seen = (sorted({t for found in visited.values() for one in found for t in one.times})
+                    if visit else table.times)  # the report's: with the samples around it
+            missing += [(info.name, hole) for hole in holes(seen, lo, hi, age)]
             uses.add_worker(timeline.times, data.prefixes, data.attribution, data.ran)
             if visit:
                 visit(info, visited, data.ran, table)

@@ -16,12 +16,16 @@ MAX_NAMED = 5  # workers named in one warning; the rest are counted
 def holes(times: Sequence[int], start: int, end: int, max_age: int) -> list[tuple[int, int]]:
     """(from, to) in ms of each stretch of [start, end] longer than ``max_age`` without a
     sample in ``times`` (sorted), the range's edges included; none for a worker with no
-    sample at all (it is not in the export)."""
+    sample in the range (it is not in the export). Where ``times`` hold the samples just
+    outside the range, an interval across an edge is measured from that sample: longer than
+    ``max_age``, it counts for nothing in the numbers, and it is a hole, from that sample."""
     inside = [t for t in times if start <= t <= end]
     if not inside:
         return []
-    edges = [start, *inside, end]
-    return [(a, b) for a, b in pairwise(edges) if b - a > max_age]
+    before = [t for t in times if t < start]
+    after = [t for t in times if t > end]
+    edges = [before[-1] if before else start, *inside, after[0] if after else end]
+    return [(a, b) for a, b in pairwise(edges) if b - a > max_age and b > start and a < end]
 
 
 def warnings_of(found: Iterable[tuple[str, tuple[int, int]]], max_age: int) -> list[str]:

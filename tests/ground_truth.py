@@ -161,17 +161,37 @@ def honest(peak: dict[str, Any] | None, truth: float, what: object = None) -> No
         assert upper is None or truth <= upper, (what, peak)
 
 
+MAX_AGE = 120.0  # seconds: the collector's default --max-age, the report's here
+
+
+def gaps(samples: list[float]) -> list[tuple[float, float]]:
+    """The intervals between two GPU samples longer than MAX_AGE: they count for nothing."""
+    return [(a, b) for a, b in pairwise(samples) if b - a > MAX_AGE]
+
+
+def in_gaps(samples: list[float], start: float, end: float) -> float:
+    """Seconds of [start, end] that lie in ``gaps``."""
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in gaps(samples))
+
+
 def use_within(entry: dict[str, Any], script: Script, samples: list[float], start: float,
                end: float, what: object = None, more_busy: float = 0.0) -> None:
     """A job's or DAG's busy seconds and energy over [start, end] against the script, off
     by at most the edges' share (``Script.edge_bound``; ``more_busy``: seconds more where
-    the test knows of another cause)."""
+    the test knows of another cause), less what lies in a gap between GPU samples (a
+    Prometheus that missed scrapes: counted for nothing, and said)."""
+    lost = in_gaps(samples, start, end)
+    if lost >= end - start - SLACK:  # wholly in a gap: nothing measured, and why
+        assert entry["busy_seconds"] == 0 and entry["energy_joules"] is None, (what, entry)
+        assert "gap longer than --max-age" in entry["energy_note"], (what, entry)
+        return
+    watts = max(step["power_mw"] for _, step in script.items()) / 1000
     busy = script.integral("gpu_util", start, end) / 100
-    bound = script.edge_bound("gpu_util", samples, (start, end)) / 100 + more_busy
+    bound = script.edge_bound("gpu_util", samples, (start, end)) / 100 + more_busy + lost
     assert abs(entry["busy_seconds"] - busy) <= bound + 1e-6, (
         what, entry["busy_seconds"], busy, bound, samples)
     joules = script.integral("power_mw", start, end) / 1000
-    bound = script.edge_bound("power_mw", samples, (start, end)) / 1000
+    bound = script.edge_bound("power_mw", samples, (start, end)) / 1000 + lost * watts
     assert entry["energy_joules"] is not None, (what, entry)
     assert abs(entry["energy_joules"] - joules) <= bound + 1.0, (
         what, entry["energy_joules"], joules, bound)

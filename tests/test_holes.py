@@ -18,6 +18,11 @@ def test_a_stretch_longer_than_max_age_is_a_hole_edges_included():
     assert holes(times, 0, 115 * S, 70 * S) == []
     assert holes([], 0, 100 * S, 10 * S) == []
     assert holes([500 * S], 0, 100 * S, 10 * S) == []
+    # the samples around the range: an interval across an edge longer than max_age is a
+    # hole from the sample before (a report's edges count nothing for it), one within not
+    assert holes([-65 * S, 30 * S, 60 * S, 100 * S], 0, 90 * S, 60 * S) == [(-65 * S, 30 * S)]
+    assert holes([-30 * S, 30 * S, 60 * S, 100 * S], 0, 90 * S, 60 * S) == []
+    assert holes([-30 * S, 30 * S, 60 * S, 121 * S], 0, 90 * S, 60 * S) == [(60 * S, 121 * S)]
 
 
 def test_overlapping_holes_of_several_workers_are_one_line_naming_them():

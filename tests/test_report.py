@@ -31,6 +31,7 @@ from dask_metrics.collector.report.advice import (
 )
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
 from dask_metrics.collector.report.edges import edge_usage
+from dask_metrics.collector.report.figures import energy_entry
 from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
@@ -273,6 +274,15 @@ def test_a_job_without_energy_on_metered_gpus_says_it_was_too_short() -> None:
     unmetered = build(session, [WorkerFacts(info, usage, [], [], [])], {}, None,
                       load_models(), 1.2)["jobs"]
     assert "report no energy counter" in unmetered[1]["energy_note"]
+
+
+def test_a_job_no_gpu_interval_counts_for_says_why_not_that_gpus_lack_a_counter() -> None:
+    """A job that lies in a gap between two GPU samples (a restarted Prometheus missed a
+    scrape) has no interval at all: its energy says so, not 'no energy counter'."""
+    entry = energy_entry([], 0, False)
+    assert entry["energy_joules"] is None
+    assert entry["energy_note"].startswith("not measured: no interval between two GPU samples")
+    assert "gap longer than --max-age" in entry["energy_note"]
 
 
 def test_the_shipped_gpu_table_and_the_smallest_fitting_model() -> None:

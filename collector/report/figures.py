@@ -47,7 +47,10 @@ def energy_entry(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str,
     range's fault, not the GPUs')."""
     measured = [u for u in usages if u.energy_intervals]
     if not measured:
-        note = ("not measured: no two energy readings of its GPUs fall within it (shorter "
+        note = ("not measured: no interval between two GPU samples of its workers counts for "
+                "it (shorter than a scrape interval, or in a gap longer than --max-age: see "
+                "the warnings)" if not gpus
+                else "not measured: no two energy readings of its GPUs fall within it (shorter "
                 "than a scrape interval)" if metered
                 else "not reported: these GPUs report no energy counter")
         return {"energy_joules": None, "energy_kwh": None, "energy_note": note}
