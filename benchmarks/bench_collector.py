@@ -2,30 +2,52 @@
 
     python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3 \
         --out /tmp/collector.md
+    python benchmarks/bench_collector.py --workers 100 --gpus 8 --interval 5 \
+        --arms floor ours --before 452050a
 
 Writes a deterministic OpenMetrics fixture (``dask_gpu_info``, six ``dask_gpu_*`` source
-series at 1 s, and the scheduler's ``dask_job_current_job/_dag`` and
-``dask_job_worker_tasks`` at 1 s, half a second off the GPU scrapes), backfills it with
-``promtool tsdb create-blocks-from openmetrics`` (cached under the temp dir, keyed by the
-parameters), starts Prometheus on a copy of the blocks and then runs, each in a fresh
-subprocess so that its peak RSS is its own (``os.wait4``), alternating over ``--rounds``:
+series and the busy counter, every ``--interval`` seconds (1 s by default), and the
+scheduler's ``dask_job_*`` series at the same interval, half an interval (half a second at
+1 s) after the GPU scrapes), backfills it with ``promtool tsdb create-blocks-from
+openmetrics`` (cached under the temp dir, keyed by the parameters), starts Prometheus on a
+copy of the blocks and then runs, each in a fresh subprocess so that its peak RSS is its own
+(``os.wait4`` in LAUNCHER), alternating over ``--rounds``, the ``--arms`` asked for (all
+by default):
 
-- ``floor``: plain ``requests`` POSTs of exactly the queries the collector sends (worker
-  discovery, cluster job/DAG, per worker its six series and its tasks), ``resp.json()``,
-  nothing else;
-- ``ours``: ``python -m dask_metrics.collector export ... --quiet`` (the real CLI);
+- ``floor``: plain ``requests`` POSTs of a fixed list of queries of the data the export
+  reads (floor_queries): discovery, the cluster's job/DAG, per worker one query of its GPU
+  series (the six columns' and the two counters gpu_by_prefix reads) and one each of its
+  tasks and its prefix tasks, then the DAGs' status and names and the activity counters,
+  each over the collector's time chunks; ``resp.json()``, nothing else. The same queries
+  at any scrape interval, five per worker for an hour; not the collector's own list (seven
+  per worker at 452050a; since 91add31 one query reads a batch of workers): the report
+  gives each arm's count;
+- ``ours``: ``python -m dask_metrics.collector export ... --quiet`` (the real CLI), of this
+  checkout or, with ``--at REF``, of git revision REF;
+- ``before`` (with ``--before REF``): the same CLI of git revision REF, e.g. the commit
+  before a change; its files must be byte-identical to ours';
 - ``peer``: ``prometheus-api-client``'s ``get_metric_range_data`` per worker and series
   (``metric{worker='w'}[Δ]`` instant queries), ``MetricRangeDataFrame``, one CSV per worker;
-- ``ours`` on the first 1 and 8 workers only, to show that memory does not grow with the
-  number of workers, and an import-only baseline of the collector.
+- ``plain``: the floor with ``Accept-Encoding: identity``;
+- ``scales``: ``ours`` on the first 1 and 8 workers only, to show that memory does not grow
+  with the number of workers, and an import-only baseline of the collector.
 
-Prints (and with ``--out`` writes) markdown tables: median wall time, max RSS, ratios.
+A git revision's code runs as installed (before_tree: ``git archive``, laid out as
+``dask_metrics/`` with collector/ and exporter/ inside, first on PYTHONPATH) from a folder
+outside the checkout, so that the checkout's ``dask_metrics/`` does not shadow it. The
+queries each arm sends are counted by Prometheus itself (``prometheus_http_requests_total``
+of /api/v1/query and /api/v1/query_range, read before and after the arm).
+
+Prints (and with ``--out`` writes) markdown tables: median wall time, max RSS, queries,
+ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import filecmp
+import io
 import json
 import os
 import platform
@@ -33,8 +55,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -46,8 +70,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_VERSION = 3  # bump when the fixture changes: the cached TSDB is keyed by it
 GiB = 2**30
 MiB = 2**20
-SCRAPE_OFFSET = 0.5  # the scheduler is scraped half a second after the GPU exporters
+SCRAPE_OFFSET = 0.5  # the scheduler is scraped half an interval after the GPU exporters
 SCHED_LEAD = 300  # seconds of scheduler data before the range (the collector looks back 2 m)
+MAX_INTERVAL = 60  # seconds: a scrape interval well within the collector's --max-age (2 m)
 MAX_AGE_MS = 120_000  # the collector's default --max-age
 CHUNK_MS = 3_600_000  # the collector's default --chunk
 READ_TIMEOUT = 60.0  # the collector's default read timeout (it sends 90 % as "timeout")
@@ -120,17 +145,21 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 def write_openmetrics(path: Path, workers: int, gpus: int, t0: int, seconds: int,
-                      fine: bool = True) -> int:
+                      fine: bool = True, interval: int = 1) -> int:
     """Write the fixture as OpenMetrics text (families together, samples in time order);
     return the number of samples. ``fine`` False leaves out where the time went (the busy
-    counter, prefix tasks, activity counters): the data of an older scheduler preload."""
-    times = range(seconds + 1)
-    sched_times = range(-SCHED_LEAD, seconds + 1)
+    counter, prefix tasks, activity counters): the data of an older scheduler preload.
+    ``interval``: seconds between two scrapes of every series; the scheduler's are
+    SCRAPE_OFFSET of an interval after the GPU exporters', from at least SCHED_LEAD seconds
+    before the data on (a whole number of intervals)."""
+    times = range(0, seconds + 1, interval)
+    lead = -(-SCHED_LEAD // interval) * interval
+    sched_times = range(-lead, seconds + 1, interval)
     sched = {"instance": "scheduler:8787", "job": "dask-scheduler"}
-    stamp = [str(t0 + t) for t in times]  # OpenMetrics timestamps: seconds
+    stamp = {t: str(t0 + t) for t in times}  # OpenMetrics timestamps: seconds
 
     def sched_stamp(s: int) -> str:
-        return f"{t0 + s + SCRAPE_OFFSET:.3f}"
+        return f"{t0 + s + SCRAPE_OFFSET * interval:.3f}"
 
     count = 0
     with open(path, "w", encoding="utf-8") as fh:
@@ -228,13 +257,15 @@ class Fixture:
 
 
 def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
-            fine: bool = True) -> Fixture:
+            fine: bool = True, interval: int = 1) -> Fixture:
     """TSDB blocks of the fixture, built once per parameters and kept under ``cache``
-    (``fine``: with the series of where the time went, see write_openmetrics).
+    (``fine``: with the series of where the time went; ``interval``: seconds between
+    scrapes; see write_openmetrics).
 
     The data ends at a whole hour at least three hours ago, as promtool's block rules like.
     """
-    folder = cache / f"v{FIXTURE_VERSION}{'' if fine else '-nofine'}-w{workers}-g{gpus}-h{hours:g}"
+    folder = cache / (f"v{FIXTURE_VERSION}{'' if fine else '-nofine'}-w{workers}-g{gpus}"
+                      f"-h{hours:g}-i{interval}")
     meta = folder / "meta.json"
     if meta.exists() and (folder / "blocks").is_dir():
         info = json.loads(meta.read_text())
@@ -246,7 +277,7 @@ def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
     t1 = int(time.time()) // 3600 * 3600 - 3 * 3600
     t0 = t1 - seconds
     source = folder / "input.om"
-    samples = write_openmetrics(source, workers, gpus, t0, seconds, fine)
+    samples = write_openmetrics(source, workers, gpus, t0, seconds, fine, interval)
     tmp_blocks = folder / "blocks.tmp"
     result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
                              str(source), str(tmp_blocks)], capture_output=True, text=True,
@@ -270,10 +301,13 @@ def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
 
 def floor_queries(t0: float, t1: float, workers: Sequence[str], kind: str = "all"
                   ) -> list[tuple[str, float]]:
-    """(PromQL, evaluation time) of the queries ``collector export`` sends for this range:
-    ``kind`` "all": every one (where the time went and jobs.csv included); "columns": only those
-    that fetch the columns' data (worker discovery, the cluster's job/DAG, per worker its
-    columns' series and its tasks), the export's floor."""
+    """(PromQL, evaluation time) of the floor's queries of what ``collector export`` reads for
+    this range, one per worker and kind of series and per time chunk as the collector plans
+    them: ``kind`` "all": all of it (where the time went and jobs.csv included); "columns":
+    only the columns' data (worker discovery, the cluster's job/DAG, per worker its columns'
+    series and its tasks), the export's floor. None depends on the scrape interval; the
+    collector's own queries differ (it reads a batch of workers in one query, and the edges
+    of some series apart)."""
     start, end = round(t0 * 1000), round(t1 * 1000)
 
     def ranged(sel: str, lo_ms: int, wrap: str = "{}") -> list[tuple[str, float]]:
@@ -361,32 +395,122 @@ def run_peer(url: str, t0: float, t1: float, workers: Sequence[str], out: Path
 # ---- the parent ----------------------------------------------------------------------------
 
 
+ARMS = ("floor", "ours", "peer", "plain", "scales")
+
+
 @dataclass
 class Contender:
-    """One way to export; ``walls`` and ``rss`` collect every timed run."""
+    """One way to export; ``walls``, ``rss`` and ``queries`` collect every timed run."""
 
     name: str
     what: str
     walls: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    queries: list[int] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
 
 
-def run_child(cmd: Sequence[str], log: Path) -> tuple[float, int, str]:
-    """Run ``cmd``; return (wall seconds, its own peak RSS in bytes, its stdout)."""
+# Runs argv[2:] as its child and writes "wall-seconds peak-RSS-KiB" of it into argv[1]: the
+# peak RSS of a process the benchmark started itself would be at least the benchmark's own
+# (Linux keeps the RSS high-water mark of the memory image an exec replaces, and a child
+# spawned from the benchmark starts as, or shares, the benchmark's), whereas this launcher's
+# child starts as a copy of the launcher (python -I -S: a few MiB).
+LAUNCHER = """import os, sys, time
+began = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - began
+with open(sys.argv[1], "w") as fh:
+    fh.write(f"{wall!r} {usage.ru_maxrss}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def run_child(cmd: Sequence[str], log: Path, pythonpath: str | Path | None = None
+              ) -> tuple[float, int, str]:
+    """Run ``cmd`` (through LAUNCHER); return (wall seconds, its own peak RSS in bytes, its
+    stdout). ``pythonpath``: a folder holding another tree's ``dask_metrics/``
+    (before_tree), first on PYTHONPATH; the child then runs in ``log``'s folder, not the
+    checkout, whose own ``dask_metrics/`` would otherwise come first on sys.path and shadow
+    it."""
+    env, cwd = None, ROOT
+    if pythonpath:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))}
+        cwd = log.parent
+    measured = log.with_suffix(".usage")
+    measured.unlink(missing_ok=True)
     with open(log, "w+b") as out, open(log.with_suffix(".err"), "w+b") as err:
-        began = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - began
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        code = subprocess.run([sys.executable, "-I", "-S", "-c", LAUNCHER, str(measured),
+                               *cmd], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                              cwd=cwd, env=env, check=False).returncode
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(), err.read().decode()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:4])} … failed ({proc.returncode}):\n{stderr[-3000:]}")
-    return wall, usage.ru_maxrss * 1024, stdout  # ru_maxrss is in KiB on Linux
+    if code != 0 or not measured.exists():
+        raise SystemExit(f"{' '.join(cmd[:4])} … failed ({code}):\n{stderr[-3000:]}")
+    wall, rss_kib = measured.read_text().split()
+    return float(wall), int(rss_kib) * 1024, stdout  # ru_maxrss is in KiB on Linux
+
+
+def before_tree(ref: str, into: Path) -> Path:
+    """The package of git revision ``ref`` laid out as installed (dask_metrics/ with
+    collector/ and exporter/ inside), for PYTHONPATH (run_child's ``pythonpath``)."""
+    src = into / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True,
+                             check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(src, filter="data")
+    pkg = into / "path" / "dask_metrics"
+    shutil.copytree(src / "dask_metrics", pkg)
+    for part in ("collector", "exporter"):
+        shutil.copytree(src / part, pkg / part)
+    return into / "path"
+
+
+def imports_from(pythonpath: str | Path, work: Path) -> None:
+    """Stop unless a child run as run_child runs it imports ``dask_metrics.collector`` from
+    ``pythonpath`` (a tree that is not laid out as installed would import this checkout's)."""
+    _, _, stdout = run_child([sys.executable, "-c", "import dask_metrics.collector as c; "
+                              "print(c.__file__)"], work / "imports.log", pythonpath)
+    where = Path(stdout.strip().splitlines()[-1]).resolve()
+    if not where.is_relative_to(Path(pythonpath).resolve()):
+        raise SystemExit(f"{pythonpath}: dask_metrics.collector comes from {where}, not from "
+                         "it (give a folder holding dask_metrics/ with collector/ inside)")
+
+
+def api_queries(url: str) -> int:
+    """Queries Prometheus has answered since it started: its own
+    ``prometheus_http_requests_total`` of /api/v1/query and /api/v1/query_range, all codes."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("prometheus_http_requests_total{") and (
+                'handler="/api/v1/query"' in line or 'handler="/api/v1/query_range"' in line):
+            total += float(line.rsplit(" ", 1)[1])
+    return round(total)
+
+
+def identical(a: Path, b: Path) -> tuple[int, list[str]]:
+    """(files compared, names that differ or are missing) of two export folders: every CSV
+    file, and export.json but for its versions."""
+    names = sorted(p.name for p in a.glob("*.csv"))
+    if sorted(p.name for p in b.glob("*.csv")) != names:
+        return len(names), ["the list of CSV files"]
+    _, differ, missing = filecmp.cmpfiles(a, b, names, shallow=False)
+    records = [json.loads((d / "export.json").read_text()) for d in (a, b)]
+    for r in records:
+        r.pop("versions", None)
+    if records[0] != records[1]:
+        differ.append("export.json")
+    return len(names) + 1, differ + missing
 
 
 def csv_stats(folder: Path) -> dict[str, int]:
@@ -422,7 +546,7 @@ DEFAULT_CACHE = Path(tempfile.gettempdir()) / "dask-metrics-bench-collector"
 
 @contextlib.contextmanager
 def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | None, work: Path,
-                   fine: bool = True) -> Iterator[tuple[Fixture, Any]]:
+                   fine: bool = True, interval: int = 1) -> Iterator[tuple[Fixture, Any]]:
     """The fixture (built once, kept under ``cache``) served by a fresh Prometheus in
     ``work``: every benchmark on this fixture starts here. Yields (fixture, server)."""
     if str(ROOT) not in sys.path:
@@ -431,7 +555,7 @@ def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | No
 
     if not (PROMETHEUS and PROMTOOL):
         raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
-    fix = fixture(workers, gpus, hours, Path(cache or DEFAULT_CACHE), PROMTOOL, fine)
+    fix = fixture(workers, gpus, hours, Path(cache or DEFAULT_CACHE), PROMTOOL, fine, interval)
     built = (f"built in {fix.seconds_to_build:.0f} s" if fix.seconds_to_build is not None
              else "from the cache")
     print(f"fixture: {fix.samples:,} samples, {built}: {fix.blocks}", file=sys.stderr)
@@ -443,12 +567,21 @@ def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | No
 def benchmark(args: argparse.Namespace, report: TextIO) -> None:
     """Build or reuse the fixture, start Prometheus, run every contender, write the report."""
     names = [worker_name(i) for i in range(args.workers)]
-    scales = sorted({n for n in args.scales if 0 < n < args.workers})
+    scales = sorted({n for n in args.scales if 0 < n < args.workers}) if "scales" in args.arms \
+        else []
     me = [sys.executable, str(Path(__file__).resolve())]
     work = Path(tempfile.mkdtemp(prefix="bench-collector-"))
     try:
+        trees: dict[str, Path | None] = {"ours": None}  # None: this checkout
+        if args.at:
+            trees["ours"] = before_tree(args.at, work / "tree-at")
+        if args.before:
+            trees["before"] = before_tree(args.before, work / "tree-before")
+        for tree in trees.values():
+            if tree is not None:
+                imports_from(tree, work)
         with served_fixture(args.workers, args.gpus, args.hours, args.cache, work,
-                            not args.without_fine) as (fix, prom):
+                            not args.without_fine, args.interval) as (fix, prom):
             url = prom.url
             span = ["--since", str(fix.t0), "--until", str(fix.t1)]
 
@@ -458,16 +591,21 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
                        "--out", str(out), "--metrics", *METRICS, "--quiet"]
                 return cmd + (["--workers", *names[:n]] if n < args.workers else [])
 
-            floor = Contender("floor", "requests + resp.json(), the collector's queries")
+            at = f" at {args.at}" if args.at else ""
+            floor = Contender("floor", "requests + resp.json(), the data's queries, per "
+                                       "worker")
             plain = Contender("floor, no gzip", "the same with Accept-Encoding: identity")
-            ours = Contender("ours", "python -m dask_metrics.collector export (tidy CSV)")
+            ours = Contender("ours", f"python -m dask_metrics.collector export{at} (tidy CSV)")
+            before = Contender("before", f"the same CLI at {args.before}")
             peer = Contender("peer", "prometheus-api-client + MetricRangeDataFrame.to_csv")
             scaled = {n: Contender(f"ours, {n} worker{'s' if n > 1 else ''}", "") for n in scales}
             base = Contender("baseline",
                              "python -c 'import dask_metrics.collector.cli' (no export)")
+            kept: dict[str, Path] = {}  # the last round's export of ours and before
 
             def once(c: Contender, i: int) -> None:
                 out = work / f"{c.name}-{i}".replace(" ", "").replace(",", "")
+                tree = None
                 if c is floor or c is plain:
                     encoding = "gzip" if c is floor else "identity"
                     cmd = [*me, "_floor", url, str(fix.t0), str(fix.t1), encoding, *names]
@@ -476,32 +614,53 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
                 elif c is base:
                     cmd = [sys.executable, "-c",
                            "import dask_metrics.collector.cli, dask_metrics.collector.export"]
+                    tree = trees["ours"]
                 else:
                     n = next((k for k, v in scaled.items() if v is c), args.workers)
                     cmd = ours_cmd(n, out)
-                wall, rss, stdout = run_child(cmd, work / "child.log")
+                    tree = trees["before"] if c is before else trees["ours"]
+                asked = api_queries(url)
+                wall, rss, stdout = run_child(cmd, work / "child.log", tree)
+                c.queries.append(api_queries(url) - asked)
                 c.walls.append(wall)
                 c.rss.append(rss)
                 if c in (floor, plain, peer):
                     c.stats = json.loads(stdout.strip().splitlines()[-1])
                 elif c is not base:
                     c.stats = csv_stats(out)
-                shutil.rmtree(out, ignore_errors=True)
-                print(f"  {c.name}: {wall:.2f} s, {mib(rss)} MiB", file=sys.stderr)
+                if c in (ours, before):
+                    if c.name in kept:
+                        shutil.rmtree(kept[c.name], ignore_errors=True)
+                    kept[c.name] = out
+                else:
+                    shutil.rmtree(out, ignore_errors=True)
+                print(f"  {c.name}: {wall:.2f} s, {mib(rss)} MiB, {c.queries[-1]} queries",
+                      file=sys.stderr)
 
             print("warm-up", file=sys.stderr)
             once(floor, -1)
             floor.walls.clear()
             floor.rss.clear()
-            main = [floor, ours, peer, plain]
+            floor.queries.clear()
+            rotating = [c for c, on in ((floor, True), (ours, "ours" in args.arms),
+                                        (before, bool(args.before)),
+                                        (peer, "peer" in args.arms)) if on]
+            after = [c for c, on in ((plain, "plain" in args.arms),
+                                     (base, "scales" in args.arms)) if on]
             loads = [os.getloadavg()[0]]
             for r in range(args.rounds):
                 print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
-                for c in main[r % 3:3] + main[: r % 3]:
+                k = r % len(rotating)
+                for c in rotating[k:] + rotating[:k]:
                     once(c, r)
-                for c in [plain, base, *scaled.values()]:
+                for c in [*after, *scaled.values()]:
                     once(c, r)
                 loads.append(os.getloadavg()[0])
+            same = ""
+            if len(kept) == 2:
+                count, bad = identical(kept["ours"], kept["before"])
+                same = (f"ours and before ({args.before}): {count} files, "
+                        + (f"differ: {', '.join(bad)}" if bad else "byte-identical"))
             prom_log = prom.log_tail(500)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -509,20 +668,23 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
         print(f"prometheus log:\n{prom_log}", file=sys.stderr)
     from tests.prometheus_helpers import PROMETHEUS
 
-    write_report(report, args, fix, versions(str(PROMETHEUS)), main,
-                 [base, *scaled.values(), ours], loads)
+    main = [*rotating, *([plain] if plain in after else [])]
+    scaling = [base, *scaled.values(), ours] if base in after else []
+    write_report(report, args, fix, versions(str(PROMETHEUS)), main, scaling, loads, same)
 
 
 def write_report(fh: TextIO, args: argparse.Namespace, fix: Fixture, ver: dict[str, str],
-                 main: list[Contender], scaling: list[Contender], loads: list[float]) -> None:
+                 main: list[Contender], scaling: list[Contender], loads: list[float],
+                 same: str = "") -> None:
     """Markdown tables: the contenders with ratios to the floor, then ours by workers."""
     floor = main[0]
     f_wall, f_rss = statistics.median(floor.walls), max(floor.rss)
     span = (f"{datetime.fromtimestamp(fix.t0, tz=timezone.utc):%Y-%m-%dT%H:%MZ} + "
             f"{args.hours:g} h")
     fh.write(f"Data: {args.workers} workers x {args.gpus} GPUs x {len(SOURCES)} series at "
-             f"1 s ({span}), {fix.samples:,} samples backfilled in all; metrics "
-             f"{' '.join(METRICS)}; median of {args.rounds} rounds, max RSS of the process.\n")
+             f"{args.interval} s ({span}), {fix.samples:,} samples backfilled in all; metrics "
+             f"{' '.join(METRICS)}; median of {args.rounds} rounds, max RSS of the process; "
+             "queries: /api/v1/query and /query_range requests Prometheus counted.\n")
     fh.write(f"Versions: {', '.join(f'{k} {v}' for k, v in ver.items())}. 1-minute load "
              f"average before/after each round: {', '.join(f'{x:.1f}' for x in loads)}.\n\n")
     fh.write("| contender | wall s (median) | min | x floor | max RSS MiB | x floor | queries | "
@@ -532,10 +694,15 @@ def write_report(fh: TextIO, args: argparse.Namespace, fix: Fixture, ver: dict[s
         wall, rss = statistics.median(c.walls), max(c.rss)
         count = c.stats.get("samples", c.stats.get("rows", 0))
         size = c.stats.get("bytes_in", c.stats.get("bytes_out", 0))
-        queries = c.stats.get("queries", floor.stats["queries"] if c.name == "ours" else 0)
+        lo, hi = min(c.queries), max(c.queries)
+        queries = f"{lo}" if lo == hi else f"{lo}-{hi}"
         fh.write(f"| {c.name}: {c.what} | {wall:.2f} | {min(c.walls):.2f} | "
                  f"{wall / f_wall:.2f} | {mib(rss)} | {rss / f_rss:.2f} | {queries} | "
                  f"{count:,} | {mib(size)} MiB |\n")
+    if same:
+        fh.write(f"\nFiles: {same}.\n")
+    if not scaling:
+        return
     fh.write("\nMemory against the number of workers exported (ours, same data and range):\n\n"
              "| run | wall s | max RSS MiB | RSS - baseline MiB | rows out |\n"
              "|---|---:|---:|---:|---:|\n")
@@ -566,7 +733,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument("--interval", type=int, default=1, metavar="SECONDS",
+                        help=f"seconds between two scrapes of every series, 1-{MAX_INTERVAL} "
+                             "(default 1)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
+                        help="the contenders to run (default all; floor always runs)")
+    parser.add_argument("--at", metavar="REF",
+                        help="ours is git revision REF's code, not this checkout's")
+    parser.add_argument("--before", metavar="REF",
+                        help="also run the export of git revision REF ('before')")
     parser.add_argument("--scales", type=lambda s: [int(x) for x in s.split(",")],
                         default=[1, 8], help="smaller worker counts for ours (default 1,8)")
     parser.add_argument("--cache", help="where the backfilled TSDB is kept between runs")
@@ -574,6 +750,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a fixture without where the time went (an older scheduler preload)")
     parser.add_argument("--out", help="also write the markdown tables to this file")
     args = parser.parse_args(argv)
+    if not 1 <= args.interval <= MAX_INTERVAL:
+        parser.error(f"--interval {args.interval}: give 1-{MAX_INTERVAL} seconds")
+    if "scales" in args.arms and "ours" not in args.arms:
+        parser.error("--arms scales compares with ours: add ours")
+    if args.before and "ours" not in args.arms:
+        parser.error("--before compares with ours: add ours to --arms")
     began = time.perf_counter()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

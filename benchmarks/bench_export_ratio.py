@@ -14,7 +14,9 @@ Prometheus, the arms alternate in rotating order, each a fresh process:
 - ``this``: this checkout's ``collector export`` with bench_collector.py's ``--metrics``;
 - ``before`` (with ``--pythonpath``): the same CLI from another tree laid out as an
   importable ``dask_metrics/`` (e.g. ``git archive`` of an older commit, with collector/ and
-  exporter/ copied inside it); its output files must be byte-identical to this one's.
+  exporter/ copied inside it, as bench_collector.before_tree lays it out), run from outside
+  the checkout so that the checkout's ``dask_metrics/`` does not shadow it; its output files
+  must be byte-identical to this one's.
 
 Prints a markdown table: median wall time per arm and the ratios, the load average.
 """
@@ -22,8 +24,6 @@ Prints a markdown table: median wall time per arm and the ratios, the load avera
 from __future__ import annotations
 
 import argparse
-import filecmp
-import json
 import os
 import shutil
 import statistics
@@ -35,25 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collector import (  # a sibling script, not a package
     DEFAULT_CACHE,
     METRICS,
+    identical,
+    imports_from,
     run_child,
     served_fixture,
     worker_name,
 )
-
-
-def identical(a: Path, b: Path) -> tuple[int, list[str]]:
-    """(files compared, names that differ or are missing) of two export folders: every CSV
-    file, and export.json but for its versions."""
-    names = sorted(p.name for p in a.glob("*.csv"))
-    if sorted(p.name for p in b.glob("*.csv")) != names:
-        return len(names), ["the list of CSV files"]
-    _, differ, missing = filecmp.cmpfiles(a, b, names, shallow=False)
-    records = [json.loads((d / "export.json").read_text()) for d in (a, b)]
-    for r in records:
-        r.pop("versions", None)
-    if records[0] != records[1]:
-        differ.append("export.json")
-    return len(names) + 1, differ + missing
 
 
 def main() -> int:
@@ -86,14 +73,15 @@ def main() -> int:
                         "floor, all": [*floor, "gzip:all", *names],
                         "this": [sys.executable, *export, str(work / "this")]}
                 if args.pythonpath:
-                    arms["before"] = ["env", f"PYTHONPATH={args.pythonpath}", sys.executable,
-                                      *export, str(work / "before")]
+                    imports_from(args.pythonpath, work)
+                    arms["before"] = [sys.executable, *export, str(work / "before")]
                 order = list(arms)
                 run_child(arms["floor, all"], work / "child.log")  # warm-up: page cache
                 for r in range(args.rounds):
                     for name in order[r % len(order):] + order[:r % len(order)]:
                         shutil.rmtree(work / name, ignore_errors=True)  # a new folder each time
-                        wall, _, _ = run_child(arms[name], work / "child.log")
+                        wall, _, _ = run_child(arms[name], work / "child.log",
+                                               args.pythonpath if name == "before" else None)
                         walls.setdefault(name, []).append(wall)
                         print(f"{which} round {r + 1} {name}: {wall:.2f} s", file=sys.stderr)
                     loads.append(os.getloadavg()[0])

@@ -27,14 +27,18 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collector import ROOT, run_child, served_fixture  # a sibling script
+from bench_collector import (  # a sibling script
+    ROOT,
+    before_tree,
+    run_child,
+    served_fixture,
+)
 
 SMALL = 4  # workers on a small overview (the session report's DEFAULT_PLOTS)
 PARTS = {"import": "import the plot module (matplotlib)",
@@ -79,22 +83,6 @@ def draw(folder: Path) -> dict[str, list[float]]:
     out["plot"] = [sum(x) for x in zip(*(out[k] for k in ("import", "read", "workers",
                                                            "cluster")), strict=True)]
     return out
-
-
-def before_tree(ref: str, into: Path) -> Path:
-    """The package of git revision ``ref`` laid out as installed (dask_metrics/ with
-    collector/ and exporter/ inside), for PYTHONPATH."""
-    src = into / "src"
-    src.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True,
-                             check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(src, filter="data")
-    pkg = into / "path" / "dask_metrics"
-    shutil.copytree(src / "dask_metrics", pkg)
-    for part in ("collector", "exporter"):
-        shutil.copytree(src / part, pkg / part)
-    return into / "path"
 
 
 def export_folder(args: argparse.Namespace, work: Path) -> Path:
