@@ -257,15 +257,19 @@ class Fixture:
 
 
 def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
-            fine: bool = True, interval: int = 1) -> Fixture:
+            fine: bool = True, interval: int = 1, fleet: bool = False) -> Fixture:
     """TSDB blocks of the fixture, built once per parameters and kept under ``cache``
     (``fine``: with the series of where the time went; ``interval``: seconds between
-    scrapes; see write_openmetrics).
+    scrapes; see write_openmetrics). ``fleet``: fleet_data's fleet instead, every series
+    the exporter and the scheduler preload write.
 
     The data ends at a whole hour at least three hours ago, as promtool's block rules like.
     """
-    folder = cache / (f"v{FIXTURE_VERSION}{'' if fine else '-nofine'}-w{workers}-g{gpus}"
-                      f"-h{hours:g}-i{interval}")
+    if fleet:
+        import fleet_data  # a sibling script; it reads the names of dask_metrics.contract
+    kind = (f"fleet-v{fleet_data.VERSION}" if fleet
+            else f"v{FIXTURE_VERSION}{'' if fine else '-nofine'}")
+    folder = cache / f"{kind}-w{workers}-g{gpus}-h{hours:g}-i{interval}"
     meta = folder / "meta.json"
     if meta.exists() and (folder / "blocks").is_dir():
         info = json.loads(meta.read_text())
@@ -277,7 +281,8 @@ def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
     t1 = int(time.time()) // 3600 * 3600 - 3 * 3600
     t0 = t1 - seconds
     source = folder / "input.om"
-    samples = write_openmetrics(source, workers, gpus, t0, seconds, fine, interval)
+    samples = (fleet_data.write_fleet(source, workers, gpus, t0, seconds, interval) if fleet
+               else write_openmetrics(source, workers, gpus, t0, seconds, fine, interval))
     tmp_blocks = folder / "blocks.tmp"
     result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
                              str(source), str(tmp_blocks)], capture_output=True, text=True,
@@ -546,7 +551,8 @@ DEFAULT_CACHE = Path(tempfile.gettempdir()) / "dask-metrics-bench-collector"
 
 @contextlib.contextmanager
 def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | None, work: Path,
-                   fine: bool = True, interval: int = 1) -> Iterator[tuple[Fixture, Any]]:
+                   fine: bool = True, interval: int = 1, fleet: bool = False,
+                   prom_args: Sequence[str] = PROM_ARGS) -> Iterator[tuple[Fixture, Any]]:
     """The fixture (built once, kept under ``cache``) served by a fresh Prometheus in
     ``work``: every benchmark on this fixture starts here. Yields (fixture, server)."""
     if str(ROOT) not in sys.path:
@@ -555,11 +561,12 @@ def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | No
 
     if not (PROMETHEUS and PROMTOOL):
         raise SystemExit("needs prometheus and promtool (Debian package 'prometheus')")
-    fix = fixture(workers, gpus, hours, Path(cache or DEFAULT_CACHE), PROMTOOL, fine, interval)
+    fix = fixture(workers, gpus, hours, Path(cache or DEFAULT_CACHE), PROMTOOL, fine, interval,
+                  fleet)
     built = (f"built in {fix.seconds_to_build:.0f} s" if fix.seconds_to_build is not None
              else "from the cache")
     print(f"fixture: {fix.samples:,} samples, {built}: {fix.blocks}", file=sys.stderr)
-    with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=PROM_ARGS,
+    with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=prom_args,
                         ready_timeout=120) as prom:
         yield fix, prom
 
