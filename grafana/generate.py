@@ -47,7 +47,10 @@ RATE = "$__rate_interval"
 
 # ---- building blocks -------------------------------------------------------------------------
 
-_SELECTOR = re.compile(r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+)(?![\w(])(?:\{([^{}]*)\})?")
+# A dask-metrics series: exported (dask_gpu_*, dask_job_*) or recorded by the rules file's
+# dashboards group (level:metric:operations, every level starting with dask_cluster).
+SERIES = r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+|dask_cluster\w*:\w+:\w+)(?![\w(:])"
+_SELECTOR = re.compile(SERIES + r"(?:\{([^{}]*)\})?")
 
 
 def scoped(expr: str) -> str:
@@ -301,30 +304,51 @@ def custom_variable(name: str, label: str, values: list[str], default: str) -> d
 # ---- shared expressions ----------------------------------------------------------------------
 
 BUSY = f"rate(dask_gpu_busy_seconds_total{{{W}}}[{RATE}])"
-# Share of each worker's running tasks that belong to each job (1 when a worker runs one job).
-JOB_SHARE = ('sum by (worker, scheduler_start, job_id) '
-             '(dask_job_worker_tasks{job_id=~"$job_id", ' + W + '})'
-             " / on(worker) group_left() sum by (worker) (dask_job_worker_tasks)")
-JOB_BUSY = (f"{JOB_SHARE} * on(worker) group_left() "
-            f"sum by (worker) (rate(dask_gpu_busy_seconds_total[{RATE}]))")
-JOB_HELD = f"{JOB_SHARE} * on(worker) group_left() count by (worker) (dask_gpu_info)"
-# The same split of the GPUs' GPM activity: SM- and tensor-busy GPU-equivalents per job.
-JOB_SM = (f"{JOB_SHARE} * on(worker) group_left() "
-          f"sum by (worker) (rate(dask_gpu_sm_active_seconds_total[{RATE}]))")
-JOB_TENSOR = (f"{JOB_SHARE} * on(worker) group_left() "
-              f"sum by (worker) (rate(dask_gpu_tensor_active_seconds_total[{RATE}]))")
-JOB_WORKERS = ('max by (worker, scheduler_start, job_id) (dask_job_worker_tasks{job_id=~"$job_id", '
-               + W + '}) * 0')
-DAG_NAMED = ("{status} * ignoring(job_name, client) group_left(job_name, client) {info}")
+# GPUs ranked by their highest memory use over the range as a share of capacity.
+MEMORY_RANK = (f"max_over_time(dask_gpu_memory_used_bytes{{{W}}}[$__range] @ end()) "
+               f"/ max_over_time(dask_gpu_memory_total_bytes{{{W}}}[$__range] @ end())")
+# The job, prefix and activity panels read what the rules file's dask-metrics.dashboards
+# group records (deploy/helm/dask-metrics/files/prometheus-rules.yaml): joined and summed
+# there every 15 s, they stay fast over thousands of GPUs.
+WJ = f'job_id=~"$job_id", {W}'
 JOB_SEL = 'job_id=~"$job_id"'
-# Time per activity (Dask's fine performance metrics): seconds per second = threads busy.
-ACTIVITY_RATE = f"rate(dask_job_activity_seconds_total{{{JOB_SEL}}}[{RATE}])"
-# Share of each worker's executing tasks per (job, prefix), times the worker's GPU busy rate.
-PREFIX_SHARE = ("sum by (worker, scheduler_start, job_id, prefix) (dask_job_worker_prefix_tasks{"
-                + JOB_SEL + ", " + W + "}) / on(worker) group_left() "
-                "sum by (worker) (dask_job_worker_prefix_tasks)")
-PREFIX_BUSY = (f"{PREFIX_SHARE} * on(worker) group_left() "
-               f"sum by (worker) (rate(dask_gpu_busy_seconds_total[{RATE}]))")
+
+
+def recorded(level: str, metric: str, operation: str, selector: str) -> str:
+    """A series of the dashboards recording group, limited by ``selector``."""
+    return f"dask_cluster_{level}:{metric}:{operation}{{{selector}}}"
+
+
+# Per worker and job: the job's share of the worker's busy / SM- / tensor-active GPUs and of
+# its GPUs (held), and the worker's peaks while it runs the job's tasks.
+JOB_BUSY = recorded("worker_job", "dask_gpu_busy_seconds", "rate2m", WJ)
+JOB_SM = recorded("worker_job", "dask_gpu_sm_active_seconds", "rate2m", WJ)
+JOB_TENSOR = recorded("worker_job", "dask_gpu_tensor_active_seconds", "rate2m", WJ)
+JOB_HELD = recorded("worker_job", "dask_gpu_info", "count", WJ)
+JOB_PEAK = recorded("worker_job", "dask_gpu_memory_peak_bytes", "max", WJ)
+JOB_PEAK_RATIO = recorded("worker_job", "dask_gpu_memory_peak_bytes", "max_ratio", WJ)
+JOB_RMM_USED = recorded("worker_job", "dask_job_worker_rmm_used_bytes", "max", WJ)
+JOB_RMM_POOL = recorded("worker_job", "dask_job_worker_rmm_pool_bytes", "max", WJ)
+PREFIX_BUSY = recorded("job_prefix", "dask_gpu_busy_seconds", "rate2m", JOB_SEL)
+GPU_BUSY = recorded("worker_gpu", "dask_gpu_busy_seconds", "rate2m", W)
+ACTIVITY_TIME = recorded("job_activity", "dask_job_activity_seconds", "rate2m", JOB_SEL)
+PREFIX_TIME = recorded("job_prefix", "dask_job_activity_seconds", "rate2m", JOB_SEL)
+DAG_NAMED = ("{status} * ignoring(job_name, client) group_left(job_name, client) {info}")
+PREFIX_KEYS = "scheduler_start, job_id, prefix"
+
+
+def top_prefixes(series: str) -> str:
+    """``series`` summed per job and prefix, the ``$top`` largest over the time range only:
+    a fleet runs thousands of (job, prefix) pairs in a day."""
+    per = f"sum by ({PREFIX_KEYS}) ({series})"
+    return (f"{per} and on({PREFIX_KEYS}) topk($top, sum by ({PREFIX_KEYS}) "
+            f"(sum_over_time({series}[$__range] @ end())))")
+
+
+def top_gpus(series: str, rank: str, pick: str = "topk") -> str:
+    """``series`` of the ``$top`` GPUs ranked by ``rank`` (one value per GPU at the range's
+    end): thousands of GPUs are no chart, and matching them step by step is slow."""
+    return f"{series} and on(worker, gpu) {pick}($top, {rank})"
 
 
 # ---- the dashboards --------------------------------------------------------------------------
@@ -338,6 +362,7 @@ def cluster() -> Dashboard:
         "(dask_gpu_*) and the scheduler preload (dask_job_*).")
     d.variable(query_variable("worker", "Worker", "label_values(dask_gpu_info, worker)"))
     d.variable(custom_variable("idle_below", "Idle below", ["0.01", "0.05", "0.1", "0.2"], "0.05"))
+    d.variable(custom_variable("top", "GPUs shown", ["16", "64", "256", "1024"], "64"))
     d.row("Now")
     d.add(
         stat("GPUs", "GPUs the exporters report (dask_gpu_info).", "none",
@@ -376,8 +401,11 @@ def cluster() -> Dashboard:
     d.add(timeline(
         "GPU utilisation per worker and GPU",
         "Mean utilisation over $__rate_interval, one row per GPU (rate of "
-        "dask_gpu_busy_seconds_total). Click a row for that worker's dashboard.", "percentunit",
-        [target(BUSY, "{{worker}} / GPU {{gpu}}")], min_=0, max_=1,
+        "dask_gpu_busy_seconds_total), of the `GPUs shown` least used over the time range "
+        "(all of them on a smaller cluster). Click a row for that worker's dashboard.",
+        "percentunit",
+        [target(top_gpus(BUSY, f"rate(dask_gpu_busy_seconds_total{{{W}}}[$__range] @ end())",
+                         "bottomk"), "{{worker}} / GPU {{gpu}}")], min_=0, max_=1,
         color={"mode": "continuous-BlYlRd"}, links=[WORKER_LINK],
         h=9))
     d.add(
@@ -385,10 +413,11 @@ def cluster() -> Dashboard:
             "Busy and idle GPUs",
             "GPUs at or above the `Idle below` utilisation, GPUs below it, and idle GPUs whose "
             "worker is running tasks right now (dask_job_worker_tasks): a job holds them "
-            "without using them.", "none",
-            [target(f"count({BUSY} >= $idle_below) or vector(0)", "busy"),
-             target(f"count({BUSY} < $idle_below) or vector(0)", "idle"),
-             target(f"count(({BUSY} < $idle_below) and on(worker) "
+            "without using them. Utilisation over 2 minutes, from the recording rules.",
+            "none",
+            [target(f"count({GPU_BUSY} >= $idle_below) or vector(0)", "busy"),
+             target(f"count({GPU_BUSY} < $idle_below) or vector(0)", "idle"),
+             target(f"count(({GPU_BUSY} < $idle_below) and on(worker) "
                     "(sum by (worker) (dask_job_worker_tasks) > 0)) or vector(0)",
                     "idle while their worker runs tasks")],
             w=16, min_=0,
@@ -405,8 +434,10 @@ def cluster() -> Dashboard:
     d.row("Memory")
     d.add(
         timeseries(
-            "GPU memory in use", "Memory used over capacity, per GPU.", "percentunit",
-            [target(f"dask_gpu_memory_used_bytes{{{W}}} / dask_gpu_memory_total_bytes{{{W}}}",
+            "GPU memory in use", "Memory used over capacity, per GPU, of the `GPUs shown` "
+            "fullest over the time range.", "percentunit",
+            [target(f"({top_gpus(f'dask_gpu_memory_used_bytes{{{W}}}', MEMORY_RANK)}) "
+                    f"/ dask_gpu_memory_total_bytes{{{W}}}",
                     "{{worker}} / GPU {{gpu}}")], min_=0, max_=1, links=[WORKER_LINK]),
         table(
             "Memory per GPU: now, peak, capacity",
@@ -427,10 +458,16 @@ def cluster() -> Dashboard:
     )
     d.row("Power and temperature")
     d.add(
-        timeseries("Power draw", "Board power per GPU.", "watt",
-                   [target(f"dask_gpu_power_watts{{{W}}}", "{{worker}} / GPU {{gpu}}")], w=10),
-        timeseries("Temperature", "GPU core temperature.", "celsius",
-                   [target(f"dask_gpu_temperature_celsius{{{W}}}", "{{worker}} / GPU {{gpu}}")],
+        timeseries("Power draw", "Board power per GPU, of the `GPUs shown` drawing the most "
+                   "over the time range.", "watt",
+                   [target(top_gpus(f"dask_gpu_power_watts{{{W}}}",
+                                    f"avg_over_time(dask_gpu_power_watts{{{W}}}[$__range] "
+                                    "@ end())"), "{{worker}} / GPU {{gpu}}")], w=10),
+        timeseries("Temperature", "GPU core temperature, of the `GPUs shown` hottest over the "
+                   "time range.", "celsius",
+                   [target(top_gpus(f"dask_gpu_temperature_celsius{{{W}}}",
+                                    f"max_over_time(dask_gpu_temperature_celsius{{{W}}}"
+                                    "[$__range] @ end())"), "{{worker}} / GPU {{gpu}}")],
                    w=10),
         stat("Energy in range", "Energy the selected GPUs used over the dashboard's time "
              "range (dask_gpu_energy_joules_total).", "joule",
@@ -590,6 +627,7 @@ def jobs() -> Dashboard:
         "the GPU series on the worker label.")
     d.variable(query_variable("job_id", "Job", "label_values(dask_job_dag_info, job_id)"))
     d.variable(query_variable("worker", "Worker", "label_values(dask_gpu_info, worker)"))
+    d.variable(custom_variable("top", "Prefixes shown", ["10", "20", "50", "100", "1000"], "20"))
     d.row("Timeline")
     d.add(timeline(
         "Which job and DAG ran on which worker",
@@ -620,7 +658,9 @@ def jobs() -> Dashboard:
         "(dask_gpu_busy_seconds_total), shared among the jobs running tasks on it in "
         "proportion to their tasks, summed. GPU-hours held: the same with the worker's GPU "
         "count instead of its busy time. Peak memory: the highest peak "
-        "(dask_gpu_memory_peak_bytes) of a GPU of a worker while it ran the job's tasks.",
+        "(dask_gpu_memory_peak_bytes) of a GPU of a worker while it ran the job's tasks. "
+        "From the dask-metrics recording rules (sampled every 15 s: `collector report` has "
+        "the exact numbers).",
         "none",
         [target("max by (scheduler_start, job_id, job_name) (last_over_time(dask_job_dag_info"
                 '{job_id=~"$job_id"}[$__range]))', "{{job_name}}", instant=True, table=True),
@@ -633,14 +673,10 @@ def jobs() -> Dashboard:
          target("sum by (scheduler_start, job_id) "
                 f"(sum_over_time(({JOB_HELD})[$__range:$__interval])) "
                 "* $__interval_ms / 3600000", "held", instant=True, table=True),
-         target("max by (scheduler_start, job_id) "
-                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
-                "max by (worker) (dask_gpu_memory_peak_bytes))[$__range:$__interval]))",
+         target(f"max by (scheduler_start, job_id) (max_over_time({JOB_PEAK}[$__range]))",
                 "peak", instant=True, table=True),
-         target("max by (scheduler_start, job_id) "
-                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
-                "max by (worker) (dask_gpu_memory_peak_bytes / dask_gpu_memory_total_bytes))"
-                "[$__range:$__interval]))", "peak share", instant=True, table=True)],
+         target(f"max by (scheduler_start, job_id) (max_over_time({JOB_PEAK_RATIO}"
+                "[$__range]))", "peak share", instant=True, table=True)],
         h=8, hide=("Value #A",), order=("scheduler_start", "job_id", "job_name"),
         rename={"scheduler_start": "scheduler start", "job_id": "job", "job_name": "name",
                 "Value #B": "DAGs",
@@ -653,7 +689,7 @@ def jobs() -> Dashboard:
     d.add(
         timeseries("GPUs busy per job", "Busy GPU-equivalents attributed to each job (the "
                    "integrand of GPU-hours busy): a worker's busy time split among the jobs "
-                   "running tasks on it.", "none",
+                   "running tasks on it (recording rules).", "none",
                    [target(f"sum by (scheduler_start, job_id) ({JOB_BUSY})", "job {{job_id}}")],
                    w=12, h=8,
                    stack=True, min_=0),
@@ -670,13 +706,9 @@ def jobs() -> Dashboard:
         "Jobs: RMM", "Per job over the dashboard's time range: the largest RMM use and pool "
         "of a worker while it ran the job's tasks (worker heartbeats, so the use is sampled: "
         "a lower bound). NVML's peak memory counts a whole pool as used.", "bytes",
-        [target("max by (scheduler_start, job_id) "
-                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
-                "max by (worker) (dask_job_worker_rmm_used_bytes))[$__range:$__interval]))",
+        [target(f"max by (scheduler_start, job_id) (max_over_time({JOB_RMM_USED}[$__range]))",
                 "RMM in use", instant=True, table=True),
-         target("max by (scheduler_start, job_id) "
-                f"(max_over_time(({JOB_WORKERS} + on(worker) group_left() "
-                "max by (worker) (dask_job_worker_rmm_pool_bytes))[$__range:$__interval]))",
+         target(f"max by (scheduler_start, job_id) (max_over_time({JOB_RMM_POOL}[$__range]))",
                 "RMM pool", instant=True, table=True)],
         w=24, h=6, order=("scheduler_start", "job_id",),
         rename={"scheduler_start": "scheduler start", "job_id": "job",
@@ -687,12 +719,13 @@ def jobs() -> Dashboard:
                    "jobs' tasks (dask_job_activity_seconds_total): seconds per second, i.e. "
                    "threads busy, by activity: thread-cpu, thread-noncpu (I/O, GPU, GIL), "
                    "disk-read/write (spilling), custom context_meter labels...", "short",
-                   [target(f"sum by (activity) ({ACTIVITY_RATE})", "{{activity}}")],
+                   [target(f"sum by (activity) ({ACTIVITY_TIME})", "{{activity}}")],
                    w=12, h=9, stack=True, min_=0),
         timeseries("Time per task prefix", "The same, by job and task prefix (prefixes "
-                   "beyond the scheduler's max-prefixes-per-job are added up as 'other').",
+                   "beyond the scheduler's max-prefixes-per-job are added up as 'other'), "
+                   "of the `Prefixes shown` with the most time in the range.",
                    "short",
-                   [target(f"sum by (scheduler_start, job_id, prefix) ({ACTIVITY_RATE})",
+                   [target(top_prefixes(PREFIX_TIME),
                            "job {{job_id}} / {{prefix}}")],
                    w=12, h=9, stack=True, min_=0),
     )
@@ -707,8 +740,10 @@ def jobs() -> Dashboard:
     d.add(timeseries(
         "GPUs busy per task prefix", "Busy GPU-equivalents attributed to each job's task "
         "prefixes: a worker's GPU busy time split among the prefixes executing on it "
-        "(dask_job_worker_prefix_tasks) in proportion to their tasks.", "none",
-        [target(f"sum by (scheduler_start, job_id, prefix) ({PREFIX_BUSY})",
+        "(dask_job_worker_prefix_tasks) in proportion to their tasks, summed over all "
+        "workers; the `Prefixes shown` with the most GPU time in the range (recording "
+        "rules).", "none",
+        [target(top_prefixes(PREFIX_BUSY),
                 "job {{job_id}} / {{prefix}}")],
         w=12, h=9, stack=True, min_=0))
     d.row("Workers: memory and CPU beside the GPUs")

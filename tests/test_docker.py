@@ -335,4 +335,7 @@ def test_prometheus_config_passes_promtool_with_its_mounts(tmp_path):
                             text=True, timeout=60, check=False)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    assert "dask-metrics.yaml" in out and "10 rules found" in out, out
+    rules = yaml.safe_load((ROOT / "deploy/helm/dask-metrics/files/prometheus-rules.yaml")
+                           .read_text())
+    count = sum(len(g["rules"]) for g in rules["groups"])  # the alerts and the records
+    assert "dask-metrics.yaml" in out and f"{count} rules found" in out, out

@@ -224,6 +224,11 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
+    "--rounds 3 --dashboards /tmp/before": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
+    "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -831,6 +836,10 @@ def test_benchmark_command_lines_parse():
         "83a2cb5",
         "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3",
         "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg",
+        "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
+        "--rounds 3 --dashboards /tmp/before",
+        "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
+        "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []

@@ -43,7 +43,9 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 LEGEND_LABELS = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 RANGE_FUNCS = re.compile(r"\b(rate|irate|increase|delta|idelta|deriv)\(")
-SELECTORS = re.compile(r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+)(?![\w(])(?:\{([^{}]*)\})?")
+# Exported series, and the series the rules file records for the dashboards.
+SERIES = r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+|dask_cluster\w*:\w+:\w+)(?![\w(:])"
+SELECTORS = re.compile(SERIES + r"(?:\{([^{}]*)\})?")
 CLUSTER_MATCH = 'dask_cluster="$dask_cluster"'
 # w1's first simulated GPU, given to w2's fake GPU 0 too: a shared GPU to find
 SIMULATED_UUID0 = simulated_uuid(0, host=socket.gethostname(), worker="w1")
@@ -187,8 +189,15 @@ def test_panels_cover_what_the_issue_asks_for():
                    "dask_gpu_exporter_sample_duration_seconds"):
         assert series in exprs["dask-metrics-worker.json"], series
     job_exprs = exprs["dask-metrics-jobs.json"]
-    assert re.search(r"dask_job_worker_tasks.*on\(worker\).*dask_gpu_busy_seconds_total",
-                     job_exprs)
+    # GPU time per job: the workers' busy counters split by their tasks' jobs, recorded.
+    assert "dask_cluster_worker_job:dask_gpu_busy_seconds:rate2m" in job_exprs
+    records = recording_rules()
+    assert re.search(r"dask_job_worker_tasks.*on\(dask_cluster, worker\)",
+                     records["dask_cluster_worker_job:dask_job_worker_tasks:share"], re.S)
+    assert "dask_cluster_worker_gpu:dask_gpu_busy_seconds:rate2m" in records[
+        "dask_cluster_worker:dask_gpu_busy_seconds:rate2m"]
+    assert "dask_gpu_busy_seconds_total" in records[
+        "dask_cluster_worker_gpu:dask_gpu_busy_seconds:rate2m"]
     for series in ("dask_job_dag_status", "dask_job_dag_info", "dask_gpu_memory_peak_bytes"):
         assert series in job_exprs
     assert any(p["type"] == "state-timeline" for p in panels(jobs))
@@ -199,6 +208,25 @@ def test_panels_cover_what_the_issue_asks_for():
         for other in variables(d):
             if other["type"] == "query" and other is not var:
                 assert CLUSTER_MATCH in variable_query(other), other["name"]
+
+
+def recording_rules() -> dict[str, str]:
+    """record -> expr of the rules file."""
+    return {r["record"]: r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"]
+            for r in g["rules"] if "record" in r}
+
+
+def test_recorded_series_the_dashboards_read_are_recorded():
+    """A dashboard reading a record nobody writes would show 'no data' for ever. Every
+    record keeps dask_cluster apart (one Prometheus, many clusters)."""
+    records = recording_rules()
+    read = {m.group(1) for n in UIDS for p in panels(load(n)) for t in p["targets"]
+            for m in SELECTORS.finditer(t["expr"]) if ":" in m.group(1)}
+    assert read and read <= set(records), sorted(read - set(records))
+    # Their labels and values: deploy/helm/tests/prometheus-rules.test.yaml (promtool).
+    for name, expr in records.items():
+        for m in re.finditer(r"\b(?:by|on) \(([^)]*)\)", expr.replace("on(", "on (")):
+            assert "dask_cluster" in m.group(1), f"{name} mixes clusters: {expr}"
 
 
 def test_provisioning_points_at_the_dashboards():
@@ -291,8 +319,14 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
     base = clean_env()
     rmm_env = {"STANDIN_RMM_STATE": str(rmm_state), "PYTHONPATH": os.pathsep.join(
         filter(None, [str(STANDIN_RMM), base.get("PYTHONPATH")]))}
-    options = StackOptions(work / "stack", env=base, worker_specs=[
-        WorkerSpec("w1", simulate=2, env=rmm_env), WorkerSpec("w2", env={**fake_env, **rmm_env})])
+    # The rules file as is, its groups evaluated every second as the stack scrapes.
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    for group in rules["groups"]:
+        group["interval"] = "1s"
+    (work / "rules.yaml").write_text(yaml.safe_dump(rules))
+    options = StackOptions(work / "stack", env=base, rule_files=[work / "rules.yaml"],
+                           worker_specs=[WorkerSpec("w1", simulate=2, env=rmm_env),
+                                         WorkerSpec("w2", env={**fake_env, **rmm_env})])
     with LocalStack(options) as stack:
         live = Live(stack, start=stack.started)
         # The worker's processes on w2's healthy GPU, as NVML would list them.
@@ -334,6 +368,11 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
                 'count(count by (worker) (dask_job_worker_gpu_info)) == 2',
                 'count(dask_job_worker_rmm_used_bytes) == 2',
                 'dask_gpu_tensor_active_seconds_total{worker="w2"} > 0',
+                # The recording rules have evaluated past the last job's tasks.
+                'count(count by (job_id) (max_over_time('
+                'dask_cluster_worker_job:dask_gpu_busy_seconds:rate2m[5m]))) == 2',
+                'count(count by (job_id) (max_over_time('
+                'dask_cluster_job_activity:dask_job_activity_seconds:rate2m[5m]))) == 2',
             ]
             wait_for(lambda: [e for e in ready if not _has(live, e)], lambda x: not x,
                      timeout=60, interval=0.5, what="every series in Prometheus")
@@ -351,10 +390,10 @@ def _check_result(where: str, expr: str, legend: str, result: list[dict[str, Any
             assert series["values"], f"{where}: empty series {series['metric']}"
 
 
-LIVE_CASES = [("dask-metrics-cluster.json", {"worker": ".*", "idle_below": "0.05"}),
+LIVE_CASES = [("dask-metrics-cluster.json", {"worker": ".*", "idle_below": "0.05", "top": "64"}),
               ("dask-metrics-worker.json", {"worker": ".*", "gpu": ".*"}),
               ("dask-metrics-worker.json", {"worker": "w2", "gpu": ".*"}),
-              ("dask-metrics-jobs.json", {"worker": ".*", "job_id": ".*"})]
+              ("dask-metrics-jobs.json", {"worker": ".*", "job_id": ".*", "top": "20"})]
 
 
 @requires_prometheus
@@ -407,6 +446,21 @@ def test_live_values_make_sense(live):
     jobs = d_load_jobs_table(live)
     assert set(jobs) == {"0", "1"}
     assert all(v > 0 for v in jobs.values()), jobs
+    # `GPUs shown` keeps the GPUs least used over the range: the idlest, then all four.
+    (panel,) = [p for p in panels(load("dask-metrics-cluster.json"))
+                if p["title"] == "GPU utilisation per worker and GPU"]
+    mean = {(r["metric"]["worker"], r["metric"]["gpu"]): float(r["value"][1])
+            for r in live.query(f'rate(dask_gpu_busy_seconds_total{{dask_cluster='
+                                f'"{live.stack.cluster}"}}[{int(at - live.start) + 1}s])', at)}
+    assert len(mean) == 4, mean
+    for top in ("1", "64"):
+        expr = substitute(panel["targets"][0]["expr"],
+                          live.grafana_vars(worker=".*", top=top))
+        shown = {(r["metric"]["worker"], r["metric"]["gpu"]) for r in live.query_range(expr)}
+        if top == "1":
+            assert len(shown) == 1 and mean[shown.pop()] == min(mean.values()), (shown, mean)
+        else:
+            assert shown == set(mean), (shown, mean)
 
 
 def d_load_jobs_table(live: Live) -> dict[str, float]:
@@ -423,7 +477,8 @@ def d_load_jobs_table(live: Live) -> dict[str, float]:
 def test_alert_expressions_run_on_live_data(live):
     """Every alert of the chart's rules evaluates on real series; the faults staged in the
     workload (a lost GPU, NVML errors, a shared GPU) show up in their expressions."""
-    rules = [r for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]]
+    rules = [r for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"]
+             if "alert" in r]
     firing = {}
     for rule in rules:
         firing[rule["alert"]] = live.query(rule["expr"], live.end)

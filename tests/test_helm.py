@@ -196,7 +196,7 @@ def test_dashboards_are_configmaps_with_the_grafana_label(chart):
 
 
 def _alerts(groups: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["alert"]: r for g in groups for r in g["rules"]}
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -204,11 +204,24 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+def _records(groups: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    return [(g["name"], g.get("interval", ""), r["record"], r["expr"])
+            for g in groups for r in g["rules"] if "record" in r]
+
+
 def test_prometheusrule_is_the_rules_file(chart):
     source = yaml.safe_load(RULES_FILE.read_text())["groups"]
     rule = one(render(chart, crds=True), "PrometheusRule")
     assert [g["name"] for g in rule["spec"]["groups"]] == [g["name"] for g in source]
     assert _alerts(rule["spec"]["groups"]) == _alerts(source)
+    # The recording rules, which the dashboards read, come whole and in order, with their
+    # group's evaluation interval, whatever alerts are dropped.
+    assert _records(source)
+    dropped = one(render(chart, {"rules": {"disabled": sorted(_alerts(source))}}, crds=True),
+                  "PrometheusRule")
+    for rendered in (rule, dropped):
+        assert _records(rendered["spec"]["groups"]) == _records(source)
+    assert not _alerts(dropped["spec"]["groups"])
 
 
 @requires_promtool
@@ -225,6 +238,7 @@ def test_rules_pass_promtool_check_as_rendered(chart, tmp_path):
         result = _promtool("check", "rules", str(path))
         assert result.returncode == 0, result.stdout + result.stderr
     alerts = _alerts(spec["groups"])
+    assert _records(spec["groups"]) == _records(yaml.safe_load(RULES_FILE.read_text())["groups"])
     assert "DaskGPUSharedByWorkers" not in alerts
     assert alerts["DaskGPUIdleDuringJob"]["for"] == "30m"
     assert alerts["DaskGPUIdleDuringJob"]["labels"] == {"severity": "warning", "team": "ml"}
@@ -234,14 +248,18 @@ def test_rules_pass_promtool_check_as_rendered(chart, tmp_path):
 
 @requires_promtool
 @pytest.mark.integration
-def test_alert_unit_tests_pass():
+def test_rule_unit_tests_pass():
     assert RULE_TESTS
     result = _promtool("test", "rules", *map(str, RULE_TESTS))
     assert result.returncode == 0, result.stdout + result.stderr
     tested = {t["alertname"] for f in RULE_TESTS for case in yaml.safe_load(f.read_text())["tests"]
               for t in case.get("alert_rule_test", []) if t["exp_alerts"]}
-    assert tested == set(_alerts(yaml.safe_load(RULES_FILE.read_text())["groups"])), (
-        "every alert has a unit test where it fires")
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    assert tested == set(_alerts(groups)), "every alert has a unit test where it fires"
+    checked = {t["expr"] for f in RULE_TESTS for case in yaml.safe_load(f.read_text())["tests"]
+               for t in case.get("promql_expr_test", []) if t["exp_samples"]}
+    assert {r for _, _, r, _ in _records(groups)} <= checked, (
+        "every recording rule has a unit test of its labels and values")
 
 
 def test_alerts_cover_the_issue_and_are_documented():

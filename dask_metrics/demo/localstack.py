@@ -61,6 +61,7 @@ class StackOptions:
     worker_specs: Sequence[WorkerSpec] = ()  # the workers exactly; (): from workers and gpus
     sample_interval: float = 0.2  # the sidecars' --interval, seconds
     cluster: str | None = None  # the scheduler's --dask-cluster (None: it derives one)
+    rule_files: Sequence[Path] = ()  # Prometheus rules files to load (e.g. the dashboards')
 
     def worker_list(self) -> list[WorkerSpec]:
         """``worker_specs``, or ``workers`` workers named worker-0, worker-1, ... with the
@@ -87,10 +88,13 @@ def find_prometheus() -> str:
     return found
 
 
-def scrape_config(sidecars: Mapping[str, int], dashboard_port: int) -> dict[str, Any]:
-    """Prometheus' configuration: the sidecars and the scheduler's /metrics, every second."""
+def scrape_config(sidecars: Mapping[str, int], dashboard_port: int,
+                  rule_files: Sequence[Path] = ()) -> dict[str, Any]:
+    """Prometheus' configuration: the sidecars and the scheduler's /metrics, every second,
+    and ``rule_files``."""
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(f) for f in rule_files],
         "scrape_configs": [
             {"job_name": "dask-gpu", "static_configs": [
                 {"targets": [f"{HOST}:{port}" for port in sidecars.values()]}]},
@@ -198,7 +202,8 @@ class LocalStack:
         sidecars = {name: free_port() for name in self.worker_names}
 
         config = opts.folder / "prometheus.yml"
-        atomic_write_text(config, yaml.safe_dump(scrape_config(sidecars, dash_port)))
+        atomic_write_text(config, yaml.safe_dump(scrape_config(sidecars, dash_port,
+                                                               opts.rule_files)))
         self._spawn("prometheus", [
             prometheus, f"--config.file={config}", f"--storage.tsdb.path={self.prometheus_data}",
             f"--web.listen-address={HOST}:{prom_port}", "--storage.tsdb.retention.time=7d",
