@@ -51,6 +51,10 @@ RATE = "$__rate_interval"
 # dashboards group (level:metric:operations, every level starting with dask_cluster).
 SERIES = r"(?<![\w:])(dask_(?:gpu|job)_[a-z0-9_]+|dask_cluster\w*:\w+:\w+)(?![\w(:])"
 _SELECTOR = re.compile(SERIES + r"(?:\{([^{}]*)\})?")
+_RECORDED = re.compile(r"(?<![\w:])dask_cluster\w*:\w+:\w+")
+# What a panel reading recorded series shows without data: without the rules file loaded,
+# it would stay empty for ever, with no hint why.
+NO_RECORDS = "No data: nothing ran in the range, or the dask-metrics recording rules are not loaded"
 
 
 def scoped(expr: str) -> str:
@@ -129,6 +133,8 @@ class Panel:
             defaults["custom"] = custom
         if links:
             defaults["links"] = links
+        if any(_RECORDED.search(t["expr"]) for t in tgts):
+            defaults["noValue"] = NO_RECORDS
         self.body: dict[str, Any] = {
             "type": kind,
             "title": title,

@@ -223,6 +223,11 @@ def test_recorded_series_the_dashboards_read_are_recorded():
     read = {m.group(1) for n in UIDS for p in panels(load(n)) for t in p["targets"]
             for m in SELECTORS.finditer(t["expr"]) if ":" in m.group(1)}
     assert read and read <= set(records), sorted(read - set(records))
+    for n in UIDS:
+        for p in panels(load(n)):
+            if any(":" in m.group(1) for t in p["targets"] for m in SELECTORS.finditer(t["expr"])):
+                assert "recording rules" in p["fieldConfig"]["defaults"].get("noValue", ""), (
+                    f"{n}: {p['title']} says nothing of the rules when it has no data")
     # Their labels and values: deploy/helm/tests/prometheus-rules.test.yaml (promtool).
     for name, expr in records.items():
         for m in re.finditer(r"\b(?:by|on) \(([^)]*)\)", expr.replace("on(", "on (")):
