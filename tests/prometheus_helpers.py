@@ -215,9 +215,25 @@ class PrometheusServer:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
+RULES_FILE = (Path(__file__).resolve().parent.parent / "deploy" / "helm" / "dask-metrics"
+              / "files" / "prometheus-rules.yaml")
+
+
+def every_second_rules(folder: Path) -> Path:
+    """The project's rules file as is, each group evaluated every second (as the test stacks
+    scrape), written into ``folder``."""
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    for group in rules["groups"]:
+        group["interval"] = "1s"
+    path = folder / "rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    return path
+
+
 @contextmanager
 def run_prometheus(workdir: Path, *, blocks: Path | None = None,
                    scrape_configs: Sequence[Mapping[str, object]] = (),
+                   rule_files: Sequence[Path] = (),
                    users: Mapping[str, str] | None = None, prefix: str = "",
                    tls: TlsFiles | None = None, extra_args: Sequence[str] = (),
                    ready_timeout: float = 60.0
@@ -237,8 +253,10 @@ def run_prometheus(workdir: Path, *, blocks: Path | None = None,
         shutil.copytree(blocks, data_dir)
     data_dir.mkdir(exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"},
-                                      "scrape_configs": list(scrape_configs)}))
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s",
+                                                 "evaluation_interval": "1s"},
+                                      "scrape_configs": list(scrape_configs),
+                                      "rule_files": [str(f) for f in rule_files]}))
     port = free_port()
     args = [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *extra_args]

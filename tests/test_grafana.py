@@ -28,14 +28,13 @@ from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from dask_metrics.exporter.simulated import simulated_uuid
 from tests.fake_nvml import FakeNVML, GiB
 from tests.helpers import clean_env, wait_for
-from tests.prometheus_helpers import requires_prometheus
+from tests.prometheus_helpers import RULES_FILE, every_second_rules, requires_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
 DASHBOARD_DIR = GRAFANA / "dashboards"
 CHART_DASHBOARD_DIR = ROOT / "deploy" / "helm" / "dask-metrics" / "dashboards"
 STANDIN_RMM = ROOT / "tests" / "standin_rmm"
-RULES_FILE = ROOT / "deploy" / "helm" / "dask-metrics" / "files" / "prometheus-rules.yaml"
 UIDS = {"dask-metrics-cluster.json": "dask-metrics-cluster",
         "dask-metrics-worker.json": "dask-metrics-worker",
         "dask-metrics-jobs.json": "dask-metrics-jobs"}
@@ -324,12 +323,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Itera
     base = clean_env()
     rmm_env = {"STANDIN_RMM_STATE": str(rmm_state), "PYTHONPATH": os.pathsep.join(
         filter(None, [str(STANDIN_RMM), base.get("PYTHONPATH")]))}
-    # The rules file as is, its groups evaluated every second as the stack scrapes.
-    rules = yaml.safe_load(RULES_FILE.read_text())
-    for group in rules["groups"]:
-        group["interval"] = "1s"
-    (work / "rules.yaml").write_text(yaml.safe_dump(rules))
-    options = StackOptions(work / "stack", env=base, rule_files=[work / "rules.yaml"],
+    options = StackOptions(work / "stack", env=base, rule_files=[every_second_rules(work)],
                            worker_specs=[WorkerSpec("w1", simulate=2, env=rmm_env),
                                          WorkerSpec("w2", env={**fake_env, **rmm_env})])
     with LocalStack(options) as stack:

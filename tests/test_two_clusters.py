@@ -23,7 +23,7 @@ from dask_metrics import Monitor
 from dask_metrics.contract import DASK_CLUSTER, UP
 from dask_metrics.demo.localstack import LocalStack, StackOptions
 from tests.helpers import collector_process, wait_for
-from tests.prometheus_helpers import run_prometheus
+from tests.prometheus_helpers import every_second_rules, run_prometheus
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,8 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Lo
             config = yaml.safe_load((stack.options.folder / "prometheus.yml").read_text())
             for job in config["scrape_configs"]:
                 jobs.append({**job, "job_name": f"{job['job_name']}-{stack.cluster}"})
-        with run_prometheus(tmp / "shared", scrape_configs=jobs) as shared:
+        with run_prometheus(tmp / "shared", scrape_configs=jobs,
+                            rule_files=[every_second_rules(tmp)]) as shared:
             since = time.time()
             wait_for(lambda: shared.get(f"/api/v1/query?query=count(timestamp({UP.name})>"
                                         f"{since})")[1], lambda body: '"4"' in body,
@@ -135,7 +136,7 @@ def test_grafana_panels_show_the_chosen_cluster_only(clusters):
     (a, b), prometheus = clusters
     for chosen in (a, b):
         values = {"dask_cluster": chosen.cluster, "worker": ".+", "gpu": ".+", "job_id": ".+",
-                  "idle_below": "0.1", "__rate_interval": "4s", "__interval": "1s",
+                  "idle_below": "0.1", "top": "64", "__rate_interval": "4s", "__interval": "1s",
                   "__interval_ms": "1000", "__range": "2m", "__range_s": "120",
                   "__range_ms": "120000"}
         answered = 0
