@@ -11,7 +11,7 @@ from dask_metrics.collector.lifetimes import life, plain
 from dask_metrics.collector.timespec import format_rfc3339
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a report holds one per GPU and DAG
 class Peak:
     """The peak of one GPU (or of one GPU during one job, with ``by="job"``).
 

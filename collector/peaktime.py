@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from dask_metrics.collector.columns import (
@@ -37,12 +37,14 @@ Samples = tuple[list[int], list[float]]
 def stamps_ms(peak: Samples, stamps: Samples) -> list[int | None]:
     """The time (ms) each sample of ``peak`` was taken, from the stamp (unix seconds)
     scraped with it; None where a scrape has no stamp (an exporter without the series)."""
-    at = dict(zip(*stamps, strict=True))
-    out: list[int | None] = []
-    for t in peak[0]:
-        s = at.get(t)
-        out.append(None if s is None or not math.isfinite(s) or s <= 0 else round(s * 1000))
-    return out
+    times, values = stamps
+    if times == peak[0]:  # scraped together, as an exporter writes them: no lookup
+        found: Iterable[float | None] = values
+    else:
+        at = dict(zip(times, values, strict=True))
+        found = map(at.get, peak[0])
+    # a stamp of 0, below, infinite or NaN (every comparison False) is no time
+    return [None if s is None or not 0 < s < math.inf else round(s * 1000) for s in found]
 
 
 def dated_readings(metrics: Mapping[str, Samples], lo: int, hi: int,

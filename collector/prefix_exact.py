@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby, repeat
 
 from dask_metrics.collector.prefix_use import (
@@ -22,7 +22,9 @@ from dask_metrics.collector.worker_runs import Changes
 
 class DagMixes:
     """What executed of each DAG on one worker, at each scheduler scrape that showed some of
-    it executing there: how a DAG's share of the GPU splits among its prefixes."""
+    it executing there: how a DAG's share of the GPU splits among its prefixes. A scrape
+    that shows the same mix as the one before adds nothing: the mix holds from the first
+    of them on, so a DAG's amounts are summed over the whole stretch before they are split."""
 
     def __init__(self, series: Iterable[Series]) -> None:
         at: dict[tuple[str, str], dict[int, list[tuple[PrefixKey, float]]]] = {}
@@ -30,9 +32,15 @@ class DagMixes:
             for t, v in zip(*samples, strict=True):
                 if v > 0:
                     at.setdefault(key[:2], {}).setdefault(t, []).append((key, v))
-        self._times = {dag: sorted(mixes) for dag, mixes in at.items()}
-        self._mixes = {dag: [tuple(at[dag][t]) for t in times]
-                       for dag, times in self._times.items()}
+        self._times: dict[tuple[str, str], list[int]] = {}
+        self._mixes: dict[tuple[str, str], list[State]] = {}
+        for dag, found in at.items():
+            times, mixes = self._times.setdefault(dag, []), self._mixes.setdefault(dag, [])
+            for t in sorted(found):
+                mix = tuple(found[t])
+                if not mixes or mix != mixes[-1]:
+                    times.append(t)
+                    mixes.append(mix)
 
     def ids(self, dag: tuple[str, str], times: Iterable[int]) -> list[int]:
         """The mix of ``dag`` at each of ``times`` as an index into ``mixes(dag)``: the last
@@ -50,49 +58,80 @@ def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: D
                     max_age: int) -> None:
     """Add one GPU's samples to ``uses`` by the DAGs' own times (this module's rule):
     amounts are summed per DAG and mix before they are split among prefixes, and only the
-    intervals cut by a change (a few per DAG) are cut into pieces."""
+    intervals cut by a change (a few per DAG) are cut into pieces.
+
+    A GPU has thousands of intervals and a DAG and mix hold for many in a row, so the
+    intervals are taken run by run (one DAG and mix each), each run summed as one slice."""
     for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
         if samples is None:
             continue
         times = samples[0]
         positions, amounts = increments(samples, max_age)
         cut = set(changes.straddled(times))
-        whole = [(i, a) for i, a in zip(positions, amounts, strict=True) if i not in cut]
-        starts = [times[i - 1] for i, _ in whole]
-        parts: list[tuple[tuple[str, str], int, float]] = [
-            (dag, times[i], a) for (i, a), dag in zip(whole, map(changes.at, starts),
-                                                       strict=True)]
+        whole = [k for k, i in enumerate(positions) if i not in cut] if cut \
+            else range(len(positions))
+        totals = _by_run(changes, mixes, [times[positions[k] - 1] for k in whole],
+                         [times[positions[k]] for k in whole],
+                         [amounts[k] for k in whole] if cut else amounts, sum)
         for i, a in zip(positions, amounts, strict=True):
             if i in cut:
                 t0, t1 = times[i - 1], times[i]
-                parts += [(dag, y, a * (y - x) / (t1 - t0))
-                          for dag, x, y in changes.pieces(t0, t1)]
-        _credit(uses, field, parts, mixes, sum)
+                for dag, x, y in changes.pieces(t0, t1):
+                    if dag != NOTHING_RAN:
+                        mine = totals.setdefault(dag, {})
+                        sid = mixes.ids(dag, (y,))[0]
+                        mine[sid] = mine.get(sid, 0.0) + a * (y - x) / (t1 - t0)
+        _credit(uses, field, totals, mixes, True)
     if used is not None:
-        _credit(uses, "peak_mem", [(dag, t, v) for t, v, dag in zip(
-            *used, map(changes.at, used[0]), strict=True) if not math.isnan(v)], mixes, max)
+        kept = [(t, v) for t, v in zip(*used, strict=True) if not math.isnan(v)]
+        at = [t for t, _ in kept]
+        _credit(uses, "peak_mem", _by_run(changes, mixes, at, at, [v for _, v in kept], max),
+                mixes, False)
+
+
+def _by_run(changes: Changes, mixes: DagMixes, starts: Sequence[int], ends: Sequence[int],
+            amounts: Sequence[float], fold: Callable[[Iterable[float]], float]
+            ) -> dict[tuple[str, str], dict[int, float]]:
+    """{DAG: {mix: amount}} of amounts whose DAG is what ran at their ``starts`` and whose
+    mix is the DAG's at their ``ends`` (both in time order), folded per run of one DAG and
+    mix; what ran nothing is left out."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for k, a, b in _runs(map(bisect_right, repeat(changes.times), starts)):
+        dag = changes.states[k - 1] if k else NOTHING_RAN
+        if dag == NOTHING_RAN:
+            continue
+        mine = out.setdefault(dag, {})
+        for sid, c, d in _runs(mixes.ids(dag, ends[a:b])):
+            value = fold(amounts[a + c:a + d])
+            old = mine.get(sid)
+            mine[sid] = value if old is None else fold((old, value))
+    return out
+
+
+def _runs(keys: Iterable[int]) -> list[tuple[int, int, int]]:
+    """(key, start, end) of each run of equal ``keys``."""
+    out = []
+    pos = 0
+    for key, run in groupby(keys):
+        end = pos + len(list(run))
+        out.append((key, pos, end))
+        pos = end
+    return out
 
 
 def _credit(uses: dict[PrefixKey, PrefixUse], field: str,
-            parts: Iterable[tuple[tuple[str, str], int, float]], mixes: DagMixes,
-            fold: Callable[[Iterable[float]], float]) -> None:
-    """Each (DAG, time, amount) of ``parts`` to the prefixes of the DAG's mix at that time:
-    ``sum`` splits an amount among the mix's tasks, ``max`` gives each prefix the largest."""
-    by_dag: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
-    for dag, t, amount in parts:
-        if dag != NOTHING_RAN:
-            times, amounts = by_dag.setdefault(dag, ([], []))
-            times.append(t)
-            amounts.append(amount)
-    for dag, (times, amounts) in by_dag.items():
-        ids = mixes.ids(dag, times)
-        order = sorted(range(len(ids)), key=ids.__getitem__)
+            totals: dict[tuple[str, str], dict[int, float]], mixes: DagMixes, adding: bool
+            ) -> None:
+    """Each DAG's amount per mix to the prefixes of that mix: ``adding`` splits an amount
+    among the mix's tasks (busy time, energy), else each prefix gets the largest (memory)."""
+    for dag, by_mix in totals.items():
         states = mixes.mixes(dag)
-        for sid, run in groupby(order, key=ids.__getitem__):
-            total = fold(amounts[k] for k in run)
+        for sid in sorted(by_mix):
+            total = by_mix[sid]
             tasks = sum(n for _, n in states[sid])
             for key, n in states[sid]:
                 use = uses.setdefault(key, PrefixUse())
                 old = getattr(use, field)
-                value = total * n / tasks if fold is sum else total
-                setattr(use, field, value if old is None else fold((old, value)))
+                value = total * n / tasks if adding else total
+                setattr(use, field, value if old is None else old + value if adding
+                        else max(old, value))

@@ -18,7 +18,7 @@ State = tuple[tuple[PrefixKey, float], ...]  # (key, tasks) of what executed, in
 NO_TASKS: State = ()  # no task executed on the worker
 
 
-@dataclass
+@dataclass(slots=True)
 class PrefixUse:
     """What one (job, dag, prefix) got: busy seconds, peak memory (bytes), energy (J)."""
 

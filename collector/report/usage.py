@@ -50,7 +50,7 @@ UsageKey = tuple[str, str, str, str]
 """(job, dag, gpu, uuid); job "" is the time the worker ran nothing."""
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a report holds one per GPU and DAG
 class Usage:
     """Sums over the intervals of one GPU attributed to one job/DAG (or to nothing)."""
 
