@@ -338,3 +338,67 @@ def test_dag_totals_are_conserved_against_a_brute_force_integral() -> None:
                        if t1 - t0 <= 120)
             have = got.get((job, dag, ""))
             assert (have.gpu_seconds if have else 0.0) == pytest.approx(want, abs=1e-9)
+
+
+def _mix_at(scrapes: dict[int, dict[str, float]], t: int) -> dict[str, float]:
+    """A DAG's prefixes executing at its last scrape at or before ``t`` that showed any,
+    else at its first one (the rule of gpu_by_prefix by the DAGs' own times)."""
+    seen = sorted(s for s, mix in scrapes.items() if mix)
+    if not seen:
+        return {"": 1.0}
+    before = [s for s in seen if s <= t]
+    return scrapes[before[-1] if before else seen[0]]
+
+
+def test_runs_of_intervals_give_what_each_interval_alone_gives() -> None:
+    # a DAG's mix repeats over many scrapes and changes now and then; the sum and the peak per
+    # prefix are those of taking every interval on its own, cut where the DAG changed
+    rng = random.Random(11)
+    for _ in range(60):
+        gpu_times = sorted(rng.sample(range(0, 600), 40))
+        busy, used, total = {}, {}, 0.0
+        for t in gpu_times:
+            total += rng.uniform(0, 15)
+            busy[t * S], used[t * S] = total, float(rng.randrange(100))
+        edges = sorted(rng.sample(range(1, 599), 6))
+        spans = [(a * S, b * S, ("0", str(k))) for k, (a, b) in
+                 enumerate(zip(edges[::2], edges[1::2], strict=True))]
+        scrapes: dict[str, dict[int, dict[str, float]]] = {}
+        for _, _, (_, dag) in spans:
+            mix: dict[str, float] = {}
+            for t in range(0, 600, 15):
+                if rng.random() < 0.3:  # the mix changes at a third of the scrapes
+                    mix = {p: float(rng.randint(1, 3)) for p in rng.sample("abc", 2)}
+                scrapes.setdefault(dag, {})[t * S] = mix
+        prefixes = [_prefix("0", dag, p, {t: by[p] for t, by in mixes.items() if p in by})
+                    for dag, mixes in scrapes.items() for p in "abc"]
+        got = _exact_uses(spans, prefixes, busy, used=used)
+
+        def dag_at(t: int, spans: list = spans) -> str | None:
+            return next((dag for a, b, (_, dag) in spans if a <= t < b), None)
+
+        want: dict[tuple[str, str, str], list[float]] = {}
+        times = sorted(busy)
+        for t0, t1 in itertools.pairwise(times):
+            if t1 - t0 > 120 * S:
+                continue
+            rise = busy[t1] - busy[t0]
+            cuts = sorted({t0, t1, *(x for a, b, _ in spans for x in (a, b) if t0 < x < t1)})
+            for x, y in itertools.pairwise(cuts):
+                dag = dag_at(x)
+                if dag is None:
+                    continue
+                mix = _mix_at(scrapes.get(dag, {}), y)
+                for p, n in mix.items():
+                    cell = want.setdefault(("0", dag, p), [0.0, -math.inf])
+                    cell[0] += rise * (y - x) / (t1 - t0) * n / sum(mix.values())
+        for t, v in used.items():
+            dag = dag_at(t)
+            if dag is not None:
+                for p in _mix_at(scrapes.get(dag, {}), t):
+                    cell = want.setdefault(("0", dag, p), [0.0, -math.inf])
+                    cell[1] = max(cell[1], v)
+        assert set(got) == set(want)
+        for key, (seconds, peak) in want.items():
+            assert got[key].gpu_seconds == pytest.approx(seconds, rel=1e-12, abs=1e-9), key
+            assert got[key].peak_mem == (None if peak == -math.inf else peak), key
