@@ -62,9 +62,10 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, TextIO
+
+from dask_metrics.collector.series import plan_chunks  # the floor's windows are the collector's
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_VERSION = 3  # bump when the fixture changes: the cached TSDB is keyed by it
@@ -296,12 +297,6 @@ def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
 
 
 # ---- children: the floor and the peer --------------------------------------------------------
-
-
-def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
-    """(lo, hi] windows as the collector plans them (dask_metrics.collector.series.plan_chunks)."""
-    edges = [*range(start, end, chunk), end]
-    return [(start, end)] if len(edges) == 1 else list(pairwise(edges))
 
 
 def floor_queries(t0: float, t1: float, workers: Sequence[str], kind: str = "all"

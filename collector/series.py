@@ -38,11 +38,18 @@ class Series:
 # ---- chunk plans -------------------------------------------------------------------------
 
 
+CHUNK_SLACK = 4
+"""A last window no longer than 1/CHUNK_SLACK of a chunk rides with the one before: the
+minutes read around a range (max_age before and after it) cost no query of their own."""
+
+
 def plan_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
     """Consecutive (lo, hi] windows covering [start, end]; the first one also includes start."""
     edges = [*range(start, end, chunk), end]
     if len(edges) == 1:
         return [(start, end)]
+    if len(edges) > 2 and (end - edges[-2]) * CHUNK_SLACK <= chunk:
+        del edges[-2]
     return list(pairwise(edges))
 
 

@@ -138,6 +138,11 @@ def test_raw_chunks_cover_the_range_once() -> None:
     assert plan_chunks(0, 10_000, 3_000) == [(0, 3000), (3000, 6000), (6000, 9000),
                                              (9000, 10_000)]
     assert plan_chunks(5, 5, 3_000) == [(5, 5)]
+    # a last piece of up to a quarter chunk (the minutes read around a range) rides along
+    assert plan_chunks(0, 9_750, 3_000) == [(0, 3000), (3000, 6000), (6000, 9750)]
+    assert plan_chunks(0, 9_751, 3_000) == [(0, 3000), (3000, 6000), (6000, 9000),
+                                            (9000, 9751)]
+    assert plan_chunks(0, 3_100, 3_000) == [(0, 3100)]
     assert halve_range(0, 10_000) == ((0, 5000), (5000, 10_000))
     assert halve_range(0, 1000) is None
 
