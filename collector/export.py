@@ -215,8 +215,11 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         batch = [w.name for w in batches[b]]
         if progress:
             progress(firsts[b], len(chosen), batch[0], rows_written)
+        around = (lo - to_ms(visit_head), tail_end) if visit and step_ms is None else None
         found = fetch_workers(client, batch, columns, timeline, lo, hi, chunk_ms, step_ms, age,
-                              scope, executed, visit_metrics)
+                              scope, executed, visit_metrics, around)
+        if around is not None:  # the raw columns' read once over the visit's window too
+            return [(found[w], found[w].around or {}) for w in batch]
         if tail_end <= hi and not visit_head:
             return [(found[w], found[w].gpu) for w in batch]
         more = fetch_gpu_series(client, batch, outside, hi, tail_end, chunk_ms, None, age,

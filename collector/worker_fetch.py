@@ -20,7 +20,14 @@ from dask_metrics.collector.fetch import (
     lookahead,
 )
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.series import Samples, Series, Timeline, WorkerInfo, by_metric
+from dask_metrics.collector.series import (
+    Samples,
+    Series,
+    Timeline,
+    WorkerInfo,
+    by_metric,
+    clip,
+)
 from dask_metrics.collector.tables import WorkerTable, joined_by_metric
 from dask_metrics.collector.worker_runs import RAN_METRICS, ran_timeline, within
 from dask_metrics.contract import (
@@ -41,12 +48,13 @@ class WorkerData(NamedTuple):
     prefixes: list[Series]  # dask_job_worker_prefix_tasks
     attribution: dict[str, list[Series]]  # raw busy, energy and memory used, and the
     # samples just outside the range (at most ``age`` before and after)
+    around: dict[str, list[Series]] | None = None  # raw, over ``fetch_workers``' ``around``
 
 
 def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Sequence[Column],
                   timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
-                  age: int, scope: Scope, executed: Collection[str], extra: Sequence[str] = ()
-                  ) -> dict[str, WorkerData]:
+                  age: int, scope: Scope, executed: Collection[str], extra: Sequence[str] = (),
+                  around: tuple[int, int] | None = None) -> dict[str, WorkerData]:
     """The series of a batch of workers (``worker_batches``): their GPUs' columns and their
     scheduler series (tasks, the worker columns', prefix tasks), one query each for the
     whole batch; a batch of one asks exactly what a single worker needs.
@@ -58,7 +66,12 @@ def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Seq
     server answers both at once), raw also with ``step``. A worker without them adds
     nothing to gpu_by_prefix.csv, and data from an older scheduler preload costs no more
     series. ``extra``: more series of the workers, raw, fetched with the columns' (without
-    ``step``)."""
+    ``step``). ``around``: a window (ms) over which the columns' and ``extra``'s raw series
+    are wanted too (WorkerData.around), without ``step``.
+
+    Without ``step`` the columns' series are read once over the widest window asked (the
+    range, the samples just outside it, ``around``) and cut into each: a few minutes more
+    samples, where a query per window was two or three more queries per batch."""
     ran = [w for w in workers if w in executed]
     metrics = source_metrics(columns) + [m for m in extra if step is None]
     apart_metrics = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if ran else []
@@ -70,10 +83,24 @@ def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Seq
 
     apart = Background(lambda names: raw(names, lo - age, after),
                        apart_metrics) if apart_metrics else None
-    gpu = fetch_gpu_series(client, workers, metrics, lo, hi, chunk, step, age, scope)
-    # the samples just outside [lo, hi]: the intervals that straddle the range's edges
-    head = raw(reused, lo - age, lo - 1) if reused else {}
-    tail = raw(reused, hi + 1, after) if reused and after > hi else {}
+    seen: dict[str, dict[str, list[Series]]] = {}
+    if step is None:
+        first, last = (lo - age, after) if reused else (lo, hi)
+        if around is not None:
+            first, last = min(first, around[0]), max(last, around[1])
+        wide = fetch_gpu_series(client, workers, metrics, first, last, chunk, None, age, scope)
+        gpu = {w: _cut(found, lo, hi) for w, found in wide.items()}
+        # the samples just outside [lo, hi]: the intervals that straddle the range's edges
+        counters = {w: {m: wide[w][m] for m in reused if m in wide[w]} for w in ran}
+        head = {w: _cut(found, lo - age, lo - 1) for w, found in counters.items()}
+        tail = {w: _cut(found, hi + 1, after) for w, found in counters.items()} \
+            if after > hi else {}
+        if around is not None:
+            seen = {w: _cut(found, *around) for w, found in wide.items()}
+    else:
+        gpu = fetch_gpu_series(client, workers, metrics, lo, hi, chunk, step, age, scope)
+        head = raw(reused, lo - age, lo - 1) if reused else {}
+        tail = raw(reused, hi + 1, after) if reused and after > hi else {}
     found_apart = apart.result() if apart is not None else {}
     resources = worker_metrics(columns)
     sched = {w: [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if w in executed else [])]
@@ -91,5 +118,12 @@ def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Seq
                        for m in ATTRIBUTION_METRICS} if w in executed else {}
         out[w] = WorkerData(gpu[w], ran_timeline(mine, timeline.times, hi, age),
                             joined_by_metric({m: mine[m] for m in resources if m in mine}),
-                            mine.get(WORKER_PREFIX_TASKS.name, []), attribution)
+                            mine.get(WORKER_PREFIX_TASKS.name, []), attribution,
+                            seen.get(w))
     return out
+
+
+def _cut(found: Mapping[str, list[Series]], lo: int, hi: int) -> dict[str, list[Series]]:
+    """The samples in [lo, hi] of each metric's series, as a query of that window returns
+    them: a series without one there, and a metric without such a series, left out."""
+    return {m: kept for m, series in found.items() if (kept := clip(series, lo, hi, True))}
