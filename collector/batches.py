@@ -1,6 +1,7 @@
 """How many workers one query asks for: a fleet's workers are read in batches (``worker=~"a|b"``),
 so that the queries are fewer than the workers, while each answer stays small enough for
-the server's limits and for the collector's memory, whatever the number of workers.
+the server's limits and for the collector's memory, whatever the number of workers (and,
+``batches_of``, how many jobs' activity counters).
 
 The size of an answer is learnt from the data (how many samples a GPU's series hold per
 query window), not assumed from a scrape interval."""
@@ -8,11 +9,14 @@ query window), not assumed from a scrape interval."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from dask_metrics.collector.fetch import ATTRIBUTION_METRICS, MAX_POINTS, Scope
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import WorkerInfo
 from dask_metrics.contract import INFO
+
+_T = TypeVar("_T")
 
 SAMPLES_PER_QUERY = 250_000
 """The samples one batch's query may hold: about 8 MB of JSON, some 140 MB while it is
@@ -31,15 +35,22 @@ def worker_batches(workers: Sequence[WorkerInfo], samples_per_gpu: float,
     """``workers`` in order, cut into consecutive batches whose GPUs' samples add up to at
     most ``limit`` (``samples_per_gpu``: what one GPU's series hold in one query) and of at
     most ``most`` workers; every batch holds at least one worker."""
-    batches: list[list[WorkerInfo]] = []
+    return batches_of([(w, max(len(w.gpus), 1) * samples_per_gpu) for w in workers], limit,
+                      most)
+
+
+def batches_of(sized: Sequence[tuple[_T, float]], limit: float = SAMPLES_PER_QUERY,
+               most: int = MAX_BATCH) -> list[list[_T]]:
+    """The items of (item, samples) in order, cut into consecutive batches whose samples add
+    up to at most ``limit``, of at most ``most`` items; every batch holds at least one."""
+    batches: list[list[_T]] = []
     held = 0.0
-    for w in workers:
-        size = max(len(w.gpus), 1) * samples_per_gpu
+    for item, size in sized:
         if batches and held + size <= limit and len(batches[-1]) < most:
-            batches[-1].append(w)
+            batches[-1].append(item)
             held += size
         else:
-            batches.append([w])
+            batches.append([item])
             held = size
     return batches
 

@@ -40,6 +40,7 @@ from dask_metrics.contract import (
     EXPORTER_PEAK_WINDOW,
     EXPORTER_SAMPLE_INTERVAL,
     INFO,
+    JOB_ID,
     MEMORY_USED,
     REPLICA_LABELS,
     WORKER,
@@ -91,14 +92,20 @@ _RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 def worker_matchers(workers: Workers) -> list[str]:
     """``worker="w"`` for one worker, ``worker=~"a|b"`` (each name matched literally) for
     several, nothing for None."""
-    if workers is None:
+    return literal_matchers(WORKER, workers)
+
+
+def literal_matchers(name: str, values: Workers) -> list[str]:
+    """``name="v"`` for one value, ``name=~"a|b"`` (each value matched literally; "" also
+    matches a series without the label) for several, nothing for None."""
+    if values is None:
         return []
-    names = [workers] if isinstance(workers, str) else list(workers)
-    if len(names) == 1:
-        return [f"{WORKER}={label(names[0])}"]
-    literal = "|".join("".join("\\" + c if c in _RE2_SPECIAL else c for c in name)
-                       for name in names)
-    return [f"{WORKER}=~{label(literal)}"]
+    found = [values] if isinstance(values, str) else list(values)
+    if len(found) == 1:
+        return [f"{name}={label(found[0])}"]
+    literal = "|".join("".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
+                       for value in found)
+    return [f"{name}=~{label(literal)}"]
 
 
 def selector(metrics: Sequence[str], workers: Workers = None, scope: Scope = UNSCOPED) -> str:
@@ -321,12 +328,33 @@ ATTRIBUTION_METRICS = (BUSY.name, ENERGY.name, MEMORY_USED.name)  # gpu_by_prefi
 
 
 def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
-                     scope: Scope = UNSCOPED) -> list[Series]:
+                     scope: Scope = UNSCOPED, jobs: Sequence[str] | None = None) -> list[Series]:
     """Every sample of the fine-performance-metric counters of every unit in
-    [start - max_age, end]: the samples before ``start`` give each counter's value at the
-    start."""
-    return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope), start - max_age, end,
-                     chunk, scope)
+    [start - max_age, end], of the job ids ``jobs`` (all by default): the samples before
+    ``start`` give each counter's value at the start."""
+    sel = "{" + ",".join([f"__name__=~{label(ACTIVITY_SERIES)}",
+                          *literal_matchers(JOB_ID, jobs), *scope.matchers()]) + "}"
+    return fetch_raw(client, sel, start - max_age, end, chunk, scope)
+
+
+def activity_samples(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
+                     scope: Scope = UNSCOPED) -> dict[str, float]:
+    """{job id: samples} of the activity counters that ``fetch_activities`` reads, counted
+    by the store (one instant query per time chunk, no sample sent): what a fleet's
+    activities are read in batches of jobs by. A sample on a chunk's edge may count twice."""
+    sel = selector([ACTIVITY_SERIES], scope=scope)
+
+    def run(lo: int, hi: int) -> list[Series]:
+        window = hi - lo + (1 if lo == start - max_age else 0)
+        return client.query(f"sum by ({JOB_ID}) (count_over_time({sel}[{window}ms]))",
+                            hi / 1000)
+
+    out: dict[str, float] = {}
+    for lo, hi in plan_chunks(start - max_age, end, chunk):
+        for s in _attempt(run, lo, hi, halve_range):
+            job = s.labels.get(JOB_ID, "")
+            out[job] = out.get(job, 0.0) + (s.values[-1] if s.values else 0.0)
+    return out
 
 
 def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],

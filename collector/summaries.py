@@ -7,14 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dask_metrics.collector.activities import activity_rows, increases
-from dask_metrics.collector.batches import samples_per_gpu, worker_batches
+from dask_metrics.collector.activities import ActivityKey, activity_rows, increases
+from dask_metrics.collector.batches import (
+    SAMPLES_PER_QUERY,
+    batches_of,
+    samples_per_gpu,
+    worker_batches,
+)
 from dask_metrics.collector.discovery import (
     find_workers,
 )
 from dask_metrics.collector.fetch import (
     ATTRIBUTION_METRICS,
     Scope,
+    activity_samples,
     executing_workers,
     fetch_activities,
     fetch_cluster,
@@ -43,10 +49,21 @@ session report computes from the very data of the export."""
 
 
 def activity_table(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
-                   scope: Scope, names: Mapping[str, str]) -> list[dict[str, Any]]:
-    """activities.csv's rows of [start, end] (ms), jobs named by ``names``."""
-    return activity_rows(increases(fetch_activities(client, start, end, age, chunk, scope),
-                                   start), names)
+                   scope: Scope, names: Mapping[str, str], limit: float = SAMPLES_PER_QUERY
+                   ) -> list[dict[str, Any]]:
+    """activities.csv's rows of [start, end] (ms), jobs named by ``names``.
+
+    A fleet's jobs have millions of activity samples in an hour: they are read a batch of
+    jobs at a time (each job's series whole over the range, as one query would return
+    them; ``limit``: the samples of a batch), each batch reduced to its increases before
+    the next is read."""
+    batches = batches_of(sorted(activity_samples(client, start, end, age, chunk,
+                                                 scope).items()), limit)
+    totals: dict[ActivityKey, float] = {}
+    for jobs in batches:  # one batch: every job, those that began since they were counted too
+        totals.update(increases(fetch_activities(client, start, end, age, chunk, scope,
+                                                 jobs if len(batches) > 1 else None), start))
+    return activity_rows(totals, names)
 
 
 def job_names(client: PrometheusClient, start: int, end: int, chunk: int, age: int,

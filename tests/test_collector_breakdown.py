@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.fetch import Scope
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
-from dask_metrics.collector.summaries import read_activities, read_gpu_by_prefix
+from dask_metrics.collector.summaries import activity_table, read_activities, read_gpu_by_prefix
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
     GPU_BY_PREFIX_COLUMNS,
     GPU_BY_PREFIX_CSV,
+    REPLICA_LABELS,
 )
 from tests.collector_dataset import (
     LAB_ACTIVITIES,
@@ -150,6 +152,19 @@ def test_the_monitor_reads_the_same_rows(prom: PrometheusServer, lab: LabDataset
         by_prefix = read_gpu_by_prefix(client, since, until, cluster="lab")
     assert [tuple(r.values()) for r in activities] == LAB_ACTIVITIES
     assert [tuple(r.values()) for r in by_prefix] == LAB_GPU_BY_PREFIX
+
+
+def test_activities_read_a_job_at_a_time_are_those_read_at_once(
+        prom: PrometheusServer, lab: LabDataset) -> None:
+    """A fleet's activity counters are read in batches of jobs: batches of one job give the
+    rows of one query for them all, the HA pair's copies and the reset counter included."""
+    start, end = ((lab.base + t) * 1000 for t in LAB_RANGE)
+    with PrometheusClient(ConnectionSettings(prom.url)) as client:
+        rows = {limit: activity_table(client, start, end, 120_000, 3_600_000,
+                                      Scope("lab", REPLICA_LABELS), {}, limit)
+                for limit in (1, 10**9)}
+    assert rows[1] == rows[10**9]
+    assert [(r["prefix"], r["value"]) for r in rows[1]] == [("train", 300.0), ("prep", 25.0)]
 
 
 def test_the_scope_and_the_replica_labels_are_what_keep_the_rest_out(
