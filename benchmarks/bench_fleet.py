@@ -16,7 +16,8 @@ and decoded with ``resp.json()``, nothing else. Queries that name no worker (dis
 jobs) are sent as they are.
 
 Then over ``--rounds``, in rotating order, each command and its floor (and with ``--before
-REF`` the command of git revision REF, bench_collector's before_tree) in a fresh process
+REF`` the command of git revision REF, bench_collector's before_tree; ``--at REF`` makes the
+commands REF's, so that the checkout may change while it runs) in a fresh process
 (bench_collector's LAUNCHER: each peak RSS its own): wall time, peak RSS, the queries
 Prometheus counted and the CPU seconds Prometheus spent answering
 (``process_cpu_seconds_total`` before and after). Prints (and with ``--out`` writes) a
@@ -141,9 +142,11 @@ def fleet_size(workers: int, args: argparse.Namespace, work: Path) -> list[dict]
         arms: dict[str, list[str]] = {}
         paths: dict[str, Path] = {}
         for name in args.commands:
+            if args.at:
+                paths[name] = args.at_tree
             log = work / f"queries-{name}.jsonl"
             query_log(prom, log)
-            run_child(commands[name], work / "child.log")
+            run_child(commands[name], work / "child.log", paths.get(name))
             query_log(prom, None)
             logged = [json.loads(line)["params"] for line in log.read_text().splitlines()
                       if line.strip()]
@@ -217,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS))
+    parser.add_argument("--at", metavar="REF",
+                        help="run the commands of git revision REF, not of this checkout")
     parser.add_argument("--before", metavar="REF",
                         help="also run each command of git revision REF (before a change)")
     parser.add_argument("--cache", help="where the backfilled fleets are kept")
@@ -224,9 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        if args.before:
-            args.before_tree = before_tree(args.before, Path(tmp) / "before")
-            imports_from(args.before_tree, Path(tmp))
+        for ref, name in ((args.at, "at_tree"), (args.before, "before_tree")):
+            if ref:
+                setattr(args, name, before_tree(ref, Path(tmp) / name))
+                imports_from(getattr(args, name), Path(tmp))
         for workers in args.workers:
             rows += fleet_size(workers, args, Path(tmp))
     text = table(rows, args)
