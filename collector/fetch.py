@@ -8,7 +8,7 @@ query engine finds too big (timeout, too many samples) is split in halves and as
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
@@ -149,25 +149,50 @@ def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int
     return run
 
 
+def _chunked(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
+             chunk: int) -> Iterator[Series]:
+    """The answers of ``expr`` (see ``_raw_run``) over the chunks of [start, end], a chunk
+    the store refuses halved."""
+    run = _raw_run(client, expr, start)
+    return (s for lo, hi in plan_chunks(start, end, chunk)
+            for s in _attempt(run, lo, hi, halve_range))
+
+
 def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
               scope: Scope = UNSCOPED) -> list[Series]:
     """Every raw sample of ``sel`` in [start, end] (ms), each exactly once (HA replicas'
     copies of a series made one by ``scope``'s replica labels)."""
-    run = _raw_run(client, lambda rng: sel + rng, start)
-    return merge((s for lo, hi in plan_chunks(start, end, chunk)
-                  for s in _attempt(run, lo, hi, halve_range)), scope.replica_labels)
+    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk),
+                 scope.replica_labels)
+
+
+def _none_in_long(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
+                  ) -> bool:
+    """Whether a range longer than TRIM_ABOVE_CHUNKS chunks holds no sample of ``sel``: one
+    query says so, where the chunks would cost one each (a year: 8,760)."""
+    return end - start > TRIM_ABOVE_CHUNKS * chunk and not any_sample(client, sel, start, end)
 
 
 def fetch_label_sets(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
                      scope: Scope = UNSCOPED) -> list[dict[str, str]]:
     """The label sets of the series of ``sel`` with a sample in [start, end], without
     transferring their samples (``last_over_time`` keeps one per series and chunk)."""
-    if end - start > TRIM_ABOVE_CHUNKS * chunk and not any_sample(client, sel, start, end):
-        return []  # one query says so, where the chunks would cost one each: a year, 8,760
-    run = _raw_run(client, lambda rng: f"last_over_time({sel}{rng})", start)
-    found = merge((s for lo, hi in plan_chunks(start, end, chunk)
-                   for s in _attempt(run, lo, hi, halve_range)), scope.replica_labels)
+    if _none_in_long(client, sel, start, end, chunk):
+        return []
+    found = merge(_chunked(client, lambda rng: f"last_over_time({sel}{rng})", start, end,
+                           chunk), scope.replica_labels)
     return [s.labels for s in found]
+
+
+def label_values(client: PrometheusClient, sel: str, name: str, start: int, end: int,
+                 chunk: int) -> set[str]:
+    """The values of the label ``name`` of the series of ``sel`` with a sample in [start,
+    end]: one series per value comes back (``count by``), however many series hold it."""
+    if _none_in_long(client, sel, start, end, chunk):
+        return set()
+    return {s.labels.get(name, "") for s in _chunked(
+        client, lambda rng: f"count by ({name}) (last_over_time({sel}{rng}))", start, end,
+        chunk)}
 
 
 def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step: int,
@@ -343,17 +368,13 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
     by the store (one instant query per time chunk, no sample sent): what a fleet's
     activities are read in batches of jobs by. A sample on a chunk's edge may count twice."""
     sel = selector([ACTIVITY_SERIES], scope=scope)
-
-    def run(lo: int, hi: int) -> list[Series]:
-        window = hi - lo + (1 if lo == start - max_age else 0)
-        return client.query(f"sum by ({JOB_ID}) (count_over_time({sel}[{window}ms]))",
-                            hi / 1000)
-
     out: dict[str, float] = {}
-    for lo, hi in plan_chunks(start - max_age, end, chunk):
-        for s in _attempt(run, lo, hi, halve_range):
-            job = s.labels.get(JOB_ID, "")
-            out[job] = out.get(job, 0.0) + (s.values[-1] if s.values else 0.0)
+    if _none_in_long(client, sel, start - max_age, end, chunk):
+        return out
+    for s in _chunked(client, lambda rng: f"sum by ({JOB_ID}) (count_over_time({sel}{rng}))",
+                      start - max_age, end, chunk):
+        job = s.labels.get(JOB_ID, "")
+        out[job] = out.get(job, 0.0) + (s.values[-1] if s.values else 0.0)
     return out
 
 
@@ -376,6 +397,6 @@ def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int
     scrape). One cheap cluster-wide query (a sample per series and chunk), so that the
     other workers' prefix tasks and busy counters are not asked for (none with an older
     scheduler preload)."""
-    return {labels.get(WORKER, "") for labels in fetch_label_sets(
-        client, selector([WORKER_PREFIX_TASKS.name, WORKER_DAG_START.name], scope=scope),
-        start - age, lookahead(end, age), chunk, scope)}
+    return label_values(client, selector([WORKER_PREFIX_TASKS.name, WORKER_DAG_START.name],
+                                         scope=scope), WORKER, start - age,
+                        lookahead(end, age), chunk)

@@ -21,10 +21,10 @@ import math
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import groupby
+from itertools import accumulate, groupby
 from typing import NamedTuple
 
-from dask_metrics.collector.background import gc_paused
+from dask_metrics.collector.background import gc_paused, prefetched
 from dask_metrics.collector.batches import samples_per_gpu, worker_batches
 from dask_metrics.collector.columns import (
     NEXT_PEAK_METRIC,
@@ -281,7 +281,8 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
           replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False,
           peak_window: float = DEFAULT_PEAK_WINDOW) -> list[Peak]:
     """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
-    worker, GPU and job. One batch of workers' samples is in memory at a time. ``cluster``,
+    worker, GPU and job. The samples of two batches of workers are in memory at a time (the
+    one dated, the next one read; ``progress`` is called as a batch is read). ``cluster``,
     ``replica_labels``, ``any_cluster`` as for ``export.find_workers``; ``peak_window``: the
     peak window (seconds) of exporters that do not say theirs.
 
@@ -301,22 +302,28 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
     job_names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
-    found: list[Peak] = []
-    done = 0
-    for batch in worker_batches(chosen, samples_per_gpu(client, start, end, chunk_ms,
-                                                        len(PEAK_METRICS), None, scope)):
+    batches = worker_batches(chosen, samples_per_gpu(client, start, end, chunk_ms,
+                                                     len(PEAK_METRICS), None, scope))
+    firsts = list(accumulate([0, *map(len, batches)]))
+
+    def fetch(b: int) -> tuple[list[str], dict[str, dict[str, list[Series]]],
+                               dict[str, Timeline]]:
+        names = [w.name for w in batches[b]]
         if progress:
-            progress(done, len(chosen), batch[0].name, None)
-        names = [w.name for w in batch]
-        series = fetch_gpu_series(client, names, PEAK_METRICS, start, end, chunk_ms, None,
-                                  age, scope)
-        activity = fetch_worker_activity(client, names, timeline, start - age, end,
-                                         chunk_ms, age, scope)
+            progress(firsts[b], len(chosen), names[0], None)
+        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, chunk_ms,
+                                        None, age, scope),
+                fetch_worker_activity(client, names, timeline, start - age, end, chunk_ms,
+                                      age, scope))
+
+    found: list[Peak] = []
+    # the next batch is read while this one's peaks are dated: Prometheus and the collector
+    # work at the same time
+    for names, series, activity in prefetched(fetch, range(len(batches))):
         for name in names:
             found += gpu_peaks(name, series[name], activity[name], age, by_job=by == "job",
                                since=begin, until=until_ms, names=job_names,
                                **window_keywords(windows.get(name, default)))
-        done += len(batch)
     if progress:
         progress(len(chosen), len(chosen), "", None)
     return found
