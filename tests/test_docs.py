@@ -229,6 +229,12 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
     "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --at 4b89c3f --before "
+    "fc12744": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
+    "fc12744": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -840,6 +846,11 @@ def test_benchmark_command_lines_parse():
         "--rounds 3 --dashboards /tmp/before",
         "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
         "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml",
+        "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --at 4b89c3f --before "
+        "fc12744",
+        "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
+        "fc12744",
+        "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
