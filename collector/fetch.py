@@ -365,16 +365,20 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
 def activity_samples(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
                      scope: Scope = UNSCOPED) -> dict[str, float]:
     """{job id: samples} of the activity counters that ``fetch_activities`` reads, counted
-    by the store (one instant query per time chunk, no sample sent): what a fleet's
-    activities are read in batches of jobs by. A sample on a chunk's edge may count twice."""
-    sel = selector([ACTIVITY_SERIES], scope=scope)
+    by the store (instant queries per unit family and time chunk, no sample sent): what a
+    fleet's activities are read in batches of jobs by. A sample on a chunk's edge may count
+    twice."""
     out: dict[str, float] = {}
-    if _none_in_long(client, sel, start - max_age, end, chunk):
-        return out
-    for s in _chunked(client, lambda rng: f"sum by ({JOB_ID}) (count_over_time({sel}{rng}))",
-                      start - max_age, end, chunk):
-        job = s.labels.get(JOB_ID, "")
-        out[job] = out.get(job, 0.0) + (s.values[-1] if s.values else 0.0)
+    # a family at a time: count_over_time drops the metric name, and two units' counters
+    # of one task would be one label set (the store refuses the query)
+    for name in sorted(label_values(client, selector([ACTIVITY_SERIES], scope=scope),
+                                    "__name__", start - max_age, end, chunk)):
+        sel = selector([name], scope=scope)
+        for s in _chunked(client,
+                          lambda rng, sel=sel: f"sum by ({JOB_ID}) (count_over_time({sel}{rng}))",
+                          start - max_age, end, chunk):
+            job = s.labels.get(JOB_ID, "")
+            out[job] = out.get(job, 0.0) + (s.values[-1] if s.values else 0.0)
     return out
 
 
