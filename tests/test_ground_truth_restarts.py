@@ -51,6 +51,7 @@ BASE = {"memory_used": 2 * GiB, "gpu_util": 0, "power_mw": 60_000}
 JOBS = {"etl": (4.0, 100, 250_000, 3.0), "train": (4.0, 40, 120_000, 5.0),
         "score": (3.0, 80, 200_000, 4.0), "final": (3.0, 60, 150_000, 6.0)}
 LEAD = 1.0  # seconds from scripting a job's GPU to its start
+RENDER_SLACK = 0.2  # seconds: a scrape stamped this long before a DAG ended may show it ended
 
 
 class Truth:
@@ -59,9 +60,10 @@ class Truth:
 
     def __init__(self, epoch: float, servers: dict[int, PrometheusServer], folder: Path,
                  script: Script, ran: dict[str, tuple[float, float, float]], reset: float,
-                 end: float) -> None:
+                 end: float, dead: float) -> None:
         self.epoch, self.servers, self.folder = epoch, servers, folder
         self.script, self.ran, self.reset, self.end = script, ran, reset, end
+        self.dead = dead  # the restarted scheduler's first life surely over
 
     def gpu_samples(self, every: int) -> list[float]:
         (series,) = query(self.servers[every], "dask_gpu_memory_used_bytes[10m]")
@@ -137,13 +139,14 @@ def truth(tmp_path_factory: pytest.TempPathFactory, fake_nvml_lib: Path) -> Iter
         # have been scraped (the slower servers may have seen none of this life's end)
         gone = time.time() - epoch
         local.restart("scheduler")
+        dead = time.time() - epoch
         local.restart("w0")  # a worker without a nanny closes with its scheduler
         run("final")
         end = time.time() - epoch + 1.0
         lives = {name: (start, stop, gone if name != "final" else math.inf)
                  for name, (start, stop) in ran.items()}  # final's scheduler lives on
         scraped_past(servers, ("dask-gpu", "dask-scheduler"), epoch + end + 1)
-        yield Truth(epoch, servers, folder, script, lives, reset, end)
+        yield Truth(epoch, servers, folder, script, lives, reset, end, dead)
 
 
 @pytest.mark.parametrize("every", INTERVALS)
@@ -153,9 +156,15 @@ def test_every_job_a_scrape_saw_is_there_with_its_outcome_and_its_schedulers_lif
     assert set(seen) <= set(found) <= set(JOBS), (sorted(found), seen)
     for name, (_, end) in seen.items():
         dag = scripted_dag(found[name])
-        ended = end == truth.ran[name][1]
+        stop = truth.ran[name][1]
+        ended = end == stop
+        # a scrape is stamped as it starts and the scheduler renders after, and one between
+        # the restart's request and the old scheduler's end still reaches it: a scrape that
+        # close to the end may show the outcome, or not
+        edge = any(stop - RENDER_SLACK <= t < truth.dead for t in truth.scheduler_scrapes(every))
+        allowed = {"finished"} if ended else {"finished", "unknown"} if edge else {"unknown"}
         # an outcome no scrape saw is unknown, never "running" past its scheduler's end
-        assert dag["status"] == ("finished" if ended else "unknown"), (name, dag, seen)
+        assert dag["status"] in allowed, (name, dag, seen)
     assert found["final"]["job"] == "0"
     if "etl" in found:  # the restarted scheduler numbers from 0 again, in another life
         assert found["etl"]["job"] == "0"
