@@ -108,10 +108,11 @@ def literal_matchers(name: str, values: Workers) -> list[str]:
     return [f"{name}=~{label(literal)}"]
 
 
-def selector(metrics: Sequence[str], workers: Workers = None, scope: Scope = UNSCOPED) -> str:
+def selector(metrics: Sequence[str], workers: Workers = None, scope: Scope = UNSCOPED,
+             more: Sequence[str] = ()) -> str:
     """``{__name__=~"a|b",worker="w",dask_cluster="c"}``: one query for several metrics of
-    some workers of one cluster."""
-    matchers = [f'__name__=~{label("|".join(metrics))}', *worker_matchers(workers)]
+    some workers of one cluster (``more``: other matchers)."""
+    matchers = [f'__name__=~{label("|".join(metrics))}', *worker_matchers(workers), *more]
     return "{" + ",".join(matchers + scope.matchers()) + "}"
 
 
@@ -357,9 +358,9 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
     """Every sample of the fine-performance-metric counters of every unit in
     [start - max_age, end], of the job ids ``jobs`` (all by default): the samples before
     ``start`` give each counter's value at the start."""
-    sel = "{" + ",".join([f"__name__=~{label(ACTIVITY_SERIES)}",
-                          *literal_matchers(JOB_ID, jobs), *scope.matchers()]) + "}"
-    return fetch_raw(client, sel, start - max_age, end, chunk, scope)
+    return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope,
+                                      more=literal_matchers(JOB_ID, jobs)),
+                     start - max_age, end, chunk, scope)
 
 
 def activity_samples(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
