@@ -129,6 +129,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            progress: Progress | None = None, asked: Mapping[str, Any] | None = None,
            cluster: str | None = None, replica_labels: Sequence[str] = REPLICA_LABELS,
            any_cluster: bool = False, visit: Visit | None = None,
+           expect: Callable[[Sequence[WorkerInfo]], None] | None = None,
            worker_files: bool = True, visit_metrics: Sequence[str] = (),
            visit_tail: float = 0.0, visit_head: float = 0.0, reach: float = 0.0,
            tables: str = "", format: str = "csv") -> ExportResult:
@@ -140,11 +141,12 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     (``worker_batches``: its first worker; in the fetching thread) and once at the end;
     ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
-    ``any_cluster`` as for ``find_workers``; ``visit`` sees each worker's data (see
-    ``Visit``) and, with ``visit_metrics``, those series' raw samples too (no column), and
-    ``visit_tail`` seconds more of its GPU series past ``until`` (never past now: the
-    first scrape after the end dates a peak just before it) and ``visit_head`` seconds before
-    ``since`` (the scrape interval across the start), which no file holds;
+    ``any_cluster`` as for ``find_workers``; ``expect`` sees every worker that ``visit``
+    will see, before the first; ``visit`` sees each worker's data (see ``Visit``) and,
+    with ``visit_metrics``, those series' raw samples too (no column), and ``visit_tail``
+    seconds more of its GPU series past ``until`` (never past now: the first scrape after
+    the end dates a peak just before it) and ``visit_head`` seconds before ``since`` (the
+    scrape interval across the start), which no file holds;
     ``worker_files`` False writes no per-worker CSV file (the session report,
     which keeps the tables its plots need from ``visit``: export.json then lists no
     files); ``tables``: a subfolder of ``out`` for workers.csv, jobs.csv and the summaries
@@ -233,6 +235,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                                    for m in gpu.keys() | after.keys() | before.keys()}))
         return out
 
+    if expect is not None:
+        expect(chosen)
     rows_written = 0
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     missing: list[tuple[str, tuple[int, int]]] = []

@@ -25,6 +25,7 @@ from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.report.advice import (
     GIB,
     GpuModel,
+    GpuSummary,
     load_models,
     recommendations,
     smallest_fitting,
@@ -279,7 +280,7 @@ def test_a_job_without_energy_on_metered_gpus_says_it_was_too_short() -> None:
 def test_a_job_no_gpu_interval_counts_for_says_why_not_that_gpus_lack_a_counter() -> None:
     """A job that lies in a gap between two GPU samples (a restarted Prometheus missed a
     scrape) has no interval at all: its energy says so, not 'no energy counter'."""
-    entry = energy_entry([], 0, False)
+    entry = energy_entry(0.0, 0, 0, False, False)
     assert entry["energy_joules"] is None
     assert entry["energy_note"].startswith("not measured: no interval between two GPU samples")
     assert "gap longer than --max-age" in entry["energy_note"]
@@ -306,6 +307,12 @@ def gpu(worker: str, peak: float, capacity: float, util: float, job: str | None 
             "time": "t", "gpu_seconds": 100, "mean_utilization_percent": util, "job": job}
 
 
+def advise(jobs: list[dict[str, Any]], gpus: list[dict[str, Any]],
+           models: list[GpuModel] | None = None) -> list[dict[str, Any]]:
+    """The recommendations for ``jobs`` on ``gpus`` (each GPU's session figures)."""
+    return recommendations(report_of(jobs, gpus), GpuSummary.of(gpus), models or [], 1.2)
+
+
 def test_recommendations_say_the_numbers_they_are_based_on() -> None:
     peak = {"worker": "w-0", "gpu": "0", "peak_bytes": 10 * GIB, "capacity_bytes": 80 * GIB,
             "peak_percent": 12.5, "time": "t"}
@@ -313,7 +320,7 @@ def test_recommendations_say_the_numbers_they_are_based_on() -> None:
            "per_gpu": [{"worker": "w-0", "gpu": "1", "gpu_seconds": 50,
                         "mean_utilization_percent": 0.4}]}
     gpus = [gpu("w-0", 10 * GIB, 80 * GIB, 30.0), gpu("w-1", 15 * GIB, 16 * GIB, 30.0)]
-    found = recommendations(report_of([job], gpus), gpus, load_models(), 1.2)
+    found = advise([job], gpus, load_models())
     texts = "\n".join(r["text"] for r in found)
     assert "job 0 (etl) needs 12.00 GiB" in texts and "NVIDIA T4" in texts
     assert "GPU 1 of w-0 sat idle through job 0 (etl): 0.4 %" in texts
@@ -329,13 +336,13 @@ def test_recommendations_say_the_numbers_they_are_based_on() -> None:
 def test_pool_and_workers_per_gpu_where_the_numbers_say_so() -> None:
     gpus = [gpu("w-0", 3 * GIB, 80 * GIB, 10.0), gpu("w-1", 2 * GIB, 80 * GIB, 20.0)]
     job = {"job": "0", "job_name": None, "peak": None, "per_gpu": []}
-    texts = [r["text"] for r in recommendations(report_of([job], gpus), gpus, [], 1.2)]
+    texts = [r["text"] for r in advise([job], gpus)]
     assert any("RMM pool of 3.75 GiB" in t for t in texts)  # 3 GiB x 1.2, 256 MiB steps
     assert any("busy 20.0 % of its sampled time" in t and "4 workers per GPU" in t
                for t in texts)
     busy = [gpu("w-0", 3 * GIB, 80 * GIB, 60.0)]
     assert not any("workers per GPU" in r["text"]
-                   for r in recommendations(report_of([job], busy), busy, [], 1.2))
+                   for r in advise([job], busy))
 
 
 def test_sm_and_tensor_means_come_from_their_counters_and_rmm_peaks_from_heartbeats() -> None:
@@ -369,7 +376,7 @@ def hopper_job(**extra: Any) -> dict[str, Any]:
 
 
 def test_a_busy_gpu_with_few_sms_at_work_is_said_in_one_sentence_with_its_numbers() -> None:
-    found = recommendations(report_of([hopper_job()], []), [], load_models(), 1.2)
+    found = advise([hopper_job()], [], load_models())
     (waiting,) = [r for r in found if r["kind"] == "gpu-waiting"]
     assert waiting["text"].startswith(
         "job 0 (train) kept its GPUs 99 % busy by NVML's utilisation, but only 25.0 % of "
@@ -381,11 +388,11 @@ def test_a_busy_gpu_with_few_sms_at_work_is_said_in_one_sentence_with_its_number
     assert any(r["kind"] == "tensor-idle" and "0.0 % active" in r["text"] for r in found)
     # SMs as busy as NVML says, tensor cores at work: nothing about activity
     fine = hopper_job(mean_sm_active_percent=93.0, mean_tensor_active_percent=91.0)
-    kinds = {r["kind"] for r in recommendations(report_of([fine], []), [], [], 1.2)}
+    kinds = {r["kind"] for r in advise([fine], [])}
     assert not kinds & {"gpu-waiting", "tensor-idle"}
     # no GPM: no such advice, whatever the utilisation
     bare = hopper_job(mean_sm_active_percent=None, mean_tensor_active_percent=None)
-    assert not {r["kind"] for r in recommendations(report_of([bare], []), [], [], 1.2)} \
+    assert not {r["kind"] for r in advise([bare], [])} \
         & {"gpu-waiting", "tensor-idle"}
 
 
@@ -435,7 +442,7 @@ def test_a_rapids_job_is_sized_by_what_it_held_not_by_its_pool() -> None:
 
 def test_no_jobs_is_advice_about_idle_gpus_only() -> None:
     gpus = [gpu("w-0", 3 * GIB, 80 * GIB, 0.0, job=None)]
-    found = recommendations(report_of([], gpus), gpus, load_models(), 1.2)
+    found = advise([], gpus, load_models())
     assert [r["kind"] for r in found] == ["idle-gpu"]
     assert "No job ran in this session: its 1 GPU(s) were held for 100 GPU seconds" in \
         found[0]["text"]
@@ -572,17 +579,17 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
     """The report's export writes no worker file; its charts are drawn from the kept tables,
     which hold the very numbers and phases ``export``'s worker files hold."""
     since, until = dataset.base, dataset.base + 600
-    kept = _Kept(Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000),
-                 most=2)
+    gather = Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000)
+    kept = _Kept(gather, most=2)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
         full = export(client, since, until, tmp_path / "full", metrics=list(REPORT_METRICS),
                       cluster="rep")
         bare = export(client, since, until, tmp_path / "bare", metrics=list(REPORT_METRICS),
-                      cluster="rep", visit=kept, worker_files=False)
+                      cluster="rep", visit=kept, expect=gather.expect, worker_files=False)
     assert (bare.workers, bare.files) == (full.workers, full.files) and len(full.files) == 2
     assert json.loads((tmp_path / "bare" / "export.json").read_text())["files"] == []
     assert not any((tmp_path / "bare" / name).exists() for name in full.files)
-    assert list(kept.tables) == [f.info.name for f in kept.gather.workers] == full.workers
+    assert list(kept.tables) == [info.name for info, _ in gather.tally.workers] == full.workers
     names = [c.name for c in select(REPORT_METRICS)]
     for worker, name in zip(full.workers, full.files, strict=True):
         mine = trace_of_table(worker, Path(name).stem, kept.tables[worker], names,
@@ -997,12 +1004,11 @@ def test_only_the_tables_of_the_workers_to_chart_are_kept() -> None:
 
     class Seen:  # the Gatherer's part that _Kept reads: each worker's facts as it goes by
         def __init__(self) -> None:
-            self.workers: list[WorkerFacts] = []
+            self.last: WorkerFacts | None = None
 
         def __call__(self, info: WorkerInfo, *_: object) -> None:
             peak = Peak(info.name, "0", "u", percents[info.name] * GIB, 100 * GIB, 0, "0", "0")
-            self.workers.append(WorkerFacts(info, {}, [peak] if percents[info.name] else [],
-                                            [], []))
+            self.last = WorkerFacts(info, {}, [peak] if percents[info.name] else [], [], [])
 
     for most, expected in ((0, []), (1, ["w-1"]), (2, ["w-1", "w-4"]),
                            (3, ["w-1", "w-3", "w-4"]), (4, ["w-0", "w-1", "w-3", "w-4"]),

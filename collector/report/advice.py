@@ -6,10 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+from dask_metrics.collector.report.listed import LISTED, Listed
 
 GIB = 2**30
 DEFAULT_HEADROOM = 1.2
@@ -29,6 +31,61 @@ POOL_OVERSIZED = 2.0  # an RMM pool this many times the peak in use x headroom i
 class GpuModel:
     name: str
     memory_bytes: int
+
+
+@dataclass
+class GpuSummary:
+    """What the advice reads of every GPU's whole-session figures (a dict per GPU: its peak
+    entry, ``gpu_seconds``, ``mean_utilization_percent``, ``job``), folded a GPU at a time:
+    the highest peak, the GPUs near capacity (the ``most`` highest listed, all counted), and
+    the GPUs that decide the RMM pool and GPU sharing advice."""
+
+    most: int = LISTED
+    count: int = 0
+    gpu_seconds: float = 0.0
+    highest: dict[str, Any] | None = None  # the highest peak against capacity (bytes on a tie)
+    near: Listed[dict[str, Any]] = field(default_factory=Listed)
+    near_count: int = 0
+    largest: dict[str, Any] | None = None  # of the GPUs whose peak and capacity are known
+    smallest_capacity: float | None = None
+    busiest: float | None = None  # of those, with a utilisation too: the highest ...
+    tightest: dict[str, Any] | None = None  # ... and the least room (capacity / peak)
+
+    def __post_init__(self) -> None:
+        self.near = Listed(self.most)
+
+    @classmethod
+    def of(cls, gpus: Iterable[Mapping[str, Any]], most: int = LISTED) -> GpuSummary:
+        summary = cls(most)
+        for gpu in gpus:
+            summary.add(gpu)
+        return summary
+
+    def add(self, gpu: Mapping[str, Any]) -> None:
+        self.count += 1
+        self.gpu_seconds += gpu.get("gpu_seconds") or 0
+        rank = (gpu.get("peak_percent") or 0, gpu.get("peak_bytes") or 0)
+        if self.highest is None or rank > (self.highest.get("peak_percent") or 0,
+                                           self.highest.get("peak_bytes") or 0):
+            self.highest = dict(gpu)
+        percent = gpu.get("peak_percent")
+        if percent is not None and percent >= NEAR_CAPACITY_PERCENT:
+            self.near_count += 1
+            self.near.offer((percent,), dict(gpu))
+        peak, capacity = gpu.get("peak_bytes"), gpu.get("capacity_bytes")
+        if not (peak and capacity):
+            return
+        if self.largest is None or peak > self.largest["peak_bytes"]:
+            self.largest = dict(gpu)
+        self.smallest_capacity = capacity if self.smallest_capacity is None \
+            else min(self.smallest_capacity, capacity)
+        util = gpu.get("mean_utilization_percent")
+        if util is None:
+            return
+        self.busiest = util if self.busiest is None else max(self.busiest, util)
+        if self.tightest is None or capacity / peak < (self.tightest["capacity_bytes"] /
+                                                       self.tightest["peak_bytes"]):
+            self.tightest = dict(gpu)
 
 
 def load_models(text: str | None = None) -> list[GpuModel]:
@@ -111,6 +168,13 @@ def _idle_gpus(job: Mapping[str, Any], idle_percent: float) -> list[dict[str, An
                         "based_on": {"mean_utilization_percent":
                                      use["mean_utilization_percent"],
                                      "gpu_seconds": use["gpu_seconds"]}})
+    more = (job.get("idle_gpus") or 0) - len(out)
+    if more > 0:
+        out.append({"kind": "idle-gpu", "job": job["job"],
+                     "text": f"{more} more GPU(s) sat idle through {_job_label(job)} (below "
+                     f"{idle_percent:g} % mean utilisation while their workers held the job's "
+                     f"tasks): the report lists the {len(out)} idlest.",
+                     "based_on": {"idle_gpus": job["idle_gpus"]}})
     return out
 
 
@@ -196,15 +260,13 @@ def _near_capacity(gpu: Mapping[str, Any]) -> list[dict[str, Any]]:
                           "device_memory_limit_bytes": round(limit)}}]
 
 
-def _pool(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[str, Any]]:
+def _pool(gpus: GpuSummary, headroom: float) -> list[dict[str, Any]]:
     """One RMM pool size for the cluster: the largest peak x headroom, where every GPU holds
     it."""
-    known = [g for g in gpus if g.get("peak_bytes") and g.get("capacity_bytes")]
-    if not known:
+    top, smallest = gpus.largest, gpus.smallest_capacity
+    if top is None or smallest is None:
         return []
-    top = max(known, key=lambda g: g["peak_bytes"])
     pool = math.ceil(top["peak_bytes"] * headroom / POOL_ROUNDING) * POOL_ROUNDING
-    smallest = min(g["capacity_bytes"] for g in known)
     if pool > smallest:
         return []
     return [{"kind": "dask-setting", "text": f"An RMM pool of {gib(pool)} per worker "
@@ -215,14 +277,12 @@ def _pool(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[str, 
                           "rmm_pool_size_bytes": pool, "smallest_capacity_bytes": smallest}}]
 
 
-def _sharing(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[str, Any]]:
+def _sharing(gpus: GpuSummary, headroom: float) -> list[dict[str, Any]]:
     """Workers per GPU: where every GPU was mostly idle and its peak leaves room for more."""
-    known = [g for g in gpus if g.get("peak_bytes") and g.get("capacity_bytes")
-             and g.get("mean_utilization_percent") is not None]
-    if not known:
+    busiest, tight = gpus.busiest, gpus.tightest
+    if busiest is None or tight is None:
         return []
-    busiest = max(g["mean_utilization_percent"] for g in known)
-    fit = min(int(g["capacity_bytes"] // (g["peak_bytes"] * headroom)) for g in known)
+    fit = int(tight["capacity_bytes"] // (tight["peak_bytes"] * headroom))
     if busiest >= SHARE_BELOW_PERCENT or fit < 2:
         return []
     per_gpu = min(fit, 4)
@@ -235,7 +295,7 @@ def _sharing(gpus: Sequence[Mapping[str, Any]], headroom: float) -> list[dict[st
                           "headroom": headroom, "workers_per_gpu": per_gpu}}]
 
 
-def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]],
+def recommendations(report: Mapping[str, Any], gpus: GpuSummary,
                     models: Sequence[GpuModel], headroom: float) -> list[dict[str, Any]]:
     """Every recommendation, each with its ``text`` and the numbers it is ``based_on``:
     memory per job, GPUs idle through a job, GPUs waiting or tensor cores idle (GPM), RMM
@@ -249,8 +309,13 @@ def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]
         out += _activity(job)
         out += _rmm_pool(job, headroom)
     out += _rmm_untracked(report)
-    for gpu in gpus:
+    for gpu in gpus.near:
         out += _near_capacity(gpu)
+    if gpus.near.omitted:
+        out.append({"kind": "near-capacity", "text": f"{gpus.near.omitted} more GPU(s) came "
+                    f"within {100 - NEAR_CAPACITY_PERCENT:g} % of their capacity: the report "
+                    f"lists the {gpus.most} closest.",
+                    "based_on": {"gpus_near_capacity": gpus.near_count}})
     if not report["jobs"]:  # sizes from a session without work would be advice on nothing
         return out + _no_jobs(gpus)
     if not any(job.get("rmm_pool_bytes") for job in report["jobs"]):
@@ -259,9 +324,8 @@ def recommendations(report: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]
     return out
 
 
-def _no_jobs(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    seconds = sum(g.get("gpu_seconds") or 0 for g in gpus)
-    return [{"kind": "idle-gpu", "text": f"No job ran in this session: its {len(gpus)} GPU(s) "
-             f"were held for {seconds:.0f} GPU seconds without Dask work. Release them "
+def _no_jobs(gpus: GpuSummary) -> list[dict[str, Any]]:
+    return [{"kind": "idle-gpu", "text": f"No job ran in this session: its {gpus.count} GPU(s) "
+             f"were held for {gpus.gpu_seconds:.0f} GPU seconds without Dask work. Release them "
              "between runs (scale the cluster down, or adapt()).",
-             "based_on": {"gpus": len(gpus), "gpu_seconds": seconds}}]
+             "based_on": {"gpus": gpus.count, "gpu_seconds": gpus.gpu_seconds}}]

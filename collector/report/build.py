@@ -34,6 +34,7 @@ from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.provenance import read_provenance
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
+from dask_metrics.collector.report import where
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
@@ -85,6 +86,20 @@ def _rows(path: Path) -> list[dict[str, str]] | None:
         return list(csv.DictReader(fh))
 
 
+def _where(data: Path) -> dict[str, Any]:
+    """report.json's "where the time went": the largest rows of the export's activities.csv
+    and gpu_by_prefix.csv (None where it wrote none), and how many each has."""
+    out: dict[str, Any] = {"rows_in_export": {}}
+    for key, name in (("activities", ACTIVITIES_CSV), ("gpu_by_prefix", GPU_BY_PREFIX_CSV)):
+        path = data / name
+        if not path.is_file():
+            out[key] = None
+            continue
+        with open(path, encoding="utf-8", newline="") as fh:
+            out[key], out["rows_in_export"][key] = where.largest(csv.DictReader(fh), key)
+    return out
+
+
 class _Kept:
     """The export's ``visit``: the Gatherer's, and the tables of the ``most`` workers with
     the highest peak memory (% of capacity) so far, for their charts (about 0.4 MiB per
@@ -101,7 +116,8 @@ class _Kept:
         self.gather(info, series, activity, table)
         if not self.most:
             return
-        facts = self.gather.workers[-1]
+        facts = self.gather.last
+        assert facts is not None
         percent = max((p.peak_percent or 0.0 for p in facts.job_peaks), default=0.0)
         self._ranks.append((-percent, len(self._ranks), info.name))
         self.tables[info.name] = table
@@ -221,7 +237,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
         result = export(client, since, until, data, metrics=list(REPORT_METRICS),
                         max_age=max_age, workers=workers, chunk=chunk, progress=progress,
                         cluster=cluster, replica_labels=replica_labels,
-                        any_cluster=any_cluster, visit=kept,
+                        any_cluster=any_cluster, visit=kept, expect=gather.expect,
                         worker_files=False, visit_metrics=PEAK_DATING,
                         visit_tail=max(tail, max_age), visit_head=max_age,
                         reach=min(SCRAPE_GAP, max_age))
@@ -234,8 +250,8 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
                    "prometheus": client.url, "asked": dict(asked or {}),
                    "warnings": result.warnings, "versions": record.get("versions"),
                    "dask_metrics": __version__}
-        body = build(session, gather.workers, labels, _rows(data / JOBS_CSV), load_models(),
-                     headroom, _rows(data / ACTIVITIES_CSV), _rows(data / GPU_BY_PREFIX_CSV))
+        body = build(session, gather.tally, labels, _rows(data / JOBS_CSV), load_models(),
+                     headroom, _where(data))
         charts: dict[str, str] = {}
         if draw:
             files = dict(zip(result.workers, result.files, strict=True))

@@ -5,14 +5,12 @@ activity, RMM, and the use of a set of GPUs as report.json writes it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.report.usage import (
-    Usage,
-    total,
-)
+from dask_metrics.collector.report.usage import Usage, larger, total
 from dask_metrics.collector.timespec import format_rfc3339
 
 JOULES_PER_KWH = 3.6e6
@@ -41,11 +39,12 @@ def peak_entry(p: Peak) -> dict[str, Any]:
             else num(p.upper_bytes), "caveat": p.caveat() or None}
 
 
-def energy_entry(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str, Any]:
-    """Energy of these GPU intervals; None (and a note saying why) where no GPU measured it.
-    ``metered``: some of these GPUs have an energy counter (then a missing figure is the
-    range's fault, not the GPUs')."""
-    measured = [u for u in usages if u.energy_intervals]
+def energy_entry(joules: float, measured: int, gpus: int, resets: bool, metered: bool
+                 ) -> dict[str, Any]:
+    """Energy of some GPUs' intervals: ``joules`` measured by ``measured`` of the ``gpus``;
+    None (and a note saying why) where none measured it. ``resets``: an exporter restarted
+    within them; ``metered``: some of these GPUs have an energy counter (then a missing
+    figure is the range's fault, not the GPUs')."""
     if not measured:
         note = ("not measured: no interval between two GPU samples of its workers counts for "
                 "it (shorter than a scrape interval, or in a gap longer than --max-age: see "
@@ -54,12 +53,11 @@ def energy_entry(usages: Sequence[Usage], gpus: int, metered: bool) -> dict[str,
                 "than a scrape interval)" if metered
                 else "not reported: these GPUs report no energy counter")
         return {"energy_joules": None, "energy_kwh": None, "energy_note": note}
-    joules = sum(u.energy for u in measured)
     notes = []
-    if len(measured) < gpus:
-        notes.append(f"{len(measured)} of {gpus} GPU(s) report energy: the others are not "
+    if measured < gpus:
+        notes.append(f"{measured} of {gpus} GPU(s) report energy: the others are not "
                      "included (a lower bound)")
-    if any(u.resets for u in usages):
+    if resets:
         notes.append("an exporter restarted within it: its busy time and energy count from "
                      "the restart there (lower bounds)")
     note = "; ".join(notes) or None
@@ -119,67 +117,114 @@ def activity_entry(whole: Usage) -> dict[str, Any]:
             else None}
 
 
-def rmm_entry(usages: Mapping[tuple[str, str, str], Usage], tracked: frozenset[str]
-         ) -> dict[str, Any]:
-    """The largest RMM use and pool of these GPUs' workers (sampled at heartbeats, so the
-    peak in use is a lower bound), and a note on what they can and cannot say. ``tracked``:
-    the workers whose RMM use Dask saw above 0 at some point of the session (so their pools
-    track allocations)."""
-    used = max((u.rmm_used for u in usages.values() if u.rmm_used is not None), default=None)
-    pool = max((u.rmm_pool for u in usages.values() if u.rmm_pool is not None), default=None)
+def rmm_entry(used: float | None, pool: float | None, untracked_pool: bool
+              ) -> dict[str, Any]:
+    """The largest RMM use and pool of some GPUs' workers (sampled at heartbeats, so the
+    peak in use is a lower bound), and a note on what they can and cannot say.
+    ``untracked_pool``: one of those workers has a pool and Dask never saw its RMM use above
+    0 in the session (its pool may not track allocations)."""
     note = None
     if pool and not used:
-        pooled = {w for (w, _, _), u in usages.items() if u.rmm_pool}
-        note = ("no bytes in use in the RMM pool while it ran: it allocated nothing through "
-                "RMM (the same workers' pools show other use, so they track allocations)"
-                if pooled <= tracked else
-                "no bytes in use in the RMM pool while it ran: either it allocated nothing "
+        note = ("no bytes in use in the RMM pool while it ran: either it allocated nothing "
                 "through RMM, or the pool does not track allocations (dask-cuda "
-                "--rmm-track-allocations), so what it held in the pool is unknown")
+                "--rmm-track-allocations), so what it held in the pool is unknown"
+                if untracked_pool else
+                "no bytes in use in the RMM pool while it ran: it allocated nothing through "
+                "RMM (the same workers' pools show other use, so they track allocations)")
     elif used:
         note = ("sampled at the workers' heartbeats as the scheduler's scrapes saw them: "
                 "the true peak may be higher")
     return {"peak_rmm_used_bytes": num(used), "rmm_pool_bytes": num(pool), "rmm_note": note}
 
 
-def held_bytes(entry: Mapping[str, Any], tracked: frozenset[str]) -> float | int | None:
-    """What a job on RMM pools held at most: per GPU, its worker's peak RMM use plus what
-    NVML saw outside the pool at the GPU's peak (CUDA context, other allocators), NVML's
-    peak where the worker has no pool that tracks allocations; the largest over the job's
-    GPUs. NVML alone counts a whole pool as used. None where no GPU of the job had a
-    tracked pool."""
-    rmm = {(g["worker"], g["gpu"]): (g["peak_rmm_used_bytes"], g["rmm_pool_bytes"])
-           for g in entry["per_gpu"]}
-    held, known = [], False
-    for p in entry["peaks"]:
-        if p["peak_bytes"] is None:
-            continue
-        used, pool = rmm.get((p["worker"], p["gpu"]), (None, None))
-        if pool and (used or p["worker"] in tracked):
-            known = True
-            held.append((used or 0) + max(0.0, p["peak_bytes"] - pool))
+def held_bytes(peak: float, used: float | None, pool: float | None, tracked: bool
+               ) -> tuple[float, bool]:
+    """What a job on an RMM pool held at most on one GPU, and whether the pool said so: its
+    worker's peak RMM use plus what NVML saw outside the pool at the GPU's peak (CUDA
+    context, other allocators); NVML's ``peak`` where the worker has no pool that tracks
+    allocations (``tracked``: Dask saw its RMM use above 0 in the session). NVML alone
+    counts a whole pool as used."""
+    if pool and (used or tracked):
+        return (used or 0) + max(0.0, peak - pool), True
+    return peak, False
+
+
+class UseSum:
+    """``use_entry``'s figures of a set of GPUs, added a GPU at a time in little memory: the
+    GPUs that one worker sees are summed as they come; the views of a GPU that several
+    workers see (``shared``: their device keys) are kept until ``entry`` counts each such
+    GPU once (``by_device``)."""
+
+    __slots__ = (
+        "devices",
+        "measured",
+        "metered",
+        "rmm_pool",
+        "rmm_used",
+        "shared",
+        "untracked_pool",
+        "views",
+        "whole",
+    )
+
+    def __init__(self, shared: Container[str] = frozenset()) -> None:
+        self.shared = shared
+        self.whole = Usage()
+        self.devices = self.measured = 0
+        self.views: dict[tuple[str, str, str], Usage] = {}
+        self.metered = self.untracked_pool = False
+        self.rmm_used: float | None = None
+        self.rmm_pool: float | None = None
+
+    def add(self, key: tuple[str, str, str], u: Usage, metered: bool, tracked: bool) -> None:
+        """One GPU's use (``key``: worker, gpu, uuid); ``metered``: it has an energy
+        counter; ``tracked``: its worker's RMM pool tracks allocations."""
+        if device_key(*key) in self.shared:
+            self.views.setdefault(key, Usage()).add(u)
         else:
-            held.append(p["peak_bytes"])
-    return num(max(held)) if known else None
+            self.whole.add(u)
+            self.devices += 1
+            self.measured += bool(u.energy_intervals)
+        self.metered |= metered
+        self.rmm_used = larger(self.rmm_used, u.rmm_used)
+        self.rmm_pool = larger(self.rmm_pool, u.rmm_pool)
+        self.untracked_pool |= bool(u.rmm_pool) and not tracked
+
+    def entry(self) -> dict[str, Any]:
+        """GPU seconds, busy seconds, mean utilisation, idle seconds, energy, SM/tensor
+        activity and RMM of these GPUs, each device counted once."""
+        merged, shared = by_device(self.views)
+        whole = total({"": self.whole, **merged})
+        devices = self.devices + len(merged)
+        measured = self.measured + sum(bool(u.energy_intervals) for u in merged.values())
+        mean = whole.busy / whole.seconds * 100 if whole.seconds else None
+        return {"gpus_used": devices, "gpu_seconds": num(whole.seconds),
+                "busy_seconds": num(whole.busy), "mean_utilization_percent": num(mean, 2),
+                **activity_entry(whole),
+                **rmm_entry(self.rmm_used, self.rmm_pool, self.untracked_pool),
+                "idle_gpu_seconds": num(whole.idle),
+                **energy_entry(whole.energy, measured, devices, whole.resets > 0,
+                               self.metered),
+                "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
+                "seen_first": rfc3339(whole.first), "seen_last": rfc3339(whole.last)}
+
+
+def shared_devices(gpus: Iterable[tuple[str, str, str]]) -> frozenset[str]:
+    """The device keys of the GPUs that more than one (worker, gpu) of ``gpus`` is."""
+    seen = Counter(device_key(*g) for g in dict.fromkeys(gpus))
+    return frozenset(d for d, n in seen.items() if n > 1)
 
 
 def use_entry(usages: Mapping[tuple[str, str, str], Usage],
-         metered: frozenset[tuple[str, str, str]] = frozenset(),
-         tracked: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """GPU seconds, busy seconds, mean utilisation, idle seconds and energy of one job or DAG
-    (``usages`` keyed by (worker, gpu, uuid)), each device counted once (``by_device``);
-    ``metered``: the (worker, gpu, uuid) with an energy counter; ``tracked``: the workers
-    whose RMM pools track allocations."""
-    devices, shared = by_device(usages)
-    whole = total(devices)
-    mean = whole.busy / whole.seconds * 100 if whole.seconds else None
-    return {"gpus_used": len(devices), "gpu_seconds": num(whole.seconds),
-            "busy_seconds": num(whole.busy), "mean_utilization_percent": num(mean, 2),
-            **activity_entry(whole), **rmm_entry(usages, tracked),
-            "idle_gpu_seconds": num(whole.idle),
-            **energy_entry(list(devices.values()), len(devices), not metered.isdisjoint(usages)),
-            "shared_gpus": [{"uuid": u, "workers": w} for u, w in shared.items()] or None,
-            "seen_first": rfc3339(whole.first), "seen_last": rfc3339(whole.last)}
+              metered: frozenset[tuple[str, str, str]] = frozenset(),
+              tracked: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``UseSum.entry`` of ``usages`` (keyed by (worker, gpu, uuid)); ``metered``: the
+    (worker, gpu, uuid) with an energy counter; ``tracked``: the workers whose RMM pools
+    track allocations."""
+    found = UseSum(shared_devices(usages))
+    for key, u in usages.items():
+        found.add(key, u, key in metered, key[0] in tracked)
+    return found.entry()
 
 
 # ---- jobs.csv rows (the export's, from the provenance branch) -------------------------------

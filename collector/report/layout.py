@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dask_metrics.collector.report import where
 from dask_metrics.collector.report.compare import FIGURES
 from dask_metrics.collector.report.first_screen import first_screen, signed
 from dask_metrics.collector.report.parts import (
@@ -84,7 +85,10 @@ def _jobs(report: Mapping[str, Any]) -> list[Section]:
     out.append(Section("Per DAG", level=3, table=_use_table(
         ["job", "name", "DAG"], [([ref(j), name(j), d["dag"]], d)
                                  for j in jobs for d in j["dags"]])))
-    out.append(Section("Peak memory per GPU and job", level=3, table=Table(
+    cut = [f"Job {ref(j)}: the {len(j['peaks'])} highest of its "
+           f"{len(j['peaks']) + j['peaks_omitted']} GPUs' peaks (its peak is the highest of all)."
+           for j in jobs if j.get("peaks_omitted")]
+    out.append(Section("Peak memory per GPU and job", level=3, notes=cut, table=Table(
         ["job", "name", "worker", "GPU", "peak", "of capacity", "capacity", "when"],
         [[ref(j), name(j), p["worker"], p["gpu"], gib(p["peak_bytes"]),
           percent(p["peak_percent"]), gib(p["capacity_bytes"]), p["time"]]
@@ -114,42 +118,42 @@ def _value(key: str, value: float | None) -> str:
 
 
 def _where(report: Mapping[str, Any]) -> list[Section]:
-    """The export's activities.csv and gpu_by_prefix.csv rows, largest first (activities in
-    seconds before those in other units, which do not compare with them), rows of 0 left
-    out (they are in report.json)."""
-    where = report["where_the_time_went"]
+    """The export's activities.csv and gpu_by_prefix.csv rows, largest first (``where.rank``),
+    rows of 0 left out (they are in report.json)."""
+    found_where = report["where_the_time_went"]
     out = []
-    for key, title, columns, numeric, size in (
+    for key, title, columns, numeric in (
             ("activities", "Where the time went: activities per job and task prefix",
-             ["job", "job_name", "dag", "prefix", "activity", "unit", "value"], {6}, "value"),
+             ["job", "job_name", "dag", "prefix", "activity", "unit", "value"], {6}),
             ("gpu_by_prefix", "GPU time per task prefix",
              ["job", "job_name", "dag", "prefix", "gpu_seconds", "peak_mem", "energy"],
-             {4, 5, 6}, "gpu_seconds")):
-        found = where.get(key)
+             {4, 5, 6})):
+        found = found_where.get(key)
         if found is None:
             out.append(Section(title, notes=["Not available: this export has no "
                                              f"{key}.csv (it needs the scheduler preload's "
                                              "fine performance metrics)."]))
             continue
-        rows = [r for r in found if _float(r.get(size))]
+        rows = [r for r in found if where.size(r, key)]
+        written = (found_where.get("rows_in_export") or {}).get(key, len(found))
         notes = [] if len(rows) <= MAX_ROWS else [
-            f"The {MAX_ROWS} largest of {len(rows)} rows; all are in report.json."]
+            f"The {MAX_ROWS} largest of {len(rows)} rows; all are in report.json."
+            if written == len(found) else
+            f"The {MAX_ROWS} largest of {written:,} rows; report.json keeps the "
+            f"{len(found):,} largest ('collector export' writes them all)."]
         if len(rows) < len(found):
             notes.append(f"{len(found) - len(rows)} row(s) of 0 left out (in report.json).")
         if not found:
-            notes.append(_no_rows(key, bool(where.get("activities"))))
+            notes.append(_no_rows(key, bool(found_where.get("activities"))))
         if key == "gpu_by_prefix" and any(not r.get("prefix") for r in rows):
             notes.append("A row without a prefix: that DAG ran on the worker only between two "
                          "scheduler scrapes, so its GPU time is known but not which of its "
                          "functions used it.")
-
-        def rank(r: Mapping[str, Any], size: str = size) -> tuple[bool, float]:
-            return r.get("unit", "seconds") != "seconds", -_float(r.get(size))
-
         headers = [c.replace("_", " ") for c in columns]
+        ranked = sorted(rows, key=lambda r, key=key: where.rank(r, key), reverse=True)
         out.append(Section(title, notes=notes, table=Table(
-            headers, [[_cell(c, r) for c in columns]
-                      for r in sorted(rows, key=rank)[:MAX_ROWS]], numeric, shown=SHOWN_ROWS)))
+            headers, [[_cell(c, r) for c in columns] for r in ranked[:MAX_ROWS]], numeric,
+            shown=SHOWN_ROWS)))
     return out
 
 

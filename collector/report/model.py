@@ -1,9 +1,10 @@
 """The session report as data (pure): every number on the page, in report.json's shape.
 
-``Gatherer`` is the export's ``visit``: it keeps, per worker, the GPU use per job and DAG
+``Gatherer`` is the export's ``visit``: it takes, per worker, the GPU use per job and DAG
 (``usage.gpu_usage``) and the peaks of ``peaks.gpu_peaks`` (the function ``collector peaks``
-uses) on the same fetched series. ``build`` turns that, the export's jobs.csv rows and the
-optional "where the time went" rows into the report's dict.
+uses) on the same fetched series, and folds them into a ``tally.Tally`` as it goes by.
+``build`` turns that, the export's jobs.csv rows and the optional "where the time went"
+rows into the report's dict.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from dask_metrics.collector.report.advice import GpuModel, recommendations
 from dask_metrics.collector.report.edges import EDGE_COUNTERS, edge_usage
 from dask_metrics.collector.report.figures import (
     PEAK_KEYS,
+    UseSum,
     device_key,
-    held_bytes,
     num,
-    peak_entry,
-    use_entry,
+    shared_devices,
 )
 from dask_metrics.collector.report.headline import headline, title_words
+from dask_metrics.collector.report.tally import DAG_SEPARATOR, Tally, WorkerFacts, listed
 from dask_metrics.collector.report.usage import (
     ENERGY,
     IDLE_PERCENT,
@@ -35,26 +36,12 @@ from dask_metrics.collector.report.usage import (
     UsageKey,
     attribute,
     gpu_usage,
-    total,
 )
 from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerInfo, id_key
 from dask_metrics.collector.tables import WorkerTable, gpu_series
 from dask_metrics.collector.timespec import format_rfc3339
 
-REPORT_VERSION = 3  # 3: a title in words, the headline figures, a baseline
-DAG_SEPARATOR = "/"  # job "3", DAG "1" -> "3/1": gpu_peaks grouped by DAG
-
-
-@dataclass
-class WorkerFacts:
-    """What the report keeps of one worker: a few numbers per GPU and job, not samples."""
-
-    info: WorkerInfo
-    usage: dict[UsageKey, Usage]
-    job_peaks: list[Peak]
-    dag_peaks: list[Peak]
-    gpu_peaks: list[Peak]
-    metered: frozenset[tuple[str, str]] = frozenset()  # (gpu, uuid) with an energy counter
+REPORT_VERSION = 4  # 3: a title in words, the headline figures, a baseline; 4: GPUs listed
 
 
 def dag_timeline(activity: Timeline) -> Timeline:
@@ -79,7 +66,8 @@ def job_peaks(dag_peaks: Iterable[Peak]) -> list[Peak]:
 
 @dataclass
 class Gatherer:
-    """The export's ``visit``: reduces each worker to its WorkerFacts as it goes by."""
+    """The export's ``visit``: reduces each worker to its WorkerFacts as it goes by and folds
+    them into ``tally`` (``expect`` first: which GPUs several workers see)."""
 
     columns: Sequence[str]
     max_age: int  # ms
@@ -87,7 +75,13 @@ class Gatherer:
     until: int  # ms
     peak_window: int  # ms: of exporters that do not say theirs
     windows: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # fetch.peak_windows'
-    workers: list[WorkerFacts] = field(default_factory=list)
+    tally: Tally = field(default_factory=Tally)
+    last: WorkerFacts | None = None  # the worker just gathered
+
+    def expect(self, workers: Sequence[WorkerInfo]) -> None:
+        """The workers the export will visit: a GPU that several of them see is counted
+        once."""
+        self.tally = Tally(shared_devices((w.name, *g) for w in workers for g in w.gpus))
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
                  activity: Timeline, table: WorkerTable) -> None:
@@ -100,9 +94,8 @@ class Gatherer:
             v is not None and v == v for v in g.columns[energy]))
         usage = gpu_usage(table, self.columns, self.max_age, activity)
         self._add_edges(usage, series, activity)
-        self.workers.append(WorkerFacts(info, usage,
-                                        job_peaks(by_dag), by_dag, whole, metered))
-
+        self.last = WorkerFacts(info, usage, job_peaks(by_dag), by_dag, whole, metered)
+        self.tally.add(self.last)
 
     def _add_edges(self, usage: dict[UsageKey, Usage], series: Mapping[str, list[Series]],
                    activity: Timeline) -> None:
@@ -162,28 +155,29 @@ def _wall(rows: Sequence[Mapping[str, str]], use: Mapping[str, Any]) -> dict[str
 # ---- the report ------------------------------------------------------------------------------
 
 
-def _gpus(facts: WorkerFacts, labels: Mapping[tuple[str, str, str], Mapping[str, str]]
-          ) -> list[dict[str, Any]]:
-    capacity = {(p.gpu, p.uuid): p.total_bytes for p in facts.gpu_peaks}
+def _gpus(info: WorkerInfo, capacity: Mapping[tuple[str, str], float | None],
+          labels: Mapping[tuple[str, str, str], Mapping[str, str]]) -> list[dict[str, Any]]:
     out = []
-    for gpu, uuid in facts.info.gpus:
-        info = labels.get((facts.info.name, gpu, uuid), {})
-        out.append({"gpu": gpu, "uuid": uuid, "model": info.get("name") or None,
+    for gpu, uuid in info.gpus:
+        found = labels.get((info.name, gpu, uuid), {})
+        out.append({"gpu": gpu, "uuid": uuid, "model": found.get("name") or None,
                     "capacity_bytes": num(capacity.get((gpu, uuid))),
-                    "simulated": info.get("simulated") == "true"})
+                    "simulated": found.get("simulated") == "true"})
     return out
 
 
-def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
+def build(session: Mapping[str, Any], facts: Tally | Sequence[WorkerFacts],
           gpu_labels: Mapping[tuple[str, str, str], Mapping[str, str]],
           jobs_rows: Sequence[Mapping[str, str]] | None, models: Sequence[GpuModel],
-          headroom: float, activities: Sequence[Mapping[str, str]] | None = None,
-          gpu_by_prefix: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
-    """report.json's dict. ``session``: cluster, range and provenance; ``gpu_labels``:
-    dask_gpu_info's labels by (worker, gpu, uuid); ``jobs_rows``: jobs.csv's rows, None where
-    the export has none; ``activities``/``gpu_by_prefix``: those files' rows, or None."""
-    workers = [{"worker": f.info.name, "hosts": f.info.hosts, "addresses": f.info.addresses,
-                "gpus": _gpus(f, gpu_labels)} for f in facts]
+          headroom: float, where: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """report.json's dict. ``session``: cluster, range and provenance; ``facts``: every
+    worker's, folded (a Tally) or not; ``gpu_labels``: dask_gpu_info's labels by (worker,
+    gpu, uuid); ``jobs_rows``: jobs.csv's rows, None where the export has none;
+    ``where``: the export's activities.csv and gpu_by_prefix.csv rows (each None where it
+    wrote none; ``build._where``), with ``rows_in_export``: how many each file has."""
+    tally = facts if isinstance(facts, Tally) else Tally.of(facts)
+    workers = [{"worker": info.name, "hosts": info.hosts, "addresses": info.addresses,
+                "gpus": _gpus(info, capacity, gpu_labels)} for info, capacity in tally.workers]
     seen_by: dict[str, list[str]] = {}
     devices: dict[str, dict[str, Any]] = {}  # one GPU is one GPU, however many workers see it
     for w in workers:
@@ -193,8 +187,7 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
             seen_by.setdefault(key, []).append(w["worker"])
     gpus = list(devices.values())
     simulated = sum(g["simulated"] for g in gpus)
-    jobs = _jobs(facts, jobs_rows)
-    per_gpu = _gpu_session_use(facts)
+    highest = tally.gpus.highest
     body: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "session": {**session, "workers": workers, "worker_count": len(workers),
@@ -204,63 +197,26 @@ def build(session: Mapping[str, Any], facts: Sequence[WorkerFacts],
                     "simulated": "all" if gpus and simulated == len(gpus)
                     else "some" if simulated else "none",
                     "jobs_source": "jobs.csv" if jobs_rows is not None else None,
-                    "rmm": _rmm_session(facts), "usage": _session_use(facts),
-                    "peak": _highest(per_gpu)},
+                    "rmm": {"workers_with_pool": sorted(tally.pooled),
+                            "workers_tracked": sorted(tally.tracked)} if tally.pooled else None,
+                    "usage": tally.use.entry(),
+                    "peak": None if highest is None else {k: highest[k] for k in PEAK_KEYS}},
         "rules": {"headroom": headroom, "idle_below_percent": IDLE_PERCENT,
+                  "gpus_listed": tally.most,
                   "attribution": "a GPU's interval between two samples belongs to what its "
                   "worker ran at the later sample; intervals longer than max_age are gaps; "
                   "the intervals across the range's start and end count with the share of "
                   "their time inside it"},
-        "jobs": jobs,
-        "where_the_time_went": {"activities": list(activities) if activities is not None
-                                else None,
-                                "gpu_by_prefix": list(gpu_by_prefix)
-                                if gpu_by_prefix is not None else None},
+        "jobs": _jobs(tally, jobs_rows),
+        "where_the_time_went": dict(where or {"activities": None, "gpu_by_prefix": None,
+                                              "rows_in_export": {}}),
         "plots": [],
     }
-    body["recommendations"] = recommendations(body, per_gpu, models, headroom)
+    body["recommendations"] = recommendations(body, tally.gpus, models, headroom)
     body["session"]["title"] = title_words(body)
     body["headline"] = headline(body)
     body["baseline"] = None
     return body
-
-
-def _highest(per_gpu: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The session's highest peak against its GPU's capacity (its bytes on a tie, or where
-    no capacity is known)."""
-    best = max(per_gpu, key=lambda g: (g["peak_percent"] or 0, g["peak_bytes"] or 0),
-               default=None)
-    return None if best is None else {k: best[k] for k in PEAK_KEYS}
-
-
-def _session_use(facts: Sequence[WorkerFacts]) -> dict[str, Any]:
-    """The whole range's GPU use (jobs and the time between them), each device once."""
-    merged: dict[tuple[str, str, str], Usage] = {}
-    for f in facts:
-        for (_, _, gpu, uuid), u in f.usage.items():
-            merged.setdefault((f.info.name, gpu, uuid), Usage()).add(u)
-    metered = frozenset((f.info.name, *g) for f in facts for g in f.metered)
-    return use_entry(merged, metered, rmm_tracked(facts))
-
-
-def _gpu_session_use(facts: Sequence[WorkerFacts]) -> list[dict[str, Any]]:
-    """Per GPU over the whole session: its peak and how busy it was (for the advice); a
-    device that several workers see once, as the first of them in worker order sees it."""
-    out = []
-    seen: set[str] = set()
-    for f in facts:
-        for p in f.gpu_peaks:
-            key = device_key(f.info.name, p.gpu, p.uuid)
-            if key in seen:
-                continue
-            seen.add(key)
-            mine = {k: u for k, u in f.usage.items() if (k[2], k[3]) == (p.gpu, p.uuid)}
-            whole = total(mine)
-            out.append({**peak_entry(p), "gpu_seconds": num(whole.seconds),
-                        "mean_utilization_percent":
-                        num(whole.busy / whole.seconds * 100, 2) if whole.seconds else None,
-                        "job": plain(p.job) or None, "job_label": _label(p.job, ())})
-    return out
 
 
 def _label(key: str, keys: Sequence[str]) -> str:
@@ -272,65 +228,45 @@ def _label(key: str, keys: Sequence[str]) -> str:
     return f"{ident} (scheduler of {clock(life(key))})"
 
 
-def rmm_tracked(facts: Sequence[WorkerFacts]) -> frozenset[str]:
-    """The workers whose RMM use Dask saw above 0 at some point of the session: their pools
-    track allocations, so a 0 there is a 0 (an untracked pool always reads 0)."""
-    return frozenset(f.info.name for f in facts if any(u.rmm_used for u in f.usage.values()))
-
-
-def _rmm_session(facts: Sequence[WorkerFacts]) -> dict[str, Any] | None:
-    pooled = sorted({f.info.name for f in facts if any(u.rmm_pool for u in f.usage.values())})
-    if not pooled:
-        return None
-    return {"workers_with_pool": pooled, "workers_tracked": sorted(rmm_tracked(facts))}
-
-
-def _jobs(facts: Sequence[WorkerFacts], rows: Sequence[Mapping[str, str]] | None
-          ) -> list[dict[str, Any]]:
-    metered = frozenset((f.info.name, *g) for f in facts for g in f.metered)
-    tracked = rmm_tracked(facts)
-    usage: dict[tuple[str, str], dict[tuple[str, str, str], Usage]] = {}
-    for f in facts:
-        for (job, dag, gpu, uuid), u in f.usage.items():
-            if job:
-                usage.setdefault((job, dag), {})[(f.info.name, gpu, uuid)] = u
-    job_peaks = [p for f in facts for p in f.job_peaks]
-    dag_peaks = [p for f in facts for p in f.dag_peaks]
+def _jobs(tally: Tally, rows: Sequence[Mapping[str, str]] | None) -> list[dict[str, Any]]:
+    """Per job by id (each DAG within it): its use, its listed GPUs and peaks, its outcome
+    and wall time from jobs.csv's ``rows``."""
     by_dag_rows = {(qualify(r.get("job", ""), r.get("scheduler_start", "")), r.get("dag", "")): r
                    for r in rows or ()}
-    dags = sorted({*usage, *by_dag_rows, *((p.job.split(DAG_SEPARATOR)[0], p.dag)
-                                           for p in dag_peaks)},
-                  key=lambda d: (job_order(d[0]), id_key(d[1])))
-    keys = list(dict.fromkeys(j for j, _ in dags))
+    dags: dict[str, list[str]] = {}
+    for job, dag in sorted({*tally.dags, *by_dag_rows},
+                           key=lambda d: (job_order(d[0]), id_key(d[1]))):
+        dags.setdefault(job, []).append(dag)
+    keys = list(dags)
+    empty = UseSum().entry()
     out = []
-    for job in dict.fromkeys(j for j, _ in dags):
-        mine = [d for j, d in dags if j == job]
+    for job, mine in dags.items():
         job_rows = [by_dag_rows[(job, d)] for d in mine if (job, d) in by_dag_rows]
-        merged: dict[tuple[str, str, str], Usage] = {}
-        for d in mine:
-            for key, u in usage.get((job, d), {}).items():
-                merged.setdefault(key, Usage()).add(u)
-        use = use_entry(merged, metered, tracked)
+        found = tally.jobs.get(job)
+        use = found.use.entry() if found is not None else empty
+        peaks, peak = listed(found.peaks) if found is not None else ([], None)
+        listed_gpus = list(found.per_gpu) if found is not None else []
         entry = {"job": plain(job), "scheduler_start": life(job) or None,
                  "job_label": _label(job, keys),
                  "job_name": next((r.get("job_name") for r in job_rows
                                    if r.get("job_name")), None),
                  "status": _status(r.get("status", "") for r in job_rows) if job_rows
                  else "unknown", **_wall(job_rows, use), **use,
-                 "peaks": [peak_entry(p) for p in job_peaks if p.job == job],
-                 "per_gpu": [{"worker": w, "gpu": g, "uuid": u,
-                              **use_entry({(w, g, u): one}, metered, tracked)}
-                             for (w, g, u), one in merged.items()]}
-        entry["peak"] = max(entry["peaks"], key=lambda p: p["peak_bytes"] or 0, default=None)
-        entry["peak_held_bytes"] = held_bytes(entry, tracked)
-        entry["dags"] = []
+                 "peaks": peaks, "peaks_omitted": found.peaks.omitted if found else 0,
+                 "per_gpu": listed_gpus,
+                 "per_gpu_omitted": found.per_gpu.omitted if found else 0,
+                 "idle_gpus": found.idle_gpus if found else 0,
+                 "peak": peak,
+                 "peak_held_bytes": num(found.held) if found and found.held_known else None,
+                 "dags": []}
         for d in mine:
             row = by_dag_rows.get((job, d))
-            dag_use = use_entry(usage.get((job, d), {}), metered, tracked)
-            peaks = [peak_entry(p) for p in dag_peaks if p.job == f"{job}{DAG_SEPARATOR}{d}"]
+            dag = tally.dags.get((job, d))
+            dag_use = dag.use.entry() if dag is not None else empty
+            peaks, peak = listed(dag.peaks) if dag is not None else ([], None)
             entry["dags"].append({
                 "dag": d, "status": (row or {}).get("status") or "unknown",
                 **_wall([row] if row else [], dag_use), **dag_use, "peaks": peaks,
-                "peak": max(peaks, key=lambda p: p["peak_bytes"] or 0, default=None)})
+                "peaks_omitted": dag.peaks.omitted if dag is not None else 0, "peak": peak})
         out.append(entry)
     return out

@@ -76,21 +76,21 @@ class Usage:
         self.energy += other.energy
         self.energy_intervals += other.energy_intervals
         self.resets += other.resets
-        self.first = _min(self.first, other.first)
-        self.last = _max(self.last, other.last)
+        self.first = smaller(self.first, other.first)
+        self.last = larger(self.last, other.last)
         self.sm_active += other.sm_active
         self.sm_measured += other.sm_measured
         self.tensor_active += other.tensor_active
         self.tensor_measured += other.tensor_measured
-        self.rmm_used = _max(self.rmm_used, other.rmm_used)
-        self.rmm_pool = _max(self.rmm_pool, other.rmm_pool)
+        self.rmm_used = larger(self.rmm_used, other.rmm_used)
+        self.rmm_pool = larger(self.rmm_pool, other.rmm_pool)
 
 
-def _min(a: int | None, b: int | None) -> int | None:
+def smaller(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _max(a: _N | None, b: _N | None) -> _N | None:
+def larger(a: _N | None, b: _N | None) -> _N | None:
     return b if a is None else a if b is None else max(a, b)
 
 
@@ -252,13 +252,13 @@ def _add_run(found: dict[UsageKey, Usage], key: UsageKey, times: Sequence[int],
     u.tensor_active += active
     u.tensor_measured += measured
     if cols.rmm_used is not None:
-        u.rmm_used = _max(u.rmm_used, _largest(cols.rmm_used[lo:hi]))
+        u.rmm_used = larger(u.rmm_used, _largest(cols.rmm_used[lo:hi]))
     if cols.rmm_pool is not None:
-        u.rmm_pool = _max(u.rmm_pool, _largest(cols.rmm_pool[lo:hi]))
+        u.rmm_pool = larger(u.rmm_pool, _largest(cols.rmm_pool[lo:hi]))
     first = next(i for i, d in enumerate(dts) if d)
     last = next(i for i in range(len(dts) - 1, -1, -1) if dts[i])
-    u.first = _min(u.first, times[lo + first - 1])
-    u.last = _max(u.last, times[lo + last])
+    u.first = smaller(u.first, times[lo + first - 1])
+    u.last = larger(u.last, times[lo + last])
 
 
 def _increases(dts: Sequence[int], counter: _Column, lo: int, hi: int
