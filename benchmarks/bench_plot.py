@@ -56,9 +56,8 @@ def draw(folder: Path) -> dict[str, list[float]]:
     """One round, in this process: [wall, CPU] seconds per part (see PARTS)."""
     clock = (time.perf_counter, time.process_time)
     began = [c() for c in clock]
-    from dask_metrics.collector import plot
+    from dask_metrics.collector import plot, worker_traces
     from dask_metrics.collector.provenance import read_provenance
-    from dask_metrics.collector.worker_traces import read_export
 
     def since(began: list[float]) -> list[float]:
         return [c() - b for c, b in zip(clock, began, strict=True)]
@@ -71,15 +70,19 @@ def draw(folder: Path) -> dict[str, list[float]]:
         return since(began)
 
     began = [c() for c in clock]
-    traces, provenance = read_export(folder), read_provenance(folder)
+    traces, provenance = worker_traces.read_export(folder), read_provenance(folder)
     out["read"] = since(began)
     each = [timed(lambda t=t: plot.worker_figure(t, provenance)) for t in traces]
     out["worker"] = [statistics.median(x) for x in zip(*each, strict=True)]
     out["workers"] = [sum(x) for x in zip(*each, strict=True)]
-    out["cluster"] = timed(lambda: plot.cluster_figure(traces, provenance))
-    out["cluster-small"] = timed(lambda: plot.cluster_figure(traces[:SMALL], provenance))
+    # the cluster page draws each worker's overview (older code: the traces themselves)
+    overview = getattr(worker_traces, "overview_of", lambda t: t)
+    out["cluster"] = timed(lambda: plot.cluster_figure(list(map(overview, traces)), provenance))
+    out["cluster-small"] = timed(lambda: plot.cluster_figure(
+        list(map(overview, traces[:SMALL])), provenance))
     out["worker-svg"] = timed(lambda: plot.worker_figure(traces[0], provenance), "svg")
-    out["cluster-svg"] = timed(lambda: plot.cluster_figure(traces, provenance), "svg")
+    out["cluster-svg"] = timed(lambda: plot.cluster_figure(list(map(overview, traces)),
+                                                           provenance), "svg")
     out["plot"] = [sum(x) for x in zip(*(out[k] for k in ("import", "read", "workers",
                                                            "cluster")), strict=True)]
     return out

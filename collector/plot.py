@@ -26,7 +26,14 @@ from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.provenance import UNKNOWN, Provenance, read_provenance
 from dask_metrics.collector.staging import fixed_names, staged
-from dask_metrics.collector.worker_traces import Phase, WorkerTrace, read_export, worker_capacity
+from dask_metrics.collector.worker_traces import (
+    Overview,
+    Phase,
+    WorkerTrace,
+    export_files,
+    overview_of,
+    read_worker_file,
+)
 
 FORMATS = ("png", "svg")
 # zlib level 1 instead of PIL's 6: 24 ms instead of 57 to compress a worker's picture, for a
@@ -196,15 +203,15 @@ def worker_figure(trace: WorkerTrace, provenance: Provenance = UNKNOWN) -> Any:
     return fig
 
 
-def _where(ax: Any, traces: Sequence[WorkerTrace], names: JobNames, unit: float,
+def _where(ax: Any, workers: Sequence[Overview], names: JobNames, unit: float,
            colours: dict[str, str]) -> None:
     """What ran on each worker: a row per worker (the first on top), a bar per phase in its
     job's colour, each job once in the legend."""
-    boxes = [(p, row - 0.4, row + 0.4) for row, trace in enumerate(traces) for p in trace.phases]
+    boxes = [(p, row - 0.4, row + 0.4) for row, w in enumerate(workers) for p in w.phases]
     _bands(ax, boxes, names, colours, unit, ax.transData, legend=True, linewidth=0.8)
-    ax.set_ylim(len(traces) - 0.5, -0.5)
-    if len(traces) <= MAX_ROWS:
-        ax.set_yticks(range(len(traces)), [t.worker for t in traces], fontsize=7)
+    ax.set_ylim(len(workers) - 0.5, -0.5)
+    if len(workers) <= MAX_ROWS:
+        ax.set_yticks(range(len(workers)), [w.worker for w in workers], fontsize=7)
     else:
         ax.set_yticks([])
     ax.set_ylabel("ran on", fontsize=8)
@@ -214,32 +221,32 @@ def _where(ax: Any, traces: Sequence[WorkerTrace], names: JobNames, unit: float,
                   title="job", title_fontsize=7)
 
 
-def cluster_figure(traces: Sequence[WorkerTrace], provenance: Provenance = UNKNOWN
-                   ) -> Any:
+def cluster_figure(workers: Sequence[Overview], provenance: Provenance = UNKNOWN) -> Any:
+    """The cluster page from each worker's ``Overview``."""
     fig = _figure()
-    rows = min(0.3 + 0.12 * len(traces), 1.6)
+    rows = min(0.3 + 0.12 * len(workers), 1.6)
     where, util, mem = fig.subplots(3, 1, sharex=True, height_ratios=[rows, 2, 2])
-    span = _span(traces)
+    span = max((w.last for w in workers), default=0.0)
     unit = time_unit(span)
-    for i, trace in enumerate(traces):
-        style = {"color": f"C{i % 10}", "label": trace.worker, "linewidth": 1}
-        if "compute-util" in trace.metrics:
-            _line(util, *trace.mean("compute-util"), span, unit=unit[0], **style)
-        if "total-mem" in trace.metrics:
-            _line(mem, *trace.total("total-mem"), span, 1 / GIB, unit[0], **style)
-    _capacity(mem, [(worker_capacity(t), f"C{i % 10}") for i, t in enumerate(traces)],
-              " of a worker")
-    busiest = max(traces, key=lambda t: sum(len(g.times) for g in t.gpus))
-    colours = job_colours([p for t in traces for p in (*t.phases, *t.cluster_phases)])
-    _where(where, traces, provenance.names, unit[0], colours)
+    for i, w in enumerate(workers):
+        style = {"color": f"C{i % 10}", "label": w.worker, "linewidth": 1}
+        if w.util is not None:
+            _line(util, w.util[0].tolist(), w.util[1].tolist(), span, unit=unit[0], **style)
+        if w.memory is not None:
+            _line(mem, w.memory[0].tolist(), w.memory[1].tolist(), span, 1 / GIB, unit[0],
+                  **style)
+    _capacity(mem, [(w.capacity, f"C{i % 10}") for i, w in enumerate(workers)], " of a worker")
+    busiest = max(workers, key=lambda w: w.samples)
+    colours = job_colours([p for w in workers for p in (*w.phases, *w.cluster_phases)])
+    _where(where, workers, provenance.names, unit[0], colours)
     _shade((util, mem), busiest.cluster_phases, provenance.names, unit[0], colours, top=where)
-    gpus = sum(len(t.gpus) for t in traces)
-    fake = [t.worker for t in traces if t.worker in provenance.simulated]
-    simulated = (f"SIMULATED GPUs on {len(fake)} of {len(traces)} worker(s)" if fake else "")
-    _finish(fig, util, mem, f"cluster: {len(traces)} worker(s), {gpus} GPU(s)\ntop: what ran "
+    gpus = sum(w.gpus for w in workers)
+    fake = [w.worker for w in workers if w.worker in provenance.simulated]
+    simulated = (f"SIMULATED GPUs on {len(fake)} of {len(workers)} worker(s)" if fake else "")
+    _finish(fig, util, mem, f"cluster: {len(workers)} worker(s), {gpus} GPU(s)\ntop: what ran "
             "on each worker; below: mean utilisation and memory used per worker, shaded: the "
             "cluster's oldest unfinished job/DAG", unit, busiest.start,
-            legend=len(traces) <= MAX_LEGEND, simulated=simulated)
+            legend=len(workers) <= MAX_LEGEND, simulated=simulated)
     return fig
 
 
@@ -270,17 +277,24 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                          f"{', '.join(FORMATS)})")
     require_matplotlib()
     provenance = read_provenance(folder)
-    traces = [provenance.own(t) for t in read_export(folder)]
-    if workers:
-        traces = [t for t in traces if any(fnmatch.fnmatchcase(t.worker, w) for w in workers)]
-        if not traces:
-            raise CollectorError(f"no worker in {folder} matches {', '.join(workers)}")
+    files = export_files(folder)
     target = Path(out)
     written: list[Path] = []
+    overviews: list[Overview] = []
+    matched = 0
     with staged(target, manifest="", earlier=fixed_names) as stage:  # all pictures or none
-        for trace in (t for t in traces if pictures is None or t.worker in pictures):
-            stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
-            written += _save(worker_figure(trace, provenance), stage / stem, formats)
+        for path in files:  # one worker's samples at a time: a fleet's do not fit at once
+            trace = provenance.own(read_worker_file(path))
+            if workers and not any(fnmatch.fnmatchcase(trace.worker, w) for w in workers):
+                continue
+            if pictures is None or trace.worker in pictures:
+                stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
+                written += _save(worker_figure(trace, provenance), stage / stem, formats)
+            matched += 1
+            if overview:
+                overviews.append(overview_of(trace))
+        if not matched:
+            raise CollectorError(f"no worker in {folder} matches {', '.join(workers or [])}")
         if overview:
-            written += _save(cluster_figure(traces, provenance), stage / CLUSTER, formats)
+            written += _save(cluster_figure(overviews, provenance), stage / CLUSTER, formats)
     return [target / path.name for path in written]

@@ -191,8 +191,8 @@ def _gpu_key(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
-def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
-    """Every worker file of an export folder (tidy layout), in name order.
+def export_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The worker files of an export folder (tidy layout), in name order.
 
     The files are those export.json lists, not whatever a directory listing finds: a folder
     exported into twice may still hold an earlier export's files. A folder without
@@ -217,7 +217,47 @@ def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
         files = sorted(p for p in folder.glob("*.csv") if p.name not in NOT_WORKER_FILES)
     if not files:
         raise CollectorError(f"{folder} holds no worker CSV files")
-    return [read_worker_file(p) for p in files]
+    return files
+
+
+def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
+    """Every worker file of an export folder (``export_files``), read."""
+    return [read_worker_file(p) for p in export_files(folder)]
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the cluster picture draws of one worker: its GPUs' mean utilisation and total
+    memory used per sample time (float arrays, NaN where no GPU has a value), its capacity
+    and phases; a few bytes per sample time instead of every GPU's columns, so that a
+    fleet's export is drawn a worker at a time."""
+
+    worker: str
+    start: str
+    gpus: int
+    samples: int  # of all its GPUs
+    last: float  # its last sample's time (seconds since the start)
+    capacity: float | None
+    util: tuple[Any, Any] | None  # (times, values), None: no compute-util column
+    memory: tuple[Any, Any] | None  # (times, bytes), None: no total-mem column
+    phases: list[Phase]
+    cluster_phases: list[Phase]
+
+
+def overview_of(trace: WorkerTrace) -> Overview:
+    import numpy as np
+
+    def arrays(found: tuple[list[float], list[float | None]]) -> tuple[Any, Any]:
+        return np.asarray(found[0], dtype=float), _floats(found[1])
+
+    return Overview(trace.worker, trace.start, len(trace.gpus),
+                    sum(len(g.times) for g in trace.gpus),
+                    max((g.times[-1] for g in trace.gpus if g.times), default=0.0),
+                    worker_capacity(trace),
+                    arrays(trace.mean("compute-util")) if "compute-util" in trace.metrics
+                    else None,
+                    arrays(trace.total("total-mem")) if "total-mem" in trace.metrics else None,
+                    trace.phases, trace.cluster_phases)
 
 
 def worker_capacity(trace: WorkerTrace) -> float | None:

@@ -20,6 +20,7 @@ from dask_metrics.collector.provenance import UNKNOWN, read_provenance
 from dask_metrics.collector.worker_traces import (
     FIXED,
     Phase,
+    overview_of,
     phases,
     read_export,
     read_worker_file,
@@ -183,6 +184,25 @@ def test_provenance_names_jobs_and_marks_simulated_workers(tmp_path, export_dir)
     assert (named.names.phase("0", "1"), named.names.phase("1", "0")) == ("etl · DAG 1",
                                                                           "train")
     assert read_provenance(tmp_path / "nothing-here") == UNKNOWN
+
+
+def test_the_cluster_page_draws_each_workers_overview_as_its_samples_say(export_dir):
+    """`collector plot` reads a worker at a time and keeps of each only what the cluster
+    page draws: its GPUs' mean utilisation and total memory per sample time (NaN where no
+    GPU has one), its capacity, phases, last sample and sample count."""
+    for name in ("a", "b"):
+        trace = read_worker_file(export_dir / f"{name}.csv")
+        found = overview_of(trace)
+        for kept, (times, values) in ((found.util, trace.mean("compute-util")),
+                                      (found.memory, trace.total("total-mem"))):
+            assert kept is not None and kept[0].tolist() == times
+            assert [None if math.isnan(v) else v for v in kept[1].tolist()] == values
+        assert (found.worker, found.start, found.gpus, found.capacity) == (
+            trace.worker, trace.start, len(trace.gpus), worker_capacity(trace))
+        assert (found.phases, found.cluster_phases) == (trace.phases, trace.cluster_phases)
+        assert found.samples == sum(len(g.times) for g in trace.gpus) and found.last == 13
+    b = overview_of(read_worker_file(export_dir / "b.csv"))
+    assert b.util is not None and math.isnan(b.util[1][b.util[0].tolist().index(5.0)])
 
 
 def test_worker_capacity_sums_its_gpus(export_dir):
