@@ -235,6 +235,10 @@ ACCOUNTS: dict[str, Account] = {
     "fc12744": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
+    "b202382 --before 98bbd29": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
+    "b202382 --before 98bbd29": Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -851,6 +855,10 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
         "fc12744",
         "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b",
+        "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
+        "b202382 --before 98bbd29",
+        "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
+        "b202382 --before 98bbd29",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
