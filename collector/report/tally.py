@@ -63,12 +63,16 @@ def is_idle(entry: Mapping[str, Any], idle_percent: float = IDLE_PERCENT) -> boo
 
 @dataclass
 class DagTally:
+    """A DAG's figures over every GPU it used, and the GPUs' peaks worth listing."""
+
     use: UseSum
     peaks: Listed[Peak] = field(default_factory=Listed)
 
 
 @dataclass
 class JobTally(DagTally):
+    """A job's, with the idlest GPUs' own figures and what its GPUs held of an RMM pool."""
+
     per_gpu: Listed[dict[str, Any]] = field(default_factory=Listed)
     idle_gpus: int = 0
     held: float | None = None  # the largest of held_bytes' over the job's GPUs
@@ -165,13 +169,6 @@ class Tally:
                            "mean_utilization_percent":
                            num(whole.busy / whole.seconds * 100, 2) if whole.seconds else None,
                            "job": plain(p.job) or None, "job_label": plain(p.job)})
-
-    def dags_of(self) -> dict[str, list[str]]:
-        """{job: its DAGs} of what the workers ran or peaked in."""
-        out: dict[str, list[str]] = {}
-        for job, dag in self.dags:
-            out.setdefault(job, []).append(dag)
-        return out
 
 
 def listed(found: Listed[Peak]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
