@@ -249,3 +249,18 @@ def test_where_the_time_went_keeps_the_largest_rows_and_says_how_many_there_were
     assert any(n.startswith("Job 0: the 16 highest of ") and "GPUs' peaks" in n for n in notes)
     assert f"The {MAX_ROWS} largest of 150 rows; report.json keeps the 70 largest " \
         "('collector export' writes them all)." in notes
+
+
+def test_a_gatherer_not_told_the_workers_refuses_rather_than_count_a_shared_gpu_twice() -> None:
+    from dask_metrics.collector.report.model import Gatherer
+    from dask_metrics.collector.series import Timeline
+    from dask_metrics.collector.tables import WorkerTable
+
+    gather = Gatherer(["compute-util", "energy", "busy-seconds"], 30_000, 0, 60_000, 60_000)
+    with pytest.raises(RuntimeError, match="expect"):
+        gather(WorkerInfo("w-0"), {}, Timeline([], []), WorkerTable([], [], [], []))
+    gather.expect([WorkerInfo("w-0", gpus=[("0", "GPU-s")]), WorkerInfo("w-1",
+                                                                         gpus=[("0", "GPU-s")])])
+    assert gather.tally is not None and gather.tally.shared == {"GPU-s"}
+    gather(WorkerInfo("w-0"), {}, Timeline([], []), WorkerTable([], [], [], []))
+    assert gather.last is not None and gather.last.info.name == "w-0"

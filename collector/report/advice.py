@@ -44,7 +44,7 @@ class GpuSummary:
     count: int = 0
     gpu_seconds: float = 0.0
     highest: dict[str, Any] | None = None  # the highest peak against capacity (bytes on a tie)
-    near: Listed[dict[str, Any]] = field(default_factory=Listed)
+    near: Listed[dict[str, Any]] = field(init=False)
     near_count: int = 0
     largest: dict[str, Any] | None = None  # of the GPUs whose peak and capacity are known
     smallest_capacity: float | None = None

@@ -250,6 +250,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
                    "prometheus": client.url, "asked": dict(asked or {}),
                    "warnings": result.warnings, "versions": record.get("versions"),
                    "dask_metrics": __version__}
+        assert gather.tally is not None  # export called expect
         body = build(session, gather.tally, labels, _rows(data / JOBS_CSV), load_models(),
                      headroom, _where(data))
         charts: dict[str, str] = {}

@@ -75,7 +75,7 @@ class Gatherer:
     until: int  # ms
     peak_window: int  # ms: of exporters that do not say theirs
     windows: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # fetch.peak_windows'
-    tally: Tally = field(default_factory=Tally)
+    tally: Tally | None = None  # set by ``expect``
     last: WorkerFacts | None = None  # the worker just gathered
 
     def expect(self, workers: Sequence[WorkerInfo]) -> None:
@@ -85,6 +85,8 @@ class Gatherer:
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
                  activity: Timeline, table: WorkerTable) -> None:
+        if self.tally is None:  # shared GPUs would be counted twice, silently
+            raise RuntimeError("Gatherer.expect(workers) must see the export's workers first")
         by_dag, whole = peaks_over(
             info.name, series, [(dag_timeline(activity), True), (activity, False)],
             self.max_age, since=self.since, until=self.until,
