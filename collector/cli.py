@@ -47,7 +47,7 @@ from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import check_range
 from dask_metrics.collector.report.advice import MOST_HEADROOM
 from dask_metrics.collector.report.build import make_report
-from dask_metrics.collector.session_window import SCRAPE_GAP, last_session
+from dask_metrics.collector.session_window import last_session
 from dask_metrics.collector.timespec import (
     MONITOR,
     format_rfc3339,
@@ -100,7 +100,6 @@ def _run_export(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
                     max_age=opts["max_age"], layout=args.layout, workers=opts["workers"],
                     chunk=opts["chunk"], progress=ui.progress, asked=asked,
                     cluster=opts["cluster"], replica_labels=opts["replica_labels"],
-                    reach=min(SCRAPE_GAP, opts["max_age"]),  # as the report: one rule
                     format=args.format)
     of = f" of Dask cluster {result.cluster!r}" if result.cluster else ""
     ui.info(f"wrote {len(result.files)} worker file(s){of}, {result.rows} rows, "

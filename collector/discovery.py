@@ -8,7 +8,12 @@ from collections.abc import Callable, Sequence
 from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
 from dask_metrics.collector.fetch import TRIM_ABOVE_CHUNKS, UNSCOPED, Scope, fetch_label_sets
 from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.series import WorkerInfo, select_workers, worker_inventory
+from dask_metrics.collector.series import (
+    WorkerInfo,
+    natural_key,
+    select_workers,
+    worker_inventory,
+)
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.contract import (
     CLUSTER_ENV,
@@ -116,3 +121,42 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
         known = ", ".join(w.name for w in workers[:10]) + (", …" if len(workers) > 10 else "")
         raise CollectorError(f"no worker matches {exc.args[0]!r} {span} (workers: {known})"
                              ) from None
+
+
+def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,
+                  patterns: Sequence[str] | None, cluster: str | None,
+                  replica_labels: Sequence[str], any_cluster: bool, reach: int, age: int
+                  ) -> tuple[Scope, list[WorkerInfo], list[str] | None]:
+    """``find_workers`` of [lo, hi] (ms), and where the range is shorter than ``age`` (an
+    interval across it still counts), the workers scraped within ``reach`` before and after
+    it with no sample inside: in a range shorter than a scrape interval, a worker scraped at
+    another phase than the others holds its jobs' share in the interval across the range,
+    and left out, its jobs would read no GPU at all.
+
+    Returns (scope, workers in name order, the names of those with no sample inside; None
+    where no worker has one: every worker scraped within ``reach`` of the range is taken)."""
+    try:
+        scope, found = find_workers(client, lo, hi, chunk, patterns, cluster, replica_labels,
+                                    any_cluster)
+    except NoGpuSeries:
+        if hi - lo >= reach:  # not a range between two scrapes
+            raise
+        scope, found = find_workers(client, max(lo - reach, 0), hi + reach, chunk, patterns,
+                                    cluster, replica_labels, any_cluster)
+        return scope, found, None
+    if not reach or hi - lo >= age:
+        return scope, found, []
+
+    def around(a: int, b: int) -> dict[str, WorkerInfo]:
+        try:
+            return {w.name: w for w in find_workers(client, a, b, chunk, patterns, scope.cluster,
+                                                    scope.replica_labels, any_cluster)[1]}
+        except CollectorError:  # nobody there (or no worker of ``patterns``)
+            return {}
+
+    known = {w.name for w in found}
+    before = around(max(lo - reach, 0), lo - 1)
+    after = around(hi + 1, hi + reach) if before.keys() - known else {}
+    added = sorted(before.keys() & after.keys() - known, key=natural_key)
+    workers = sorted([*found, *(before[n] for n in added)], key=lambda w: natural_key(w.name))
+    return scope, workers, added

@@ -30,11 +30,7 @@ from dask_metrics.collector.columns import (
     select,
     source_metrics,
 )
-from dask_metrics.collector.discovery import (
-    NoGpuSeries,
-    Progress,
-    find_workers,
-)
+from dask_metrics.collector.discovery import Progress, range_workers
 from dask_metrics.collector.errors import ArgumentError, CollectorError
 from dask_metrics.collector.fetch import (
     Scope,
@@ -75,6 +71,7 @@ from dask_metrics.collector.ranges import (
     check_step,
 )
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.session_window import SCRAPE_GAP
 from dask_metrics.collector.staging import files_written, staged
 from dask_metrics.collector.summaries import activity_table
 from dask_metrics.collector.tables import WorkerTable, worker_table
@@ -131,7 +128,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
            any_cluster: bool = False, visit: Visit | None = None,
            expect: Callable[[Sequence[WorkerInfo]], None] | None = None,
            worker_files: bool = True, visit_metrics: Sequence[str] = (),
-           visit_tail: float = 0.0, visit_head: float = 0.0, reach: float = 0.0,
+           visit_tail: float = 0.0, visit_head: float = 0.0, reach: float | None = None,
            tables: str = "", format: str = "csv") -> ExportResult:
     """Write the GPU series of [since, until] (unix seconds) into the folder ``out``.
 
@@ -151,8 +148,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     which keeps the tables its plots need from ``visit``: export.json then lists no
     files); ``tables``: a subfolder of ``out`` for workers.csv, jobs.csv and the summaries
     ("": beside the worker files), so that ``out``'s own CSV files are the workers' alone.
-    ``reach``: a range with no GPU sample inside (shorter than one scrape) takes the workers
-    scraped within this many seconds before and after it (for ``visit``'s edges).
+    ``reach``: in a range shorter than ``max_age``, the workers scraped within this many
+    seconds before and after it count too (discovery.range_workers; default SCRAPE_GAP, at
+    most ``max_age``).
     ``format``: "csv", or "parquet" for one Parquet dataset of the tidy rows partitioned by
     worker (parquet_output), the worker files' place.
     Raises ValueError for bad arguments and CollectorError (PrometheusError included) when
@@ -175,6 +173,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         check_step(since, until, step)
     columns = select(metrics)
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    reach_ms = to_ms(min(SCRAPE_GAP, max_age) if reach is None else reach)
     step_ms = to_ms(step) if step else None
     target = Path(out)
     if target.exists() and not target.is_dir():
@@ -183,18 +182,17 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     lo, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data, not the range
-    try:
-        scope, chosen = find_workers(client, lo, hi, chunk_ms, workers, cluster, replica_labels,
-                                     any_cluster)
-    except NoGpuSeries:
-        if hi - lo >= to_ms(reach):  # not a range between two scrapes
-            raise
-        scope, chosen = find_workers(client, max(lo - to_ms(reach), 0), hi + to_ms(reach),
-                                     chunk_ms, workers, cluster, replica_labels, any_cluster)
-        if worker_files:
-            client.warn("no GPU sample lies inside the range (shorter than one scrape interval): "
-                        "the per-worker files hold no row; jobs.csv and gpu_by_prefix.csv "
-                        "cover it from the samples just before and after it")
+    scope, chosen, outside = range_workers(client, lo, hi, chunk_ms, workers, cluster,
+                                           replica_labels, any_cluster, reach_ms, age)
+    if worker_files and outside is None:
+        client.warn("no GPU sample lies inside the range (shorter than one scrape interval): "
+                    "the per-worker files hold no row; jobs.csv and gpu_by_prefix.csv "
+                    "cover it from the samples just before and after it")
+    elif worker_files and outside:
+        client.warn(f"{len(outside)} worker(s) have no GPU sample inside the range (scraped "
+                    f"just before and after it: {', '.join(outside[:5])}"
+                    f"{', …' if len(outside) > 5 else ''}): their files hold no row; jobs.csv "
+                    "and gpu_by_prefix.csv count their GPUs' share from the samples around it")
     if is_default(metrics) and layout == "tidy":  # the seed layout is the original's files
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])

@@ -14,9 +14,7 @@ from dask_metrics.collector.batches import (
     samples_per_gpu,
     worker_batches,
 )
-from dask_metrics.collector.discovery import (
-    find_workers,
-)
+from dask_metrics.collector.discovery import range_workers
 from dask_metrics.collector.fetch import (
     ATTRIBUTION_METRICS,
     Scope,
@@ -36,6 +34,7 @@ from dask_metrics.collector.ranges import (
     check_range,
 )
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.session_window import SCRAPE_GAP
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import to_ms
 from dask_metrics.collector.worker_fetch import fetch_workers
@@ -96,8 +95,9 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     ``find_workers``."""
     check_range(since, until)
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
-    scope, chosen = find_workers(client, start, end, chunk_ms, None, cluster, replica_labels,
-                                 any_cluster)
+    scope, chosen, _ = range_workers(client, start, end, chunk_ms, None, cluster,
+                                     replica_labels, any_cluster,
+                                     to_ms(min(SCRAPE_GAP, max_age)), age)
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
     executed = executing_workers(client, start, end, chunk_ms, age, scope)
     uses = PrefixUses(age, seen_by(chosen), (start, end))

@@ -775,6 +775,25 @@ def test_no_data_and_unknown_workers(prom: PrometheusServer, dataset: Dataset,
     assert not out.exists()
 
 
+def test_a_worker_scraped_just_before_and_after_a_short_range_is_exported(
+        prom: PrometheusServer, dataset: Dataset, password_file: Path, tmp_path: Path) -> None:
+    """[C+101, C+104]: w-b is sampled inside (102.5), w-a at 100 and 105 only: its interval
+    across the range still holds its share, so it is a worker of the range, its file
+    without rows, and a warning says so; a range that holds both is quiet about it."""
+    out = tmp_path / "short"
+    run = collector("export", "--since", str(dataset.core + 101), "--until",
+                    str(dataset.core + 104), "--out", str(out), *auth(prom, password_file))
+    assert run.code == 0, run.err
+    assert [r["worker"] for r in read_csv(out / "workers.csv")] == ["w-a", "w-b"]
+    assert read_csv(out / "w-a.csv") == [] and len(read_csv(out / "w-b.csv")) == 1
+    assert "1 worker(s) have no GPU sample inside the range (scraped just before and after " \
+           "it: w-a)" in run.err, run.err
+    run = collector("export", "--since", str(dataset.core + 101), "--until",
+                    str(dataset.core + 106), "--out", str(tmp_path / "both"),
+                    *auth(prom, password_file))
+    assert run.code == 0 and "no GPU sample inside" not in run.err, run.err
+
+
 def queries_served(prom: PrometheusServer) -> float:
     """Instant and range queries the store has answered, from its own /metrics."""
     status, text = prom.get("/metrics")

@@ -42,7 +42,6 @@ from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.session_window import (
-    SCRAPE_GAP,
     last_session,
     recorded_session,
     window,
@@ -239,8 +238,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
                         cluster=cluster, replica_labels=replica_labels,
                         any_cluster=any_cluster, visit=kept, expect=gather.expect,
                         worker_files=False, visit_metrics=PEAK_DATING,
-                        visit_tail=max(tail, max_age), visit_head=max_age,
-                        reach=min(SCRAPE_GAP, max_age))
+                        visit_tail=max(tail, max_age), visit_head=max_age)
         labels = {(w.name, *gpu): info for w in result.inventory
                   for gpu, info in w.gpu_labels.items()}
         record = json.loads((data / "export.json").read_text(encoding="utf-8"))
