@@ -12,9 +12,11 @@ see worker_runs):
   one after), each task an equal share; a DAG that no scrape saw executing there (it ran
   between two) gets one row with an empty prefix: its GPU time is known, its functions not;
 - peak memory: the largest ``dask_gpu_memory_used_bytes`` of any one GPU of the worker at a
-  sample where the prefix executed by those rules; not split.
+  sample where the prefix executed by those rules; not split;
+- a GPU that several workers see: one device, its intervals cut wherever any of them changed
+  DAG and each piece split equally among those holding a DAG then (prefix_exact).
 
-With an older preload (no such times) and on a GPU that several workers see:
+With an older preload (no such times; on a shared GPU, any of its workers'):
 
 - what ran: ``dask_job_worker_prefix_tasks`` at the scheduler's last scrape at or before the
   GPU sample, at most ``max_age`` old (the as-of join of job and DAG); a scheduler scrape
@@ -37,13 +39,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dask_metrics.collector.lifetimes import job_order, life, plain
-from dask_metrics.collector.prefix_exact import DagMixes, attribute_exact
+from dask_metrics.collector.prefix_exact import DagMixes, attribute_exact, attribute_shared
 from dask_metrics.collector.prefix_scrapes import Lookup, Together, attribute, prefix_timeline
 from dask_metrics.collector.prefix_use import PrefixKey, PrefixUse
-from dask_metrics.collector.series import Samples, Series, Timeline, WorkerInfo, id_key
+from dask_metrics.collector.series import (
+    NOTHING_RAN,
+    Samples,
+    Series,
+    Timeline,
+    WorkerInfo,
+    id_key,
+)
 from dask_metrics.collector.tables import gpu_series
 from dask_metrics.collector.worker_runs import Changes
 from dask_metrics.contract import BUSY, ENERGY, GPU_BY_PREFIX_COLUMNS, MEMORY_USED
+
+# one worker's view of a GPU that several see: its scrape lookup, its DAGs' own times with
+# their mixes (None: an older preload), its GPU series by metric
+View = tuple[Lookup | None, tuple[Changes, DagMixes] | None, dict[str, Samples]]
 
 
 def seen_by(workers: Iterable[WorkerInfo]) -> dict[str, int]:
@@ -69,7 +82,7 @@ class PrefixUses:
         self.seen_by = dict(seen_by or {})
         self.window = window  # ms: the range; samples past it cut the intervals at its edges
         self.uses: dict[PrefixKey, PrefixUse] = {}
-        self._waiting: dict[str, list[tuple[Lookup | None, dict[str, Samples]]]] = {}
+        self._waiting: dict[str, list[View]] = {}
 
     def add_worker(self, scrapes: Iterable[int], prefix_series: Sequence[Series],
                    series_by_metric: Mapping[str, Iterable[Series]],
@@ -84,7 +97,8 @@ class PrefixUses:
             changes = Changes.of(ran)
             exact = (changes.clipped(*self.window) if self.window else changes,
                      DagMixes(prefix_series))
-        # the scrape-based rule: an older preload's, and a shared GPU's
+        # the scrape-based rule: an older preload's, and a shared GPU's where one of its
+        # workers' preloads is older
         lookup = (Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
                   if prefix_series and (exact is None or shared) else None)
         for (_, uuid), metrics in gpus.items():
@@ -96,8 +110,10 @@ class PrefixUses:
                 elif lookup is not None:  # else nothing executed there
                     self._attribute(lookup, metrics)
                 continue
+            if exact is None and ran is not None and all(x == NOTHING_RAN for x in ran.states):
+                exact = (Changes([], []), DagMixes(()))  # it ran nothing: by any rule
             views = self._waiting.setdefault(uuid, [])
-            views.append((lookup, metrics))
+            views.append((lookup, exact, metrics))
             if len(views) >= self.seen_by[uuid]:
                 self._together(self._waiting.pop(uuid))
 
@@ -107,10 +123,16 @@ class PrefixUses:
             self._together(self._waiting.pop(uuid))
         return self.uses
 
-    def _together(self, views: list[tuple[Lookup | None, dict[str, Samples]]]) -> None:
-        lookups = [lookup for lookup, _ in views if lookup is not None]
+    def _together(self, views: list[View]) -> None:
+        metrics = views[0][2]
+        exact = [e for _, e, _ in views if e is not None]
+        if len(exact) == len(views):
+            attribute_shared(self.uses, exact, metrics.get(BUSY.name), metrics.get(ENERGY.name),
+                             metrics.get(MEMORY_USED.name), self.max_age)
+            return
+        lookups = [lookup for lookup, _, _ in views if lookup is not None]
         if lookups:
-            self._attribute(Together(lookups), views[0][1])
+            self._attribute(Together(lookups), metrics)
 
     def _attribute(self, lookup: Lookup | Together, metrics: Mapping[str, Samples]) -> None:
         """The older rules, which credit an interval whole: none across the range's edges."""

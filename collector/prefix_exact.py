@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from itertools import groupby, repeat
+from itertools import groupby, pairwise, repeat
 
 from dask_metrics.collector.prefix_use import (
     PrefixKey,
@@ -82,11 +82,50 @@ def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: D
                         sid = mixes.ids(dag, (y,))[0]
                         mine[sid] = mine.get(sid, 0.0) + a * (y - x) / (t1 - t0)
         _credit(uses, field, totals, mixes, True)
-    if used is not None:
-        kept = [(t, v) for t, v in zip(*used, strict=True) if not math.isnan(v)]
-        at = [t for t, _ in kept]
-        _credit(uses, "peak_mem", _by_run(changes, mixes, at, at, [v for _, v in kept], max),
-                mixes, False)
+    _peaks(uses, [(changes, mixes)], used)
+
+
+def attribute_shared(uses: dict[PrefixKey, PrefixUse],
+                     views: Sequence[tuple[Changes, DagMixes]], busy: Samples | None,
+                     energy: Samples | None, used: Samples | None, max_age: int) -> None:
+    """Add a GPU that several workers see (one device, its samples one worker's) by their
+    DAGs' own times: an interval is cut wherever any of them changed DAG, each piece split
+    equally among the workers holding a DAG then, and each one's share goes to its DAG's mix
+    on it. Its peaks: each sample to the DAG of every worker holding one then.
+
+    A DAG that no scheduler scrape saw executing keeps its share under an empty prefix, as
+    on a GPU of its own, where a rule that looked only at the scrapes would drop it."""
+    for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
+        if samples is None:
+            continue
+        times = samples[0]
+        totals: list[dict[tuple[str, str], dict[int, float]]] = [{} for _ in views]
+        for i, a in zip(*increments(samples, max_age), strict=True):
+            t0, t1 = times[i - 1], times[i]
+            cuts = sorted({t0, t1, *(x for changes, _ in views
+                                     for _, x, _ in changes.pieces(t0, t1))})
+            for x, y in pairwise(cuts):
+                holders = [(k, dag) for k, dag in enumerate(c.at(x) for c, _ in views)
+                           if dag != NOTHING_RAN]
+                for k, dag in holders:
+                    mine = totals[k].setdefault(dag, {})
+                    sid = views[k][1].ids(dag, (y,))[0]
+                    mine[sid] = mine.get(sid, 0.0) + a * (y - x) / (t1 - t0) / len(holders)
+        for (_, mixes), total in zip(views, totals, strict=True):
+            _credit(uses, field, total, mixes, True)
+    _peaks(uses, views, used)
+
+
+def _peaks(uses: dict[PrefixKey, PrefixUse], views: Sequence[tuple[Changes, DagMixes]],
+           used: Samples | None) -> None:
+    """Each memory-used sample to the DAG each of ``views`` ran then, its mix's prefixes
+    keeping the largest."""
+    if used is None:
+        return
+    kept = [(t, v) for t, v in zip(*used, strict=True) if not math.isnan(v)]
+    at, values = [t for t, _ in kept], [v for _, v in kept]
+    for changes, mixes in views:
+        _credit(uses, "peak_mem", _by_run(changes, mixes, at, at, values, max), mixes, False)
 
 
 def _by_run(changes: Changes, mixes: DagMixes, starts: Sequence[int], ends: Sequence[int],

@@ -83,18 +83,21 @@ class Script:
 
 
 @contextmanager
-def scripted_stack(folder: Path, lib: Path, base: dict[str, Any], intervals: Iterable[int]
+def scripted_stack(folder: Path, lib: Path, base: dict[str, Any], intervals: Iterable[int],
+                   workers: Iterable[str] = ("w0",)
                    ) -> Iterator[tuple[FakeNVML, LocalStack, dict[int, PrometheusServer]]]:
-    """A local stack of one worker ``w0`` whose one fake GPU starts at ``base``, and one
-    Prometheus per scrape interval scraping it like the stack's own: (fake, stack,
-    servers). The sidecar's peak window covers the slowest interval (docs/exporter.md)."""
+    """A local stack of ``workers`` (one, ``w0``, unless told) that all see one fake GPU
+    starting at ``base``, and one Prometheus per scrape interval scraping it like the
+    stack's own: (fake, stack, servers). The sidecars' peak window covers the slowest
+    interval (docs/exporter.md)."""
     fake = FakeNVML(folder / "nvml_state", lib, gpus=1)
     for key, value in base.items():
         setattr(fake.gpus[0], key, value)
     fake.write()
-    worker = WorkerSpec("w0", gpus=fake.uuid(0), env={"DASK_METRICS_EXPORTER_PEAK_WINDOW": "60"})
+    specs = [WorkerSpec(name, gpus=fake.uuid(0), env={"DASK_METRICS_EXPORTER_PEAK_WINDOW": "60"})
+             for name in workers]
     options = StackOptions(folder / "stack", env=clean_env(fake.env), sample_interval=0.1,
-                           worker_specs=[worker])
+                           worker_specs=specs)
     with LocalStack(options) as local, ExitStack() as stack:
         yield fake, local, scraping_like(stack, options.folder / "prometheus.yml", folder,
                                          intervals)

@@ -402,3 +402,80 @@ def test_runs_of_intervals_give_what_each_interval_alone_gives() -> None:
         for key, (seconds, peak) in want.items():
             assert got[key].gpu_seconds == pytest.approx(seconds, rel=1e-12, abs=1e-9), key
             assert got[key].peak_mem == (None if peak == -math.inf else peak), key
+
+
+def _shared_uses(views, busy: dict[int, float], used=None, window=None):
+    """One GPU (GPU-a) seen by every worker of ``views`` ((name, spans, prefixes) each)."""
+    workers = [WorkerInfo(name, gpus=[("0", "GPU-a")]) for name, _, _ in views]
+    uses = PrefixUses(120 * S, seen_by(workers), window=window)
+    for _, spans, prefixes in views:
+        series = {"dask_gpu_busy_seconds_total": [_gpu("dask_gpu_busy_seconds_total", busy)]}
+        if used:
+            series["dask_gpu_memory_used_bytes"] = [_gpu("dask_gpu_memory_used_bytes", used)]
+        ran = span_timeline(spans, 120 * S) if spans else worker_timeline([], [])
+        uses.add_worker([], prefixes, series, ran)
+    return uses.result()
+
+
+def test_a_gpu_two_workers_see_is_split_by_their_dags_own_times() -> None:
+    # busy 1 s per s, sampled every 15 s; worker a runs DAG 1 (its scrapes saw 'train') from
+    # 0 to 30 s, worker b DAG 2 from 10 to 20 s, which no scheduler scrape saw executing
+    busy = {t * S: float(t) for t in (0, 15, 30, 45)}
+    used = {15 * S: 4.0, 30 * S: 9.0, 45 * S: 50.0}
+    a = ("a", [(0, 30 * S, ("0", "1"))], [_prefix("0", "1", "train", {15 * S: 1.0})])
+    b = ("b", [(10 * S, 20 * S, ("0", "2"))], [])
+    got = _shared_uses([a, b], busy, used)
+    # 0..10 s a's alone, 10..20 s half each, 20..30 s a's: each second of the device once
+    assert {k: round(u.gpu_seconds, 9) for k, u in got.items()} == {
+        ("0", "1", "train"): 25.0, ("0", "2", ""): 5.0}
+    assert {k: u.peak_mem for k, u in got.items()} == {("0", "1", "train"): 4.0,
+                                                       ("0", "2", ""): 4.0}
+    idle = ("c", [], [])  # a third worker that ran nothing changes nobody's share
+    again = _shared_uses([a, b, idle], busy, used)
+    assert {k: round(u.gpu_seconds, 9) for k, u in again.items()} == {
+        ("0", "1", "train"): 25.0, ("0", "2", ""): 5.0}
+
+
+def test_a_shared_gpu_s_time_is_counted_once_whoever_held_it() -> None:
+    """Against a brute-force integral: the rows of all DAGs on a GPU that three workers see
+    add up to its busy time while any of them held a DAG, each DAG getting an equal share of
+    the seconds it held a worker beside the others."""
+    rng = random.Random(5)
+    for _ in range(100):
+        samples = sorted(rng.sample(range(0, 300), 15))
+        rates = [rng.uniform(0, 1) for _ in samples]
+        busy, total = {}, 0.0
+        for i, t in enumerate(samples):
+            total += rates[i] * (t - samples[i - 1]) if i else 0.0
+            busy[t * S] = total
+        views = []
+        for w in "abc":
+            edges = sorted(rng.sample(range(1, 299), 4))
+            spans = [(x * S, y * S, ("0", f"{w}{k}")) for k, (x, y) in
+                     enumerate(zip(edges[::2], edges[1::2], strict=True))]
+            views.append((w, spans, []))
+        got = _shared_uses(views, busy)
+
+        def holders(t: float, views: list = views) -> list[str]:
+            return [dag for _, spans, _ in views for x, y, (_, dag) in spans
+                    if x <= t * S < y]
+
+        want: dict[str, float] = {}
+        for i, (t0, t1) in enumerate(itertools.pairwise(samples), start=1):
+            if t1 - t0 > 120:
+                continue
+            cuts = sorted({t0, t1, *(v // S for _, spans, _ in views for x, y, _ in spans
+                                     for v in (x, y) if t0 < v // S < t1)})
+            for x, y in itertools.pairwise(cuts):
+                held = holders(x)
+                for dag in held:
+                    want[dag] = want.get(dag, 0.0) + rates[i] * (y - x) / len(held)
+        have = {dag: u.gpu_seconds for (_, dag, _), u in got.items()}
+        assert set(have) == {d for d, v in want.items() if v} | {
+            d for d in have if not want.get(d)}
+        for dag, seconds in want.items():
+            assert have.get(dag, 0.0) == pytest.approx(seconds, abs=1e-9), dag
+        union = sum(rates[i] * sum(1 for s in range(t0, t1) if holders(s + 0.5))
+                    for i, (t0, t1) in enumerate(itertools.pairwise(samples), start=1)
+                    if t1 - t0 <= 120)
+        assert sum(have.values()) == pytest.approx(union, abs=1e-9)

@@ -91,9 +91,11 @@ def whole_lists(facts: Sequence[WorkerFacts]) -> dict[str, dict[str, Any]]:
             for (j, _, gpu, uuid), u in f.usage.items():
                 if j == job:
                     merged.setdefault((f.info.name, gpu, uuid), Usage()).add(u)
-        per_gpu = [{"worker": w, "gpu": g, "uuid": u,
-                    **use_entry({(w, g, u): one}, metered, tracked)}
-                   for (w, g, u), one in merged.items()]
+        devices: dict[str, dict[tuple[str, str, str], Usage]] = {}
+        for key, one in merged.items():  # a GPU that several workers see is one entry
+            devices.setdefault(device_key(*key), {})[key] = one
+        per_gpu = [{"worker": w, "gpu": g, "uuid": u, **use_entry(views, metered, tracked)}
+                   for views in devices.values() for w, g, u in [min(views)]]
         peaks = [peak_entry(p) for f in facts for p in f.job_peaks if p.job == job]
         out[job] = {"use": use_entry(merged, metered, tracked), "per_gpu": per_gpu,
                     "peaks": peaks, "dags": {d: [peak_entry(p) for f in facts
@@ -264,3 +266,21 @@ def test_a_gatherer_not_told_the_workers_refuses_rather_than_count_a_shared_gpu_
     assert gather.tally is not None and gather.tally.shared == {"GPU-s"}
     gather(WorkerInfo("w-0"), {}, Timeline([], []), WorkerTable([], [], [], []))
     assert gather.last is not None and gather.last.info.name == "w-0"
+
+
+def test_a_gpu_two_workers_see_is_one_idle_gpu_of_the_job() -> None:
+    """Two workers pinned to one device, idle through a job: the job used 1 GPU, 1 sat
+    idle, and the advice names it once, with both workers."""
+    def facts(name: str) -> WorkerFacts:
+        idle = Usage(seconds=60.0, busy=0.6, idle=60.0, first=0, last=60_000)
+        return WorkerFacts(WorkerInfo(name, gpus=[("0", "GPU-x")]),
+                           {("0", "0", "0", "GPU-x"): idle, ("", "", "0", "GPU-x"): Usage()},
+                           [], [], [], frozenset())
+
+    body = report([facts("w-a"), facts("w-b")], 16)
+    (job,) = body["jobs"]
+    assert (job["gpus_used"], job["idle_gpus"], len(job["per_gpu"])) == (1, 1, 1)
+    assert job["per_gpu"][0]["shared_gpus"] == [{"uuid": "GPU-x", "workers": ["w-a", "w-b"]}]
+    idle = [r for r in body["recommendations"] if r["kind"] == "idle-gpu"]
+    assert [r["text"][:51] for r in idle] == [
+        "GPU 0 of w-a (also seen by w-b) sat idle through jo"]

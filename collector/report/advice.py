@@ -159,10 +159,15 @@ def _idle_gpus(job: Mapping[str, Any], idle_percent: float) -> list[dict[str, An
         worker, gpu = use["worker"], use["gpu"]
         if use["gpu_seconds"] and use["mean_utilization_percent"] is not None \
                 and use["mean_utilization_percent"] < idle_percent:
+            others = [w for s in use.get("shared_gpus") or () for w in s["workers"]
+                      if w != worker]
+            also = f" (also seen by {', '.join(others)})" if others else ""
+            holder = "its workers" if others else "the worker"
             out.append({"kind": "idle-gpu", "job": job["job"], "worker": worker, "gpu": gpu,
-                        "text": f"GPU {gpu} of {worker} sat idle through {_job_label(job)}: "
+                        "text": f"GPU {gpu} of {worker}{also} sat idle through "
+                        f"{_job_label(job)}: "
                         f"{use['mean_utilization_percent']:.1f} % mean utilisation over "
-                        f"{use['gpu_seconds']:.0f} s while the worker held the job's tasks "
+                        f"{use['gpu_seconds']:.0f} s while {holder} held the job's tasks "
                         f"(below {idle_percent:g} %). Give the worker fewer GPUs, or one "
                         "worker per GPU (dask-cuda).",
                         "based_on": {"mean_utilization_percent":

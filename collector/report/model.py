@@ -245,6 +245,8 @@ def _jobs(tally: Tally, rows: Sequence[Mapping[str, str]] | None) -> list[dict[s
     for job, mine in dags.items():
         job_rows = [by_dag_rows[(job, d)] for d in mine if (job, d) in by_dag_rows]
         found = tally.jobs.get(job)
+        if found is not None:
+            found.settle()
         use = found.use.entry() if found is not None else empty
         peaks, peak = listed(found.peaks) if found is not None else ([], None)
         listed_gpus = list(found.per_gpu) if found is not None else []

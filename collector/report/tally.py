@@ -77,6 +77,20 @@ class JobTally(DagTally):
     idle_gpus: int = 0
     held: float | None = None  # the largest of held_bytes' over the job's GPUs
     held_known: bool = False
+    pending: dict[str, UseSum] = field(default_factory=dict)  # shared GPUs' views, by device
+
+    def offer(self, entry: dict[str, Any]) -> None:
+        """One GPU's own figures to the idlest listed, and to the idle count."""
+        self.per_gpu.offer(idle_rank(entry), entry)
+        self.idle_gpus += is_idle(entry)
+
+    def settle(self) -> None:
+        """Offer each GPU that several workers see once, as the largest of their views
+        (under the first worker's name; its entry's ``shared_gpus`` names them all)."""
+        for found in self.pending.values():
+            worker, gpu, uuid = min(found.views)
+            self.offer({"worker": worker, "gpu": gpu, "uuid": uuid, **found.entry()})
+        self.pending.clear()
 
 
 class Tally:
@@ -140,10 +154,13 @@ class Tally:
             for (gpu, uuid), u in gpus.items():
                 key = (name, gpu, uuid)
                 tally.use.add(key, u, key in metered, tracked)
-                entry = {"worker": name, "gpu": gpu, "uuid": uuid,
-                         **use_entry({key: u}, metered, mine)}
-                tally.per_gpu.offer(idle_rank(entry), entry)
-                tally.idle_gpus += is_idle(entry)
+                device = device_key(*key)
+                if device in self.shared:
+                    tally.pending.setdefault(device, UseSum(self.shared)).add(
+                        key, u, key in metered, tracked)
+                else:
+                    tally.offer({"worker": name, "gpu": gpu, "uuid": uuid,
+                                 **use_entry({key: u}, metered, mine)})
         for p in f.job_peaks:
             tally = self._job(p.job)
             tally.peaks.offer(peak_rank(p), p)
