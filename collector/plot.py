@@ -240,7 +240,8 @@ def cluster_figure(workers: Sequence[Overview], provenance: Provenance = UNKNOWN
     colours = job_colours([p for w in workers for p in (*w.phases, *w.cluster_phases)])
     _where(where, workers, provenance.names, unit[0], colours)
     _shade((util, mem), busiest.cluster_phases, provenance.names, unit[0], colours, top=where)
-    gpus = sum(w.gpus for w in workers)
+    # a GPU that several workers see (one UUID) is one GPU
+    gpus = len({u or (w.worker, i) for w in workers for i, u in enumerate(w.devices)})
     fake = [w.worker for w in workers if w.worker in provenance.simulated]
     simulated = (f"SIMULATED GPUs on {len(fake)} of {len(workers)} worker(s)" if fake else "")
     _finish(fig, util, mem, f"cluster: {len(workers)} worker(s), {gpus} GPU(s)\ntop: what ran "

@@ -234,7 +234,7 @@ class Overview:
 
     worker: str
     start: str
-    gpus: int
+    devices: tuple[str, ...]  # its GPUs' UUIDs ("": unknown), one per GPU
     samples: int  # of all its GPUs
     last: float  # its last sample's time (seconds since the start)
     capacity: float | None
@@ -250,7 +250,7 @@ def overview_of(trace: WorkerTrace) -> Overview:
     def arrays(found: tuple[list[float], list[float | None]]) -> tuple[Any, Any]:
         return np.asarray(found[0], dtype=float), _floats(found[1])
 
-    return Overview(trace.worker, trace.start, len(trace.gpus),
+    return Overview(trace.worker, trace.start, tuple(g.uuid for g in trace.gpus),
                     sum(len(g.times) for g in trace.gpus),
                     max((g.times[-1] for g in trace.gpus if g.times), default=0.0),
                     worker_capacity(trace),

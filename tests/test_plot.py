@@ -197,8 +197,9 @@ def test_the_cluster_page_draws_each_workers_overview_as_its_samples_say(export_
                                       (found.memory, trace.total("total-mem"))):
             assert kept is not None and kept[0].tolist() == times
             assert [None if math.isnan(v) else v for v in kept[1].tolist()] == values
-        assert (found.worker, found.start, found.gpus, found.capacity) == (
-            trace.worker, trace.start, len(trace.gpus), worker_capacity(trace))
+        assert (found.worker, found.start, found.devices, found.capacity) == (
+            trace.worker, trace.start, tuple(g.uuid for g in trace.gpus),
+            worker_capacity(trace))
         assert (found.phases, found.cluster_phases) == (trace.phases, trace.cluster_phases)
         assert found.samples == sum(len(g.times) for g in trace.gpus) and found.last == 13
     b = overview_of(read_worker_file(export_dir / "b.csv"))
@@ -234,6 +235,14 @@ def test_plots_name_the_jobs_mark_simulated_gpus_and_show_capacity(export_dir, t
     assert "capacity of a worker (dashed)" in cluster  # a: 32 GiB, b: 16 GiB
     assert "SIMULATED GPUs" in b and "SIMULATED GPUs" not in a
     assert "SIMULATED GPUs on 1 of 2 worker(s)" in cluster
+    assert "cluster: 2 worker(s), 3 GPU(s)" in cluster
+    pinned = write_export(tmp_path / "pinned", {  # b sees a's GPU 0: one GPU, not two
+        "a": [row(t, "a", g) for t in range(4) for g in (0, 1)],
+        "b": [[*row(t, "b", 0)[:4], "GPU-a-0", *row(t, "b", 0)[5:]] for t in range(4)]})
+    done = collector_process("plot", "--csv", str(pinned), "--out", str(tmp_path / "pp"),
+                             "--format", "svg")
+    assert done.returncode == 0, done.stderr
+    assert "cluster: 2 worker(s), 2 GPU(s)" in (tmp_path / "pp" / "cluster.svg").read_text()
     assert "ran on" in cluster and "seconds since the start" in cluster
     assert png_size(out / "a.png") == png_size(out / "cluster.png") == (1200, 650)
     long = write_export(tmp_path / "long", {"a": [row(t, "a", 0, "0", "0") for t in
