@@ -126,6 +126,11 @@ class ActivityLedger:
                         del self._owners[pair]
                 self._shares.pop(pair, None)
 
+    def counters_of(self, dag: Dag) -> int:
+        """How many counters (series) ``dag`` has."""
+        with self._lock:
+            return len(self._totals_of.get(dag, ()))
+
     # -- read at scrape time ---------------------------------------------------------------
 
     def prefix_label(self, job: Job | None, prefix: str) -> str:

@@ -40,6 +40,7 @@ class Dag:
     finished: float | None = None
     exported: bool = False  # seen by at least one scrape since it finished
     forgotten: bool = False  # dropped by retention: nothing may keep data for it any more
+    series: int = -1  # its series once scraped, as retention counts them (-1: not yet)
     # worker address -> [when its first task of the DAG began processing there, when its last
     # one stopped (None while one processes), the worker's label then]: the scheduler's own
     # times, finer than a scrape

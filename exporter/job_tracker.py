@@ -39,6 +39,7 @@ class JobTracker:
         *,
         max_finished_dags: int = 1000,
         max_unscraped_dags: int = 10_000,
+        max_finished_series: int | None = None,
         finished_dag_ttl: float = 300.0,
         max_jobs: int = 1000,
         max_sessions: int = 100,
@@ -46,8 +47,16 @@ class JobTracker:
         label_max_length: int = 128,
         clock: Callable[[], float] = time.time,
         on_forget: Callable[[Dag | Job], None] | None = None,
+        series_elsewhere: Callable[[Dag], int] | None = None,
     ) -> None:
         self.max_finished_dags = max_finished_dags
+        # scraped finished DAGs go, oldest first, while the finished DAGs' series number more
+        # (None: no such bound); ``series_elsewhere``: what else keeps series per DAG (the
+        # activity ledger's counters)
+        self.max_finished_series = max_finished_series
+        self._series_elsewhere = series_elsewhere
+        self._scraped = 0  # the scraped finished DAGs (at the head of _finished) counted in
+        self._scraped_series = 0  # the sum of their series
         # finished DAGs no scrape has seen yet are kept beyond max_finished_dags, up to this
         self.max_unscraped_dags = max(max_unscraped_dags, max_finished_dags)
         self.unscraped_dropped = 0  # DAGs forgotten before any scrape saw them
@@ -234,14 +243,21 @@ class JobTracker:
         are the newest, at the end of the queue.)"""
         now = self._clock() if now is None else now
         finished, dropped = self._finished, 0
+        budget = self.max_finished_series
+        if budget is not None:
+            self._count_scraped()
         while finished:
             oldest = finished[0]
             aged = oldest.exported and now - (oldest.finished or now) >= self.finished_dag_ttl
             limit = self.max_finished_dags if oldest.exported else self.max_unscraped_dags
-            if len(finished) <= limit and not aged:
+            over = budget is not None and oldest.series >= 0 and self._scraped_series > budget
+            if len(finished) <= limit and not aged and not over:
                 break
             if not oldest.exported:
                 self.unscraped_dropped += 1
+            if oldest.series >= 0:
+                self._scraped -= 1
+                self._scraped_series -= oldest.series
             finished.popleft()
             oldest.forgotten = True
             oldest.job.held -= 1
@@ -251,6 +267,24 @@ class JobTracker:
         if dropped:
             self._jobs.evict()
         return dropped
+
+    def _count_scraped(self) -> None:
+        """Count in the finished DAGs scraped since the last call. A scrape marks every
+        finished DAG it saw, so the scraped ones are the oldest; a DAG's series are counted
+        once, after a scrape, when its activity counters (which come with the workers'
+        heartbeats, after a short DAG ended) are there."""
+        finished = self._finished
+        while self._scraped < len(finished) and finished[self._scraped].exported:
+            dag = finished[self._scraped]
+            dag.series = self.series_of(dag)
+            self._scraped_series += dag.series
+            self._scraped += 1
+
+    def series_of(self, dag: Dag) -> int:
+        """The series a finished DAG keeps exported: its own (info, status, three times), a
+        start and an end per worker that ran it, and what ``series_elsewhere`` counts."""
+        own = 5 + 2 * len(dag.spans)
+        return own + (self._series_elsewhere(dag) if self._series_elsewhere else 0)
 
     # -- monitor sessions ------------------------------------------------------------------
 

@@ -210,6 +210,8 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
     "--dags 100000 --every 10000 --tracemalloc": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_scheduler.py fleet --workers 1000 --finished 10 --renders 3":
+        Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
     "prometheus": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_exporter.py --driver real --ours-command "
@@ -840,6 +842,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1",
         "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
         "--dags 100000 --every 10000 --tracemalloc",
+        "python benchmarks/bench_scheduler.py fleet --workers 1000 --finished 10 --renders 3",
         "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
         "prometheus",
         'python benchmarks/bench_exporter.py --driver real --ours-command '

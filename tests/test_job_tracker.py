@@ -333,6 +333,40 @@ def test_finished_dags_age_out_after_export_and_beyond_the_retention_count():
     assert [d.id for d in sim.tracker.dags()] == [7, 8, 9]
 
 
+def test_scraped_finished_dags_go_oldest_first_beyond_the_series_budget():
+    """Each DAG ran on two workers (5 + 2 x 2 series) and has 41 activity counters: 50
+    series. A budget of 120 keeps two scraped DAGs; DAGs no scrape has seen are kept
+    whatever their series, and count once a scrape saw them."""
+    counters = {}
+    sim = Sim(max_finished_dags=1000, finished_dag_ttl=300.0, max_finished_series=120,
+              series_elsewhere=lambda dag: counters.get(dag.id, 0))
+    for i in range(5):
+        sim.submit("c", [f"a{i}", f"b{i}"])
+        sim.start(f"a{i}", "w1")
+        sim.start(f"b{i}", "w2")
+        sim.finish(f"a{i}", f"b{i}")
+        counters[i] = 41
+    assert len(sim.tracker.dags()) == 5  # unscraped: kept
+    sim.tracker.snapshot()
+    assert [d.series for d in sim.tracker.dags()] == [-1] * 5  # counted by retention
+    assert sim.tracker.evict() == 3
+    assert [(d.id, d.series) for d in sim.tracker.dags()] == [(3, 50), (4, 50)]
+    for i in range(5, 8):  # three more, unscraped: kept beside the two
+        sim.submit("c", [f"a{i}"])
+        sim.finish(f"a{i}")
+    assert sim.tracker.evict() == 0 and len(sim.tracker.dags()) == 5
+    sim.tracker.snapshot()  # 3 x 5 series more: 115, within the budget
+    assert sim.tracker.evict() == 0
+    counters.update({8: 200})
+    for i in (8, 9):  # 205 series and 5
+        sim.submit("c", [f"a{i}"])
+        sim.finish(f"a{i}")
+    assert len(sim.tracker.snapshot().dags) == 7  # both scraped: 325
+    assert sim.tracker.evict() == 6  # the oldest go until the rest fit: a9 alone
+    assert [d.id for d in sim.tracker.dags()] == [9]
+    assert sim.tracker.unscraped_dropped == 0
+
+
 def test_dags_finishing_between_two_scrapes_are_kept_until_one_saw_them_up_to_a_bound():
     """2,000 DAGs between two scrapes, 1,000 kept once scraped: the next scrape shows
     every one of them. Past max_unscraped_dags the oldest go unseen, and are counted."""

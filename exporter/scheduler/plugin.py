@@ -64,11 +64,13 @@ class JobPlugin(SchedulerPlugin):
             s.job_mode,
             max_finished_dags=s.max_finished_dags,
             max_unscraped_dags=s.max_unscraped_dags,
+            max_finished_series=s.max_finished_series,
             finished_dag_ttl=s.finished_dag_ttl,
             max_jobs=s.max_jobs,
             max_sessions=s.max_sessions,
             label_max_length=s.label_max_length,
             on_forget=self.ledger.forget,
+            series_elsewhere=self.ledger.counters_of,
         )
         self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port,
                                        lambda: self.cluster,

@@ -43,6 +43,7 @@ class Settings:
     metrics_address: str  # "" listens on every interface, as Dask's own servers do
     max_finished_dags: int
     max_unscraped_dags: int
+    max_finished_series: int
     finished_dag_ttl: float
     max_jobs: int
     max_sessions: int
@@ -107,6 +108,7 @@ SETTINGS = (
     Option("max_finished_dags", _count(0), "finished DAGs kept (scheduler.yaml)"),
     Option("max_unscraped_dags", _count(0), "finished DAGs no scrape saw yet, kept beyond "
            "max-finished-dags"),
+    Option("max_finished_series", _count(0), "series of scraped finished DAGs kept at most"),
     Option("finished_dag_ttl", _duration, "how long a scraped finished DAG is kept"),
     Option("max_jobs", _count(1), "idle jobs kept"),
     Option("max_sessions", _count(1), "finished monitor sessions kept"),
