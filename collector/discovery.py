@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dask_metrics.collector.errors import ArgumentError, CollectorError, setting
+from dask_metrics.collector.errors import (
+    ArgumentError,
+    CollectorError,
+    PrometheusError,
+    setting,
+)
 from dask_metrics.collector.fetch import TRIM_ABOVE_CHUNKS, UNSCOPED, Scope, fetch_label_sets
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
@@ -151,6 +156,8 @@ def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,
         try:
             return {w.name: w for w in find_workers(client, a, b, chunk, patterns, scope.cluster,
                                                     scope.replica_labels, any_cluster)[1]}
+        except PrometheusError:  # the store failed: said, not taken for nobody
+            raise
         except CollectorError:  # nobody there (or no worker of ``patterns``)
             return {}
 

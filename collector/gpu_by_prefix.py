@@ -57,6 +57,7 @@ from dask_metrics.contract import BUSY, ENERGY, GPU_BY_PREFIX_COLUMNS, MEMORY_US
 # one worker's view of a GPU that several see: its scrape lookup, its DAGs' own times with
 # their mixes (None: an older preload), its GPU series by metric
 View = tuple[Lookup | None, tuple[Changes, DagMixes] | None, dict[str, Samples]]
+NOTHING = (Changes([], []), DagMixes(()))  # the DAG times of a worker that ran none
 
 
 def seen_by(workers: Iterable[WorkerInfo]) -> dict[str, int]:
@@ -97,6 +98,8 @@ class PrefixUses:
             changes = Changes.of(ran)
             exact = (changes.clipped(*self.window) if self.window else changes,
                      DagMixes(prefix_series))
+        # a worker that ran nothing holds no DAG of a shared GPU, whatever its preload
+        idle = ran is not None and all(x == NOTHING_RAN for x in ran.states)
         # the scrape-based rule: an older preload's, and a shared GPU's where one of its
         # workers' preloads is older
         lookup = (Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
@@ -110,10 +113,8 @@ class PrefixUses:
                 elif lookup is not None:  # else nothing executed there
                     self._attribute(lookup, metrics)
                 continue
-            if exact is None and ran is not None and all(x == NOTHING_RAN for x in ran.states):
-                exact = (Changes([], []), DagMixes(()))  # it ran nothing: by any rule
             views = self._waiting.setdefault(uuid, [])
-            views.append((lookup, exact, metrics))
+            views.append((lookup, exact if exact is not None or not idle else NOTHING, metrics))
             if len(views) >= self.seen_by[uuid]:
                 self._together(self._waiting.pop(uuid))
 
