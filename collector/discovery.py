@@ -139,18 +139,21 @@ def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,
     and left out, its jobs would read no GPU at all.
 
     Returns (scope, workers in name order, the names of those with no sample inside; None
-    where no worker has one: every worker scraped within ``reach`` of the range is taken)."""
+    where no worker has one, the range lying between two scrapes). Raises NoGpuSeries where
+    no worker has a sample inside or an interval across the range."""
     try:
         scope, found = find_workers(client, lo, hi, chunk, patterns, cluster, replica_labels,
                                     any_cluster)
-    except NoGpuSeries:
-        if hi - lo >= reach:  # not a range between two scrapes
+    except NoGpuSeries as exc:
+        if hi - lo >= min(reach, age):  # not a range between two scrapes
             raise
+        none_inside: NoGpuSeries | None = exc
         scope, found = find_workers(client, max(lo - reach, 0), hi + reach, chunk, patterns,
-                                    cluster, replica_labels, any_cluster)
-        return scope, found, None
-    if not reach or hi - lo >= age:
-        return scope, found, []
+                                    cluster, replica_labels, any_cluster)[0], []
+    else:
+        none_inside = None
+        if not reach or hi - lo >= age:
+            return scope, found, []
 
     def around(a: int, b: int) -> dict[str, WorkerInfo]:
         try:
@@ -165,5 +168,7 @@ def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,
     before = around(max(lo - reach, 0), lo - 1)
     after = around(hi + 1, hi + reach) if before.keys() - known else {}
     added = sorted(before.keys() & after.keys() - known, key=natural_key)
+    if none_inside is not None and not added:  # scraped around it, never across it
+        raise none_inside
     workers = sorted([*found, *(before[n] for n in added)], key=lambda w: natural_key(w.name))
-    return scope, workers, added
+    return scope, workers, added if none_inside is None else None

@@ -487,8 +487,9 @@ def scraping_like(stack: ExitStack, config: Path, folder: Path, intervals: Itera
 
 
 def newest_scrape(server: PrometheusServer, job: str) -> float:
-    """The time of ``server``'s newest scrape of ``job`` (0 before its first)."""
+    """The time by which ``server`` has scraped every target of ``job`` it knows: the
+    oldest of their newest scrapes (0 before the first)."""
     status, body = server.get("/api/v1/query?query=" + urllib.parse.quote(
-        f'max(timestamp(up{{job="{job}"}}))'))
+        f'min(timestamp(up{{job="{job}"}}))'))
     found = json.loads(body)["data"]["result"] if status == 200 else []
     return float(found[0]["value"][1]) if found else 0.0

@@ -792,6 +792,13 @@ def test_a_worker_scraped_just_before_and_after_a_short_range_is_exported(
                     str(dataset.core + 106), "--out", str(tmp_path / "both"),
                     *auth(prom, password_file))
     assert run.code == 0 and "no GPU sample inside" not in run.err, run.err
+    # past the data's end (w-a's last sample at 600, w-b's at 597.5): scraped before it,
+    # never after, so no interval lies across it: nothing measured it
+    run = collector("export", "--since", str(dataset.core + 600.5), "--until",
+                    str(dataset.core + 601), "--out", str(tmp_path / "after"),
+                    *auth(prom, password_file))
+    assert "no GPU series" in one_error_line(run, 1)
+    assert not (tmp_path / "after").exists()
 
 
 def queries_served(prom: PrometheusServer) -> float:
