@@ -237,6 +237,8 @@ ACCOUNTS: dict[str, Account] = {
     "fc12744": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15":
+        Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
     "b202382 --before 98bbd29": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
@@ -862,6 +864,7 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
         "fc12744",
         "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b",
+        "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15",
         "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
         "b202382 --before 98bbd29",
         "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "

@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""The collector's commands on one synthetic fleet served by Prometheus and by VictoriaMetrics,
+each with its default query limits, side by side.
+
+    python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15
+
+The fleet is bench_collector's (fleet_data.py's every series of the exporter and the
+scheduler preload, backfilled once with promtool and cached); VictoriaMetrics (Debian package
+victoria-metrics) gets the very same blocks through ``vmctl prometheus`` (timed). Each command
+(``export``, ``peaks --json``, ``report``; the real CLI, ``--quiet``) runs once per store, in a
+fresh process (bench_collector's LAUNCHER: wall time and its own peak RSS), and its output is
+compared between the stores: every file of the export, report.json (not the page, which shows
+the store) and peaks' JSON, numbers to 1e-12, less what names the store (its URL, kind, note
+and version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_collector import ROOT, mib, run_child, served_fixture  # a sibling script
+
+COMMANDS = {"export": ["export", "--out", "{out}"], "peaks": ["peaks", "--json"],
+            "report": ["report", "--out", "{out}"]}
+# what names the store in a command's JSON, left out of the comparison
+STORE_NAMED = frozenset({"prometheus", "store", "store_note", "versions"})
+
+
+def vm_import(blocks: Path, url: str) -> float:
+    """``vmctl prometheus`` of ``blocks`` into ``url``, then a flush: seconds taken. vmctl
+    asks for a terminal even when silent, so it gets one (``script``)."""
+    began = time.perf_counter()
+    vmctl = (f"vmctl prometheus -s --vm-disable-progress-bar --prom-snapshot {blocks} "
+             f"--vm-addr {url} --prom-concurrency 2")
+    subprocess.run(["script", "-qec", vmctl, "/dev/null"], check=True, capture_output=True)
+    subprocess.run(["curl", "-sf", f"{url}/internal/force_flush"], check=True)
+    return time.perf_counter() - began
+
+
+def alike(x: object, y: object) -> bool:
+    """Two values alike: equal, or numbers within 1e-12 of each other (VictoriaMetrics keeps a
+    float to about 15 significant digits: 74.80000000000001 comes back as 74.8); in JSON, what
+    names the store left out."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        x, y = ({k: v for k, v in d.items() if k not in STORE_NAMED} for d in (x, y))
+        return x.keys() == y.keys() and all(alike(x[k], y[k]) for k in x)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(map(alike, x, y))
+    if x == y:
+        return True
+    try:
+        return math.isclose(float(x), float(y), rel_tol=1e-12)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def same(a: Path, b: Path) -> bool:
+    """Whether two outputs (a folder or a file: CSV or JSON) hold the same."""
+    if a.is_dir():
+        names = sorted(p.name for p in a.iterdir())
+        return names == sorted(p.name for p in b.iterdir()) and all(
+            same(a / n, b / n) for n in names)
+    if filecmp.cmp(a, b, shallow=False):
+        return True
+    if a.suffix == ".json":
+        return alike(json.loads(a.read_text()), json.loads(b.read_text()))
+    rows = [[line.split(",") for line in p.read_text().splitlines()] for p in (a, b)]
+    return alike(*rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument("--interval", type=int, default=15, help="scrape interval, seconds")
+    parser.add_argument("--commands", nargs="+", choices=list(COMMANDS), default=list(COMMANDS))
+    parser.add_argument("--cache", help="where the backfilled fleets are kept")
+    args = parser.parse_args()
+    if not shutil.which("vmctl") or not shutil.which("script"):
+        raise SystemExit("needs vmctl (Debian package victoria-metrics) and script (util-linux)")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.prometheus_helpers import run_victoria_metrics
+
+    work = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+    try:
+        with served_fixture(args.workers, args.gpus, args.hours, args.cache, work,
+                            interval=args.interval, fleet=True) as (fix, prom), \
+                run_victoria_metrics(work / "vm") as vm:
+            loaded = vm_import(fix.blocks, vm.url)
+            print(f"vmctl: {fix.samples:,} samples in {loaded:.0f} s", file=sys.stderr)
+            rows = []
+            for name in args.commands:
+                found = {}
+                for store, url in (("Prometheus", prom.url), ("VictoriaMetrics", vm.url)):
+                    out = work / f"{store}-{name}"
+                    cmd = [sys.executable, "-m", "dask_metrics.collector",
+                           *(a.format(out=out) for a in COMMANDS[name]), "--since",
+                           str(fix.t0), "--until", str(fix.t1), "--prometheus", url, "--quiet"]
+                    wall, rss, stdout = run_child(cmd, work / f"{store}-{name}.log")
+                    if name == "peaks":
+                        out.write_text(json.dumps(json.loads(stdout), sort_keys=True))
+                    elif name == "report":  # the page shows the store; report.json says it
+                        (out / "report.html").unlink()
+                    found[store] = (wall, rss, out)
+                (pw, pr, po), (vw, vr, vo) = found["Prometheus"], found["VictoriaMetrics"]
+                rows.append(f"| {name} | {pw:.1f} | {vw:.1f} | {vw / pw:.2f} | {mib(pr)} | "
+                            f"{mib(vr)} | {'yes' if same(po, vo) else 'NO'} |")
+                print(rows[-1], file=sys.stderr)
+        print(f"{args.workers} workers x {args.gpus} GPUs, {args.hours:g} h at "
+              f"{args.interval} s ({fix.samples:,} samples); vmctl import {loaded:.0f} s\n")
+        print("| command | Prometheus s | VictoriaMetrics s | VM / Prometheus | RSS MiB, "
+              "Prometheus | RSS MiB, VM | same output |")
+        print("|---|---:|---:|---:|---:|---:|---|")
+        print("\n".join(rows))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
