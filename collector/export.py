@@ -14,7 +14,7 @@ import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from dask_metrics.collector.fetch import (
     present,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
-from dask_metrics.collector.holes import holes, warnings_of
+from dask_metrics.collector.holes import Holes, warnings_of
 from dask_metrics.collector.jobs import JobNames, jobs_csv_rows
 from dask_metrics.collector.layouts import (
     LAYOUTS,
@@ -59,10 +59,11 @@ from dask_metrics.collector.layouts import (
 )
 from dask_metrics.collector.parquet_output import (
     EXPORT_FORMATS,
+    parquet_files,
     pyarrow,
     worker_file,
-    write_worker,
 )
+from dask_metrics.collector.pieces import Piece, pieces
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import (
     DEFAULT_CHUNK,
@@ -76,7 +77,7 @@ from dask_metrics.collector.staging import files_written, staged
 from dask_metrics.collector.summaries import activity_table
 from dask_metrics.collector.tables import WorkerTable, worker_table
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
-from dask_metrics.collector.worker_fetch import WorkerData, fetch_workers
+from dask_metrics.collector.worker_fetch import WorkerData, fetch_piece
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
@@ -210,18 +211,27 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     batches = worker_batches(chosen, samples_per_gpu(client, lo, hi, chunk_ms, len(outside),
                                                      step_ms, scope))
     firsts = list(accumulate([0, *map(len, batches)]))
+    # a long range is read, joined and written a chunk at a time (pieces), so that memory
+    # holds one batch's chunk whatever the range; the report's visit sees each worker whole,
+    # and the seed layout's rows have a slot for every GPU the worker had in the range
+    whole = visit is not None or layout == "seed"
+    parts = [Piece(lo, hi, hi, (start, end))] if whole else pieces(lo, hi, start, end,
+                                                                 chunk_ms, age, step_ms)
+    steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
 
-    def fetch(b: int) -> list[tuple[WorkerData, dict[str, list[Series]]]]:
-        batch = [w.name for w in batches[b]]
+    def fetch(at: tuple[int, int]) -> tuple[Timeline, list[tuple[WorkerData,
+                                                              dict[str, list[Series]]]]]:
+        b, k = at
+        batch, part = [w.name for w in batches[b]], parts[k]
         if progress:
             progress(firsts[b], len(chosen), batch[0], rows_written)
         around = (lo - to_ms(visit_head), tail_end) if visit and step_ms is None else None
-        found = fetch_workers(client, batch, columns, timeline, lo, hi, chunk_ms, step_ms, age,
-                              scope, executed, visit_metrics, around)
+        known, found = fetch_piece(client, batch, columns, timeline, part, chunk_ms, step_ms,
+                                   age, scope, executed, visit_metrics, around)
         if around is not None:  # the raw columns' read once over the visit's window too
-            return [(found[w], found[w].around or {}) for w in batch]
+            return known, [(found[w], found[w].around or {}) for w in batch]
         if tail_end <= hi and not visit_head:
-            return [(found[w], found[w].gpu) for w in batch]
+            return known, [(found[w], found[w].gpu) for w in batch]
         more = fetch_gpu_series(client, batch, outside, hi, tail_end, chunk_ms, None, age,
                                 scope) if tail_end > hi else {}
         head = fetch_gpu_series(client, batch, outside, lo - to_ms(visit_head), lo,
@@ -231,34 +241,41 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             gpu, after, before = found[w].gpu, more.get(w, {}), head.get(w, {})
             out.append((found[w], {m: [*before.get(m, []), *gpu.get(m, []), *after.get(m, [])]
                                    for m in gpu.keys() | after.keys() | before.keys()}))
-        return out
+        return known, out
 
     if expect is not None:
         expect(chosen)
     rows_written = 0
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     missing: list[tuple[str, tuple[int, int]]] = []
-    with staged(target) as stage, files_written() as writer:
-        fetched = chain.from_iterable(prefetched(fetch, range(len(batches))))
-        for info, (data, visited) in zip(chosen, fetched, strict=True):
-            table = worker_table(data.gpu, columns, timeline, data.ran, age, data.resources)
-            seen = (sorted({t for found in visited.values() for one in found for t in one.times})
-                    if visit else table.times)  # the report's: with the samples around it
-            missing += [(info.name, hole) for hole in holes(seen, lo, hi, age)]
-            uses.add_worker(timeline.times, data.prefixes, data.attribution, data.ran)
-            if visit:
-                visit(info, visited, data.ran, table)
-            rows_written += table.rows
-            if not worker_files:
-                continue
-            if format == "parquet":
-                write_worker(stage / names[info.name], table, columns, start)
-                continue
-            if layout == "seed":
-                header, lines = seed_header(columns), seed_lines(table, start)
-            else:
-                header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
-            writer.write(stage / names[info.name], header, lines)
+    gaps: dict[str, Holes] = {}
+    last = len(parts) - 1
+    with staged(target) as stage, files_written() as writer, parquet_files(
+            format == "parquet", columns, start) as parquet:
+        for (b, k), (known, found) in zip(steps, prefetched(fetch, steps), strict=True):
+            for info, (data, visited) in zip(batches[b], found, strict=True):
+                table = worker_table(data.gpu, columns, known, data.ran, age, data.resources)
+                seen = gaps.setdefault(info.name, Holes(lo, hi, age))
+                seen.add(sorted({t for got in visited.values() for one in got for t in one.times})
+                         if visit else table.times)  # the report's: with the samples around
+                if k == last:
+                    missing += [(info.name, hole) for hole in gaps.pop(info.name).result()]
+                uses.add_worker(known.times, data.prefixes, data.attribution, data.ran,
+                                parts[k].window)
+                if visit:
+                    visit(info, visited, data.ran, table)
+                rows_written += table.rows
+                if not worker_files:
+                    continue
+                if parquet is not None:
+                    parquet.write(stage / names[info.name], table, last=k == last)
+                    continue
+                if layout == "seed":
+                    header, lines = seed_header(columns), seed_lines(table, start)
+                else:
+                    header, lines = tidy_header(columns), tidy_lines(info.name, table, start)
+                writer.write(stage / names[info.name], header if k == 0 else None, lines,
+                             last=k == last)
         if progress:
             progress(len(chosen), len(chosen), "", rows_written)
         for line in warnings_of(missing, age):

@@ -39,7 +39,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dask_metrics.collector.lifetimes import job_order, life, plain
-from dask_metrics.collector.prefix_exact import DagMixes, attribute_exact, attribute_shared
+from dask_metrics.collector.prefix_exact import (
+    DagMixes,
+    Edge,
+    attribute_exact,
+    attribute_shared,
+)
 from dask_metrics.collector.prefix_scrapes import Lookup, Together, attribute, prefix_timeline
 from dask_metrics.collector.prefix_use import PrefixKey, PrefixUse
 from dask_metrics.collector.series import (
@@ -55,8 +60,8 @@ from dask_metrics.collector.worker_runs import Changes
 from dask_metrics.contract import BUSY, ENERGY, GPU_BY_PREFIX_COLUMNS, MEMORY_USED
 
 # one worker's view of a GPU that several see: its scrape lookup, its DAGs' own times with
-# their mixes (None: an older preload), its GPU series by metric
-View = tuple[Lookup | None, tuple[Changes, DagMixes] | None, dict[str, Samples]]
+# their mixes (None: an older preload) and those times unclipped, its GPU series by metric
+View = tuple[Lookup | None, tuple[Changes, DagMixes] | None, Changes, dict[str, Samples]]
 NOTHING = (Changes([], []), DagMixes(()))  # the DAG times of a worker that ran none
 
 
@@ -83,21 +88,26 @@ class PrefixUses:
         self.seen_by = dict(seen_by or {})
         self.window = window  # ms: the range; samples past it cut the intervals at its edges
         self.uses: dict[PrefixKey, PrefixUse] = {}
-        self._waiting: dict[str, list[View]] = {}
+        self._waiting: dict[tuple[str, tuple[int, int] | None], list[View]] = {}
 
     def add_worker(self, scrapes: Iterable[int], prefix_series: Sequence[Series],
                    series_by_metric: Mapping[str, Iterable[Series]],
-                   ran: Timeline | None = None) -> None:
+                   ran: Timeline | None = None, part: tuple[int, int] | None = None) -> None:
         """One worker's raw busy, energy and memory-used series (by metric) against what
         executed on it (its dask_job_worker_prefix_tasks series) and, where the preload
-        exports them, the DAGs' own times on it (``ran``, an exact worker_runs timeline)."""
+        exports them, the DAGs' own times on it (``ran``, an exact worker_runs timeline).
+
+        ``part``: a piece of the range (pieces.Piece.window, edges shared with the pieces
+        beside it) whose numbers these are, the samples just outside it included: an
+        interval across its edges is cut there, a sample on an edge counts in the later
+        piece (the range's end in the last)."""
+        window = part or self.window
         gpus = gpu_series(series_by_metric)
         shared = any(self.seen_by.get(uuid, 1) > 1 for _, uuid in gpus)
-        exact = None
+        exact, changes = None, NOTHING[0]
         if ran is not None and ran.exact:
             changes = Changes.of(ran)
-            exact = (changes.clipped(*self.window) if self.window else changes,
-                     DagMixes(prefix_series))
+            exact = (changes.clipped(*window) if window else changes, DagMixes(prefix_series))
         # a worker that ran nothing holds no DAG of a shared GPU, whatever its preload
         idle = ran is not None and all(x == NOTHING_RAN for x in ran.states)
         # the scrape-based rule: an older preload's, and a shared GPU's where one of its
@@ -109,43 +119,58 @@ class PrefixUses:
                 if exact is not None:
                     attribute_exact(self.uses, *exact, metrics.get(BUSY.name),
                                     metrics.get(ENERGY.name), metrics.get(MEMORY_USED.name),
-                                    self.max_age)
+                                    self.max_age, self._edge(window, [changes]))
                 elif lookup is not None:  # else nothing executed there
-                    self._attribute(lookup, metrics)
+                    self._attribute(lookup, metrics, window)
                 continue
-            views = self._waiting.setdefault(uuid, [])
-            views.append((lookup, exact if exact is not None or not idle else NOTHING, metrics))
+            views = self._waiting.setdefault((uuid, part), [])
+            views.append((lookup, exact if exact is not None or not idle else NOTHING, changes,
+                          metrics))
             if len(views) >= self.seen_by[uuid]:
-                self._together(self._waiting.pop(uuid))
+                self._together(self._waiting.pop((uuid, part)), window)
 
     def result(self) -> dict[PrefixKey, PrefixUse]:
         """The sums, shared GPUs whose other workers added nothing included."""
-        for uuid in list(self._waiting):
-            self._together(self._waiting.pop(uuid))
+        for uuid, part in list(self._waiting):
+            self._together(self._waiting.pop((uuid, part)), part or self.window)
         return self.uses
 
-    def _together(self, views: list[View]) -> None:
-        metrics = views[0][2]
-        exact = [e for _, e, _ in views if e is not None]
+    def _edge(self, window: tuple[int, int] | None, changes: list[Changes]) -> Edge | None:
+        """The end of a piece that is not the range's, with the workers' changes past it."""
+        if window is None or self.window is None or window[1] >= self.window[1]:
+            return None
+        return window[1], changes
+
+    def _together(self, views: list[View], window: tuple[int, int] | None) -> None:
+        metrics = views[0][3]
+        exact = [e for _, e, _, _ in views if e is not None]
         if len(exact) == len(views):
             attribute_shared(self.uses, exact, metrics.get(BUSY.name), metrics.get(ENERGY.name),
-                             metrics.get(MEMORY_USED.name), self.max_age)
+                             metrics.get(MEMORY_USED.name), self.max_age,
+                             self._edge(window, [c for _, _, c, _ in views]))
             return
-        lookups = [lookup for lookup, _, _ in views if lookup is not None]
+        lookups = [lookup for lookup, _, _, _ in views if lookup is not None]
         if lookups:
-            self._attribute(Together(lookups), metrics)
+            self._attribute(Together(lookups), metrics, window)
 
-    def _attribute(self, lookup: Lookup | Together, metrics: Mapping[str, Samples]) -> None:
-        """The older rules, which credit an interval whole: none across the range's edges."""
-        def inside(name: str) -> Samples | None:
+    def _attribute(self, lookup: Lookup | Together, metrics: Mapping[str, Samples],
+                   window: tuple[int, int] | None) -> None:
+        """The older rules, which credit an interval whole, to its later sample: none across
+        the range's edges; a sample on a piece's edge is the later piece's, with the sample
+        before it (the previous piece's) that its increment is measured from."""
+        def inside(name: str, before: bool = False) -> Samples | None:
             found = metrics.get(name)
-            if found is None or not self.window:
+            if found is None or not window:
                 return found
             times, values = found
-            i, j = bisect_left(times, self.window[0]), bisect_right(times, self.window[1])
+            closed = self.window is None or window[1] >= self.window[1]
+            i = bisect_left(times, window[0])
+            if before and self.window is not None and window[0] > self.window[0]:
+                i = max(i - 1, 0)
+            j = (bisect_right if closed else bisect_left)(times, window[1])
             return times[i:j], values[i:j]
 
-        attribute(self.uses, lookup, inside(BUSY.name), inside(ENERGY.name),
+        attribute(self.uses, lookup, inside(BUSY.name, True), inside(ENERGY.name, True),
                   inside(MEMORY_USED.name), self.max_age)
 
 

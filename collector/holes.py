@@ -6,7 +6,6 @@ an export, a report and a Monitor say so instead of showing a short job as idle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import pairwise
 
 from dask_metrics.collector.timespec import format_rfc3339
 
@@ -19,13 +18,42 @@ def holes(times: Sequence[int], start: int, end: int, max_age: int) -> list[tupl
     sample in the range (it is not in the export). Where ``times`` hold the samples just
     outside the range, an interval across an edge is measured from that sample: longer than
     ``max_age``, it counts for nothing in the numbers, and it is a hole, from that sample."""
-    inside = [t for t in times if start <= t <= end]
-    if not inside:
-        return []
-    before = [t for t in times if t < start]
-    after = [t for t in times if t > end]
-    edges = [before[-1] if before else start, *inside, after[0] if after else end]
-    return [(a, b) for a, b in pairwise(edges) if b - a > max_age and b > start and a < end]
+    found = Holes(start, end, max_age)
+    found.add(times)
+    return found.result()
+
+
+class Holes:
+    """``holes`` of a worker's samples told a piece at a time, oldest first: what an export
+    that writes a long range piece by piece carries from one piece to the next."""
+
+    def __init__(self, start: int, end: int, max_age: int) -> None:
+        self.start, self.end, self.max_age = start, end, max_age
+        self._last = start  # the latest sample before the next one, or the range's start
+        self._after: int | None = None  # the first sample past the range
+        self._inside = False
+        self._found: list[tuple[int, int]] = []
+
+    def add(self, times: Iterable[int]) -> None:
+        """More samples, later than those told before."""
+        for t in times:
+            if t < self.start:
+                self._last = t
+            elif t > self.end:
+                if self._after is None:
+                    self._after = t
+            else:
+                if t - self._last > self.max_age and t > self.start:
+                    self._found.append((self._last, t))
+                self._last, self._inside = t, True
+
+    def result(self) -> list[tuple[int, int]]:
+        if not self._inside:
+            return []
+        last = self._after if self._after is not None else self.end
+        tail = [(self._last, last)] if last - self._last > self.max_age \
+            and self._last < self.end else []
+        return [*self._found, *tail]
 
 
 def warnings_of(found: Iterable[tuple[str, tuple[int, int]]], max_age: int) -> list[str]:

@@ -5,7 +5,8 @@ name percent-encoded), which pandas, Dask, DuckDB and Spark read as one table wi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,10 +40,11 @@ def worker_file(worker: str) -> str:
     return f"{SAMPLES}/worker={quote(worker, safe='')}/{PART}"
 
 
-def write_worker(path: Path, table: WorkerTable, columns: Sequence[Column], start: int) -> None:
-    """One worker's rows: ``timestamp`` (seconds since the start) and ``time`` (UTC, ms) as
-    in the CSV, the job and DAG columns null where nothing ran, each metric a float64 column
-    (null: no sample; NaN as sampled) whose field metadata holds its unit."""
+def worker_rows(table: WorkerTable, columns: Sequence[Column], start: int) -> Any:
+    """One worker's rows as a pyarrow Table: ``timestamp`` (seconds since the start) and
+    ``time`` (UTC, ms) as in the CSV, the job and DAG columns null where nothing ran, each
+    metric a float64 column (null: no sample; NaN as sampled) whose field metadata holds its
+    unit."""
     pa = pyarrow()
     keys, values = tidy_columns(table)
     times = keys["time"]
@@ -57,5 +59,46 @@ def write_worker(path: Path, table: WorkerTable, columns: Sequence[Column], star
               *(pa.array(v, pa.float64()) for v in values)]
     if not values:  # a worker without rows still has every column
         arrays += [pa.array([], pa.float64()) for _ in columns]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pa.parquet.write_table(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), path)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+class WorkerFiles:
+    """Each worker's Parquet file written a piece of the range at a time (a row group per
+    piece with rows), closed with its last piece; ``close`` closes what an error left open
+    (the staging folder that holds them is removed then)."""
+
+    def __init__(self, columns: Sequence[Column], start: int) -> None:
+        self.columns, self.start = columns, start
+        self._open: dict[Path, Any] = {}
+        self._written: set[Path] = set()
+
+    def write(self, path: Path, table: WorkerTable, *, last: bool = True) -> None:
+        rows = worker_rows(table, self.columns, self.start)
+        writer = self._open.get(path)
+        if writer is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = self._open[path] = pyarrow().parquet.ParquetWriter(path, rows.schema)
+        if rows.num_rows or (last and path not in self._written):
+            writer.write_table(rows)  # a worker without rows: one empty row group, as before
+            self._written.add(path)
+        if last:
+            self._open.pop(path).close()
+            self._written.discard(path)
+
+    def close(self) -> None:
+        for writer in self._open.values():
+            writer.close()
+        self._open.clear()
+
+
+@contextmanager
+def parquet_files(wanted: bool, columns: Sequence[Column], start: int
+                  ) -> Iterator[WorkerFiles | None]:
+    """WorkerFiles for an export in Parquet (None for CSV), none left open when the block is
+    left."""
+    files = WorkerFiles(columns, start) if wanted else None
+    try:
+        yield files
+    finally:
+        if files is not None:
+            files.close()

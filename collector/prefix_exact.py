@@ -53,9 +53,24 @@ class DagMixes:
         return self._mixes.get(dag) or [(((*dag, ""), 1.0),)]
 
 
+Edge = tuple[int, Sequence[Changes]]
+"""The end of a piece of a longer range (pieces.Piece.window) that is not the range's, and
+each worker's changes past it: an interval across it is cut there, but the mix of its part
+before it is where the whole range's would be taken (``_mix_at``)."""
+
+
+def _mix_at(y: int, t1: int, edge: Edge | None) -> int:
+    """Where the part of an interval (…, t1) that ends at ``y`` takes its DAG's mix: at ``y``
+    (a change of DAG, or the interval's end), unless ``y`` is a piece's edge: then at the
+    first change of any of the workers from there, or ``t1``."""
+    if edge is None or y != edge[0]:
+        return y
+    return min([t1, *(t for c in edge[1] if (t := c.first_from(y)) is not None)])
+
+
 def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: DagMixes,
                     busy: Samples | None, energy: Samples | None, used: Samples | None,
-                    max_age: int) -> None:
+                    max_age: int, edge: Edge | None = None) -> None:
     """Add one GPU's samples to ``uses`` by the DAGs' own times (this module's rule):
     amounts are summed per DAG and mix before they are split among prefixes, and only the
     intervals cut by a change (a few per DAG) are cut into pieces.
@@ -79,7 +94,7 @@ def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: D
                 for dag, x, y in changes.pieces(t0, t1):
                     if dag != NOTHING_RAN:
                         mine = totals.setdefault(dag, {})
-                        sid = mixes.ids(dag, (y,))[0]
+                        sid = mixes.ids(dag, (_mix_at(y, t1, edge),))[0]
                         mine[sid] = mine.get(sid, 0.0) + a * (y - x) / (t1 - t0)
         _credit(uses, field, totals, mixes, True)
     _peaks(uses, [(changes, mixes)], used)
@@ -87,7 +102,8 @@ def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: D
 
 def attribute_shared(uses: dict[PrefixKey, PrefixUse],
                      views: Sequence[tuple[Changes, DagMixes]], busy: Samples | None,
-                     energy: Samples | None, used: Samples | None, max_age: int) -> None:
+                     energy: Samples | None, used: Samples | None, max_age: int,
+                     edge: Edge | None = None) -> None:
     """Add a GPU that several workers see (one device, its samples one worker's) by their
     DAGs' own times: an interval is cut wherever any of them changed DAG, each piece split
     equally among the workers holding a DAG then, and each one's share goes to its DAG's mix
@@ -109,7 +125,7 @@ def attribute_shared(uses: dict[PrefixKey, PrefixUse],
                            if dag != NOTHING_RAN]
                 for k, dag in holders:
                     mine = totals[k].setdefault(dag, {})
-                    sid = views[k][1].ids(dag, (y,))[0]
+                    sid = views[k][1].ids(dag, (_mix_at(y, t1, edge),))[0]
                     mine[sid] = mine.get(sid, 0.0) + a * (y - x) / (t1 - t0) / len(holders)
         for (_, mixes), total in zip(views, totals, strict=True):
             _credit(uses, field, total, mixes, True)

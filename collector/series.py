@@ -296,6 +296,11 @@ class Timeline:
     # share their sample times, and timelines of the same times (by job, by DAG) share it
     memo: list = field(default_factory=list, compare=False, repr=False)
 
+    def between(self, lo: int, hi: int) -> Timeline:
+        """The points in [lo, hi]: what an export of a part of the range reads."""
+        i, j = bisect_left(self.times, lo), bisect_right(self.times, hi)
+        return Timeline(self.times[i:j], self.states[i:j], self.exact)
+
     def at(self, t: int, max_age: int) -> tuple[str, str]:
         """The state of the last scrape at or before ``t`` (never a later one).
 

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import partial
 from itertools import chain
 from pathlib import Path
 
@@ -19,33 +20,41 @@ from dask_metrics.collector.layouts import csv_line
 from dask_metrics.contract import JOBS_CSV
 
 
-def write_text(item: tuple[Path, str]) -> None:
-    """A staged file's text, on disk (synced) before the folder is published."""
+def write_text(item: tuple[Path, str], append: bool = False, last: bool = True) -> None:
+    """A staged file's text (or, ``append``, more of it), on disk (synced) before the folder
+    is published, once its ``last`` piece is written."""
     path, text = item
-    with open(path, "w", encoding="utf-8", newline="") as fh:
+    with open(path, "a" if append else "w", encoding="utf-8", newline="") as fh:
         fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if last:
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
-def csv_text(header: Sequence[str], lines: Iterable[str]) -> str:
-    """A CSV file's text: the header, then ``lines`` (CSV text without line ends)."""
-    return "\n".join(chain([csv_line(header)], lines)) + "\n"
+def csv_text(header: Sequence[str] | None, lines: Iterable[str]) -> str:
+    """A CSV file's text: the header (None: none, more of a file), then ``lines`` (CSV text
+    without line ends)."""
+    text = "\n".join(chain([csv_line(header)] if header is not None else [], lines))
+    return text + "\n" if text else ""
 
 
 class FileWriter:
     """CSV files written and synced in a thread while the next one is built: the write and
-    its fsync wait on the disk without holding the GIL. One file in flight at a time, so
-    memory holds at most two files' text."""
+    its fsync wait on the disk without holding the GIL. One file (or piece of one) in flight
+    at a time, so memory holds at most two of them."""
 
     def __init__(self) -> None:
         self._pending: Background[tuple[Path, str], None] | None = None
 
-    def write(self, path: Path, header: Sequence[str], lines: Iterable[str]) -> None:
-        """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write."""
+    def write(self, path: Path, header: Sequence[str] | None, lines: Iterable[str], *,
+              last: bool = True) -> None:
+        """A CSV file: the header, then ``lines`` (CSV text without line ends), in one write.
+        A file written in pieces: the header with the first, None with the others, and
+        ``last`` False but with the last (which syncs it)."""
         text = csv_text(header, lines)
         self.wait()
-        self._pending = Background(write_text, (path, text))
+        self._pending = Background(partial(write_text, append=header is None, last=last),
+                                   (path, text))
 
     def wait(self) -> None:
         """Until the file in flight is on disk; raises its error."""

@@ -27,6 +27,7 @@ from dask_metrics.collector.fetch import (
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.pieces import pieces
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import (
     DEFAULT_CHUNK,
@@ -37,7 +38,7 @@ from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.session_window import SCRAPE_GAP
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import to_ms
-from dask_metrics.collector.worker_fetch import fetch_workers
+from dask_metrics.collector.worker_fetch import fetch_piece
 from dask_metrics.contract import (
     REPLICA_LABELS,
 )
@@ -104,9 +105,11 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     ran = [info for info in chosen if info.name in executed]  # the others add nothing
     per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(ATTRIBUTION_METRICS), None,
                               scope)
-    for batch in worker_batches(ran, per_gpu):
-        found = fetch_workers(client, [w.name for w in batch], (), timeline, start, end,
-                              chunk_ms, None, age, scope, executed)
-        for data in found.values():
-            uses.add_worker(timeline.times, data.prefixes, data.attribution, data.ran)
+    for batch in worker_batches(ran, per_gpu):  # a piece of the range at a time
+        for piece in pieces(start, end, start, end, chunk_ms, age):
+            known, found = fetch_piece(client, [w.name for w in batch], (), timeline, piece,
+                                       chunk_ms, None, age, scope, executed)
+            for data in found.values():
+                uses.add_worker(known.times, data.prefixes, data.attribution, data.ran,
+                                piece.window)
     return prefix_rows(uses.result(), job_names(client, start, end, chunk_ms, age, scope))

@@ -19,6 +19,7 @@ from dask_metrics.collector.fetch import (
     fetch_worker_series,
     lookahead,
 )
+from dask_metrics.collector.pieces import Piece
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
     Samples,
@@ -54,7 +55,8 @@ class WorkerData(NamedTuple):
 def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Sequence[Column],
                   timeline: Timeline, lo: int, hi: int, chunk: int, step: int | None,
                   age: int, scope: Scope, executed: Collection[str], extra: Sequence[str] = (),
-                  around: tuple[int, int] | None = None) -> dict[str, WorkerData]:
+                  around: tuple[int, int] | None = None, until: int | None = None
+                  ) -> dict[str, WorkerData]:
     """The series of a batch of workers (``worker_batches``): their GPUs' columns and their
     scheduler series (tasks, the worker columns', prefix tasks), one query each for the
     whole batch; a batch of one asks exactly what a single worker needs.
@@ -71,7 +73,12 @@ def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Seq
 
     Without ``step`` the columns' series are read once over the widest window asked (the
     range, the samples just outside it, ``around``) and cut into each: a few minutes more
-    samples, where a query per window was two or three more queries per batch."""
+    samples, where a query per window was two or three more queries per batch.
+
+    ``until``: where the workers' DAG spans are cut (``hi`` by default: a DAG running then
+    holds its worker up to there); a piece of a longer range (pieces.Piece) reads them, and
+    the prefixes executing, past its end up to ``until``, where the whole range's are known
+    for the intervals across its end."""
     ran = [w for w in workers if w in executed]
     metrics = source_metrics(columns) + [m for m in extra if step is None]
     apart_metrics = [m for m in ATTRIBUTION_METRICS if m not in metrics or step] if ran else []
@@ -106,20 +113,21 @@ def fetch_workers(client: PrometheusClient, workers: Sequence[str], columns: Seq
     sched = {w: [*resources, *RAN_METRICS, *([WORKER_PREFIX_TASKS.name] if w in executed else [])]
              for w in workers}
     asked = sorted({m for names in sched.values() for m in names})
-    found = fetch_worker_series(client, workers, asked, lo - age, lookahead(hi, age), chunk,
+    end = hi if until is None else max(hi, until)
+    found = fetch_worker_series(client, workers, asked, lo - age, lookahead(end, age), chunk,
                                 scope)
     out = {}
     for w in workers:
-        mine = within(by_metric(s for s in found[w] if s.labels.get("__name__") in sched[w]),
-                      lo - age, hi)
+        by = by_metric(s for s in found[w] if s.labels.get("__name__") in sched[w])
+        mine = within(by, lo - age, hi)
         attribution = {m: found_apart.get(w, {}).get(m, []) if m in apart_metrics
                        else [*head.get(w, {}).get(m, []), *gpu[w].get(m, []),
                              *tail.get(w, {}).get(m, [])]
                        for m in ATTRIBUTION_METRICS} if w in executed else {}
-        out[w] = WorkerData(gpu[w], ran_timeline(mine, timeline.times, hi, age),
+        out[w] = WorkerData(gpu[w], ran_timeline(mine, timeline.times, end, age),
                             joined_by_metric({m: mine[m] for m in resources if m in mine}),
-                            mine.get(WORKER_PREFIX_TASKS.name, []), attribution,
-                            seen.get(w))
+                            clip(by.get(WORKER_PREFIX_TASKS.name, []), lo - age, end, True),
+                            attribution, seen.get(w))
     return out
 
 
@@ -127,3 +135,16 @@ def _cut(found: Mapping[str, list[Series]], lo: int, hi: int) -> dict[str, list[
     """The samples in [lo, hi] of each metric's series, as a query of that window returns
     them: a series without one there, and a metric without such a series, left out."""
     return {m: kept for m, series in found.items() if (kept := clip(series, lo, hi, True))}
+
+
+def fetch_piece(client: PrometheusClient, workers: Sequence[str], columns: Sequence[Column],
+                timeline: Timeline, piece: Piece, chunk: int, step: int | None, age: int,
+                scope: Scope, executed: Collection[str], extra: Sequence[str] = (),
+                around: tuple[int, int] | None = None
+                ) -> tuple[Timeline, dict[str, WorkerData]]:
+    """``fetch_workers`` of one piece of a range (pieces.pieces), with the part of the
+    cluster's ``timeline`` it reads (its joins, the workers' timelines and scrape lookups
+    are then those of an export of that piece alone)."""
+    known = timeline.between(piece.lo - age, lookahead(piece.until, age))
+    return known, fetch_workers(client, workers, columns, known, piece.lo, piece.hi, chunk,
+                                step, age, scope, executed, extra, around, piece.until)

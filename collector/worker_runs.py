@@ -181,6 +181,11 @@ class Changes:
         k = bisect_right(self.times, t)
         return self.states[k - 1] if k else NOTHING_RAN
 
+    def first_from(self, t: int) -> int | None:
+        """The first change at or after ``t``, if any."""
+        k = bisect_left(self.times, t)
+        return self.times[k] if k < len(self.times) else None
+
     def straddled(self, times: Sequence[int]) -> list[int]:
         """The i of the intervals (times[i-1], times[i]) with a change strictly inside."""
         right = list(map(bisect_right, repeat(self.times), times))

@@ -147,6 +147,11 @@ def create_blocks(data: OpenMetrics, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "input.om"
     source.write_text(data.text(), encoding="utf-8")
+    return blocks_of_file(source, folder)
+
+
+def blocks_of_file(source: Path, folder: Path) -> Path:
+    """TSDB blocks of the OpenMetrics file ``source`` (removed then) in ``folder``."""
     blocks = folder / "blocks"
     result = subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics",
                              str(source), str(blocks)], capture_output=True, text=True,

@@ -47,6 +47,7 @@ from dask_metrics.collector.layouts import (
 )
 from dask_metrics.collector.peak_table import format_table
 from dask_metrics.collector.peaks import gpu_peaks
+from dask_metrics.collector.pieces import Piece, pieces
 from dask_metrics.collector.promapi import decode
 from dask_metrics.collector.ranges import check_step
 from dask_metrics.collector.redaction import redact_url, split_credentials
@@ -132,6 +133,23 @@ def test_rfc3339_output_is_utc_with_milliseconds() -> None:
 
 
 # ---- chunks and edges ----------------------------------------------------------------------
+
+
+def test_pieces_tile_the_data_and_share_their_windows_edges() -> None:
+    # rows [lo, hi] in consecutive pieces; windows from the range's start to its end, each
+    # edge shared; a piece reads what ran up to reach past its window, the last to hi
+    assert pieces(100, 9_699, 0, 12_000, 3_000, 500) == [
+        Piece(100, 3_099, 3_600, (0, 3_100)), Piece(3_100, 6_099, 6_600, (3_100, 6_100)),
+        Piece(6_100, 9_699, 9_699, (6_100, 12_000))]  # a last 600 ms rode along
+    assert pieces(100, 10_099, 0, 12_000, 3_000, 500)[-1] == Piece(9_100, 10_099, 10_099,
+                                                                   (9_100, 12_000))
+    assert pieces(0, 2_000, 0, 2_000, 3_000, 500) == [Piece(0, 2_000, 2_000, (0, 2_000))]
+    # on a step grid from lo, every piece starts on it
+    grid = pieces(1_000, 100_000, 1_000, 100_000, 25_000, 500, step=7_000)
+    assert all((p.lo - 1_000) % 7_000 == 0 for p in grid) and len(grid) == 5  # 21 s each
+    for found in (grid, pieces(5, 99_999, 0, 100_000, 1_000, 10)):
+        assert [(a.hi + 1, a.window[1]) for a in found[:-1]] == [(b.lo, b.lo)
+                                                                 for b in found[1:]]
 
 
 def test_raw_chunks_cover_the_range_once() -> None:

@@ -12,6 +12,7 @@ job that no scheduler scrape saw executing keeps its share (docs/collector.md,
 
 from __future__ import annotations
 
+import csv
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -150,3 +151,31 @@ def test_at_15_s_the_short_job_keeps_its_share_and_nothing_is_counted_twice(
     assert 0 < seconds.get("b", 0.0) <= seconds["a"], rows
     assert seconds["a"] + seconds["b"] <= 8.0 + 1e-6, rows
     assert {r["prefix"] for r in rows if r["job_name"] == "b"} <= {"b", ""}, rows
+
+
+@pytest.mark.parametrize("every", INTERVALS)
+def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
+        truth: Truth, every: int, tmp_path: Path) -> None:
+    """An export read a piece at a time (chunks of 1.7 s: edges inside the 1 s and the 15 s
+    intervals, inside both jobs) splits the device among the jobs as the whole range does."""
+    from dask_metrics.collector.export import export
+    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.contract import GPU_BY_PREFIX_CSV
+
+    def rows(chunk: float) -> tuple[list[dict[str, str]], list[str]]:
+        out = tmp_path / str(chunk)
+        with PrometheusClient(ConnectionSettings(truth.servers[every].url)) as client:
+            found = export(client, truth.epoch - 3, truth.epoch + END, out, chunk=chunk)
+        with open(out / GPU_BY_PREFIX_CSV, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh)), [(out / f).read_text() for f in found.files]
+
+    (whole, files), (pieces, piece_files) = rows(3600.0), rows(1.7)
+    assert piece_files == files and len(files) == 2
+    assert [{k: v for k, v in r.items() if k not in ("gpu_seconds", "energy")}
+            for r in pieces] == [{k: v for k, v in r.items()
+                                  if k not in ("gpu_seconds", "energy")} for r in whole]
+    for mine, theirs in zip(pieces, whole, strict=True):
+        for key in ("gpu_seconds", "energy"):
+            assert float(mine[key] or 0) == pytest.approx(float(theirs[key] or 0), rel=1e-9,
+                                                          abs=1e-9), (key, mine, theirs)
+    assert sum(float(r["gpu_seconds"]) for r in whole if r["job_name"] in "ab") > 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dask_metrics.collector.holes import holes, warnings_of
+import random
+
+from dask_metrics.collector.holes import Holes, holes, warnings_of
 from dask_metrics.collector.timespec import format_rfc3339
 
 S = 1000
@@ -23,6 +25,21 @@ def test_a_stretch_longer_than_max_age_is_a_hole_edges_included():
     assert holes([-65 * S, 30 * S, 60 * S, 100 * S], 0, 90 * S, 60 * S) == [(-65 * S, 30 * S)]
     assert holes([-30 * S, 30 * S, 60 * S, 100 * S], 0, 90 * S, 60 * S) == []
     assert holes([-30 * S, 30 * S, 60 * S, 121 * S], 0, 90 * S, 60 * S) == [(60 * S, 121 * S)]
+
+
+def test_holes_told_a_piece_at_a_time_are_the_holes_of_all_the_samples():
+    """What an export written piece by piece finds: the same stretches, one that spans
+    pieces included, and none for a worker whose samples all lie outside the range."""
+    rng = random.Random(7)
+    for _ in range(300):
+        times = sorted(rng.sample(range(-50, 400), rng.randint(0, 40)))
+        times = [t * S for t in times]
+        start, end, age = rng.randint(-20, 100) * S, rng.randint(150, 380) * S, 30 * S
+        found = Holes(start, end, age)
+        cuts = sorted(rng.sample(range(len(times) + 1), min(3, len(times) + 1)))
+        for a, b in zip([0, *cuts], [*cuts, len(times)], strict=True):
+            found.add(times[a:b])
+        assert found.result() == holes(times, start, end, age), (times, start, end)
 
 
 def test_overlapping_holes_of_several_workers_are_one_line_naming_them():

@@ -606,6 +606,55 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
                                             for v in b.values[metric]], metric
 
 
+def _summary_numbers(path: Path) -> list[list[Any]]:
+    """A summary file's rows, numbers as floats: sums taken piece by piece may differ from
+    the whole range's in the last bits."""
+    def cell(text: str) -> Any:
+        try:
+            return pytest.approx(float(text), rel=1e-12, abs=1e-9)
+        except ValueError:
+            return text
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [[cell(c) for c in row] for row in csv.reader(fh)]
+
+
+@pytest.mark.integration
+@requires_prometheus
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_an_export_written_in_pieces_is_the_export_written_whole(
+        prom: PrometheusServer, dataset: ReportDataset, tmp_path: Path, fmt: str) -> None:
+    """A range longer than a chunk is read, joined and written a chunk at a time (its memory
+    one chunk's): the files are the whole range's. Chunks of 60 s put edges on samples and
+    on a DAG's edge (R+350), chunks of 37 s between samples and inside DAGs and gaps; w-1
+    leaves at R+300 (a hole across pieces). This scheduler exports no DAG times: the
+    scrape-based rule of gpu_by_prefix.csv (tests/test_export_pieces.py has the other)."""
+    since, until = dataset.base + 40, dataset.base + 600
+    results = {}
+    for chunk in (3600.0, 60.0, 37.0):  # a client each: a client says a warning once
+        with PrometheusClient(ConnectionSettings(prom.url)) as client:
+            results[chunk] = export(client, since, until, tmp_path / str(chunk), cluster="rep",
+                                    chunk=chunk, format=fmt)
+    whole = tmp_path / "3600.0"
+    record = json.loads((whole / "export.json").read_text())
+    assert record["rows"] > 0 and any("no GPU sample of" in w for w in record["warnings"])
+    for chunk in (60.0, 37.0):
+        part = tmp_path / str(chunk)
+        mine = json.loads((part / "export.json").read_text())
+        for key in ("rows", "warnings", "files", "workers", "metrics"):
+            assert mine[key] == record[key], (chunk, key)
+        assert results[chunk].rows == results[3600.0].rows
+        for name in [*record["files"], "workers.csv", "jobs.csv", ACTIVITIES_CSV]:
+            if name.endswith(".parquet"):
+                import pyarrow.parquet as pq
+                assert pq.read_table(part / name).equals(pq.read_table(whole / name)), name
+            else:
+                assert (part / name).read_bytes() == (whole / name).read_bytes(), (chunk, name)
+        assert _summary_numbers(part / GPU_BY_PREFIX_CSV) == \
+            _summary_numbers(whole / GPU_BY_PREFIX_CSV)
+        assert len(_summary_numbers(whole / GPU_BY_PREFIX_CSV)) > 1
+
+
 @pytest.mark.integration
 @requires_prometheus
 def test_where_the_time_went_is_the_exports_own_rows(rep: tuple[Path, dict[str, Any], str],

@@ -1,0 +1,110 @@
+"""A range longer than a chunk is exported a chunk at a time (collector/pieces.py): its
+files must be those of the range exported whole. The data: benchmarks/fleet_data.py's
+fleet (every series the exporter and the scheduler preload write, the DAGs' own start and
+end times among them), served by a real Prometheus; chunks of 60 s put piece edges on
+samples, chunks of 47 s between them, both inside DAGs and across the prefixes' changes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+from dask_metrics.collector.summaries import read_gpu_by_prefix
+from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV
+from tests.prometheus_helpers import (
+    PrometheusServer,
+    blocks_of_file,
+    requires_prometheus,
+    run_prometheus,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import fleet_data  # a script beside the benchmarks, not a package
+
+pytestmark = [requires_prometheus, pytest.mark.integration]
+
+WORKERS, GPUS, SECONDS, INTERVAL = 3, 2, 1800, 15
+WHOLE = 86400.0  # a chunk longer than the range: one piece
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, int]]:
+    folder = tmp_path_factory.mktemp("fleet")
+    t0 = int(time.time()) - SECONDS - 3600
+    source = folder / "fleet.om"
+    fleet_data.write_fleet(source, WORKERS, GPUS, t0, SECONDS, INTERVAL)
+    with run_prometheus(tmp_path_factory.mktemp("fleet-prom"),
+                        blocks=blocks_of_file(source, folder)) as server:
+        yield server, t0
+
+
+def numbers(path: Path) -> list[list[Any]]:
+    """A CSV file's rows, numbers as floats: sums taken piece by piece may differ from the
+    whole range's in the last bits."""
+    def cell(text: str) -> Any:
+        try:
+            return pytest.approx(float(text), rel=1e-12, abs=1e-9)
+        except ValueError:
+            return text
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [[cell(c) for c in row] for row in csv.reader(fh)]
+
+
+def exported(server: PrometheusServer, since: float, until: float, out: Path,
+             **options: Any) -> dict[str, Any]:
+    from dask_metrics.collector.export import export
+
+    with PrometheusClient(ConnectionSettings(server.url)) as client:  # its own warnings
+        export(client, since, until, out, cluster=fleet_data.CLUSTER, **options)
+    return json.loads((out / "export.json").read_text())
+
+
+@pytest.mark.parametrize("step", [None, 30.0])
+def test_an_export_in_pieces_is_the_export_whole(fleet: tuple[PrometheusServer, int],
+                                                 tmp_path: Path, step: float | None) -> None:
+    server, t0 = fleet
+    # the data's first and last samples: data_span (whose resolution follows the chunk, and
+    # jobs.csv's edges with it) finds the range itself whatever the chunk
+    since, until = t0, t0 + SECONDS
+    whole = exported(server, since, until, tmp_path / "whole", chunk=WHOLE, step=step)
+    assert whole["rows"] > 0 and len(whole["files"]) == WORKERS
+    prefixes = numbers(tmp_path / "whole" / GPU_BY_PREFIX_CSV)
+    with open(tmp_path / "whole" / GPU_BY_PREFIX_CSV, newline="", encoding="utf-8") as fh:
+        dags = {row["dag"] for row in csv.DictReader(fh)}
+    assert len(prefixes) > 10 and dags == {"0", "1", "2"}
+    for chunk in (60.0, 47.0):
+        out = tmp_path / str(chunk)
+        mine = exported(server, since, until, out, chunk=chunk, step=step)
+        for key in ("rows", "warnings", "files", "workers"):
+            assert mine[key] == whole[key], (chunk, key)
+        for name in [*whole["files"], "workers.csv", JOBS_CSV, ACTIVITIES_CSV]:
+            assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), (
+                chunk, name)
+        assert numbers(out / GPU_BY_PREFIX_CSV) == prefixes, chunk
+
+
+def test_the_monitors_gpu_time_per_prefix_in_pieces_is_the_whole_ranges(
+        fleet: tuple[PrometheusServer, int]) -> None:
+    server, t0 = fleet
+    since, until = t0 + 300.0, t0 + 1500.0
+
+    def rows(chunk: float) -> list[dict[str, Any]]:
+        with PrometheusClient(ConnectionSettings(server.url)) as client:
+            return read_gpu_by_prefix(client, since, until, cluster=fleet_data.CLUSTER,
+                                      chunk=chunk)
+
+    whole = rows(WHOLE)
+    assert len(whole) > 10
+    for chunk in (60.0, 47.0):
+        mine = rows(chunk)
+        assert [{k: v if isinstance(v, str) or v is None else pytest.approx(v, rel=1e-12)
+                 for k, v in r.items()} for r in whole] == mine, chunk
