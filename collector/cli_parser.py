@@ -54,7 +54,8 @@ def span_parent(required: bool) -> argparse.ArgumentParser:
                        "--step grid point, or the scheduler's job/DAG (default %(default)s)")
     group.add_argument("--chunk", metavar="DURATION", default=format_duration(DEFAULT_CHUNK),
                        help="time range of one query, halved when Prometheus finds it too "
-                       "big (default %(default)s)")
+                       "big, and of what an export holds in memory at once (default "
+                       "%(default)s)")
     return span
 
 

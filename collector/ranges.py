@@ -9,7 +9,8 @@ DEFAULT_MAX_AGE = 120.0
 """Seconds: how old a sample may be and still describe a later time (a --step grid point, or
 the job/DAG state of a GPU sample). Bridges missed scrapes, not a worker restart."""
 DEFAULT_CHUNK = 3600.0
-"""Seconds of raw samples asked for in one query; halved automatically when too big."""
+"""Seconds of raw samples asked for in one query (halved automatically when too big), and
+of a range an export reads, joins and writes at once (pieces)."""
 
 
 def check_range(since: float, until: float) -> None:

@@ -247,6 +247,8 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
+    "--at 9e89aff --before 803fb65": Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -871,6 +873,8 @@ def test_benchmark_command_lines_parse():
         "b202382 --before 98bbd29",
         "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a",
         "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a",
+        "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
+        "--at 9e89aff --before 803fb65",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
