@@ -41,7 +41,7 @@ class Terminal:
         self._clock = clock
         self._began: float | None = None
 
-    def progress(self, done: int, total: int, worker: str, rows: int | None = None) -> None:
+    def progress(self, done: float, total: int, worker: str, rows: int | None = None) -> None:
         """``worker 3/100: w-2, 1.2 M rows, 45 k rows/s, about 40 s left`` (the rows written
         so far and their rate where the command writes rows; the time left from the pace so
         far)."""
@@ -62,7 +62,7 @@ class Terminal:
         if done:
             seconds = (now - self._began) / done * (total - done)
             left += f", about {_about(seconds)} left"
-        self.stream.write(f"\rcollector: worker {done + 1}/{total}: {worker}{left}\033[K")
+        self.stream.write(f"\rcollector: worker {int(done) + 1}/{total}: {worker}{left}\033[K")
         self.stream.flush()
         self._line = True
 

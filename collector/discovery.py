@@ -29,9 +29,9 @@ from dask_metrics.contract import (
     WORKER_GPU_INFO,
 )
 
-Progress = Callable[[int, int, str, int | None], None]
+Progress = Callable[[float, int, str, int | None], None]
 """Told (workers done, workers in all, the worker now, rows written so far or None) as a
-command goes over the workers."""
+command goes over the workers; done counts a batch's chunks of a long range as fractions."""
 
 
 def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:

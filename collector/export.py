@@ -1,7 +1,8 @@
 """``export``: per-worker GPU series from Prometheus to CSV files, workers.csv and export.json.
 
-One worker is joined and written while the next one is fetched (the client mostly waits for
-Prometheus then), so memory is bounded by two workers' data. Everything is written into a
+A batch of workers' chunk of the range is joined and written while the next one is fetched
+(the client mostly waits for Prometheus then), so memory is bounded by two of them, whatever
+the number of workers and the length of the range (pieces). Everything is written into a
 hidden staging folder beside ``out`` and moved into place only when the whole export
 succeeded: a failed export leaves no file behind.
 """
@@ -135,8 +136,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
 
     ``metrics``: column names (all by default); ``step``: seconds of a resampling grid (raw
     samples by default); ``layout``: "tidy" or "seed"; ``workers``: names or globs;
-    ``progress(done, total, worker, rows)`` is called before each batch of workers is fetched
-    (``worker_batches``: its first worker; in the fetching thread) and once at the end;
+    ``progress(done, total, worker, rows)`` is called before each batch of workers (and each
+    chunk of its range) is fetched (``worker_batches``: its first worker; in the fetching
+    thread) and once at the end;
     ``asked`` is recorded in export.json as what the
     user asked (the command line's own words); ``cluster``, ``replica_labels`` and
     ``any_cluster`` as for ``find_workers``; ``expect`` sees every worker that ``visit``
@@ -223,8 +225,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                                                               dict[str, list[Series]]]]]:
         b, k = at
         batch, part = [w.name for w in batches[b]], parts[k]
-        if progress:
-            progress(firsts[b], len(chosen), batch[0], rows_written)
+        if progress:  # a batch's chunks done count as fractions of it: a pace for a day
+            progress(firsts[b] + len(batch) * k / len(parts), len(chosen), batch[0],
+                     rows_written)
         around = (lo - to_ms(visit_head), tail_end) if visit and step_ms is None else None
         known, found = fetch_piece(client, batch, columns, timeline, part, chunk_ms, step_ms,
                                    age, scope, executed, visit_metrics, around)

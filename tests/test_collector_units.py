@@ -491,6 +491,11 @@ def test_progress_only_on_a_terminal_and_not_quiet() -> None:
     now[0] += 20
     ui.progress(1, 4, "w-2", 1_500_000)  # what the export has written so far, and its pace
     assert "worker 2/4: w-2, 1.5 M rows, 75 k rows/s, about 60 s left" in tty.getvalue()
+    now[0] = 300.0  # a long range: the first batch of 2 workers three quarters done
+    ui.progress(0, 4, "w-1", 0)
+    now[0] += 60
+    ui.progress(1.5, 4, "w-1", 60_000)
+    assert "worker 2/4: w-1, 60 k rows, 1 k rows/s, about 2 min left" in tty.getvalue()
     for quiet, stream in ((True, _Tty()), (False, io.StringIO())):
         ui = Terminal(quiet=quiet, stream=stream)
         ui.progress(0, 2, "w-1")
