@@ -224,9 +224,11 @@ def scheduler_and_worker(env: Mapping[str, str], name: str, *worker_args: str
     sched_port, worker_http = free_port(), free_port()
     scheduler = [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(sched_port),
                  "--dashboard-address", f"127.0.0.1:{free_port()}"]
+    # the worker's comm port chosen too: a random one may be the HTTP port picked here
+    # (freed, not yet bound), and its HTTP server then moves elsewhere
     worker = [*dask, "worker", f"tcp://127.0.0.1:{sched_port}", "--name", name,
-              "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-              "--dashboard-address", f"127.0.0.1:{worker_http}",
+              "--host", "127.0.0.1", "--worker-port", str(free_port()), "--nthreads", "1",
+              "--no-nanny", "--dashboard-address", f"127.0.0.1:{worker_http}",
               "--preload", "dask_metrics.worker", *worker_args]
     return processes((scheduler, env), (worker, env)), sched_port, worker_http
 
