@@ -249,6 +249,10 @@ ACCOUNTS: dict[str, Account] = {
         Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
     "--at 9e89aff --before 803fb65": Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_floors.py --workers 100 --rounds 3":
+        Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_floors.py --workers 1000 --rounds 1":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -875,6 +879,8 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a",
         "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
         "--at 9e89aff --before 803fb65",
+        "python benchmarks/bench_floors.py --workers 100 --rounds 3",
+        "python benchmarks/bench_floors.py --workers 1000 --rounds 1",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
