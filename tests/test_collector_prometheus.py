@@ -301,6 +301,24 @@ def test_a_restart_stays_a_gap_and_a_counter_reset_is_not_smoothed(
     assert said in run.err
 
 
+@pytest.mark.parametrize("chunk", [150.0, 160.0])
+def test_in_pieces_a_restart_is_one_gap_and_every_file_the_whole_ranges(
+        core_export: tuple[Path, Run], prom: PrometheusServer, dataset: Dataset,
+        tmp_path: Path, chunk: float) -> None:
+    """The CORE window written a chunk at a time (edges on samples at 150 and 300 s, between
+    them at 160 and 320 s, inside w-a's restart gap either way): the same files, and the gap
+    across the chunks one warning."""
+    whole, _ = core_export
+    with PrometheusClient(ConnectionSettings(prom.url_with(USER, PASSWORD))) as client:
+        found = export(client, dataset.core, dataset.core + 600, tmp_path, chunk=chunk)
+    assert found.files == ["w-a.csv", "w-b.csv"]
+    for name in [*found.files, "workers.csv", "jobs.csv", *SUMMARIES]:
+        assert (tmp_path / name).read_bytes() == (whole / name).read_bytes(), name
+    mine, theirs = (json.loads((out / "export.json").read_text()) for out in (tmp_path, whole))
+    assert (mine["rows"], mine["warnings"]) == (theirs["rows"], theirs["warnings"])
+    assert len([w for w in mine["warnings"] if "no GPU sample" in w]) == 1
+
+
 def test_workers_csv_and_export_json_without_credentials(core_export: tuple[Path, Run],
                                                          dataset: Dataset,
                                                          prom: PrometheusServer) -> None:
