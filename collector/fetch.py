@@ -8,8 +8,9 @@ query engine finds too big (timeout, too many samples) is split in halves and as
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
 from dask_metrics.collector.lifetimes import restarts
@@ -151,19 +152,26 @@ def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int
 
 
 def _chunked(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-             chunk: int) -> Iterator[Series]:
-    """The answers of ``expr`` (see ``_raw_run``) over the chunks of [start, end], a chunk
-    the store refuses halved."""
+             chunk: int, only: Collection[int] | None = None) -> Iterator[Series]:
+    """The answers of ``expr`` (see ``_raw_run``) over the chunks of [start, end] (those of
+    ``only``, by their place in plan_chunks, if given), a chunk the store refuses halved."""
+    return (s for _, s in _numbered(client, expr, start, end, chunk, only))
+
+
+def _numbered(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
+              chunk: int, only: Collection[int] | None = None) -> Iterator[tuple[int, Series]]:
+    """``_chunked``'s answers with the place of the chunk each came from."""
     run = _raw_run(client, expr, start)
-    return (s for lo, hi in plan_chunks(start, end, chunk)
-            for s in _attempt(run, lo, hi, halve_range))
+    return ((k, s) for k, (lo, hi) in enumerate(plan_chunks(start, end, chunk))
+            if only is None or k in only for s in _attempt(run, lo, hi, halve_range))
 
 
 def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
-              scope: Scope = UNSCOPED) -> list[Series]:
+              scope: Scope = UNSCOPED, only: Collection[int] | None = None) -> list[Series]:
     """Every raw sample of ``sel`` in [start, end] (ms), each exactly once (HA replicas'
-    copies of a series made one by ``scope``'s replica labels)."""
-    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk),
+    copies of a series made one by ``scope``'s replica labels); ``only``: of those chunks
+    (``_chunked``), where the samples are known to be."""
+    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk, only),
                  scope.replica_labels)
 
 
@@ -354,33 +362,46 @@ ATTRIBUTION_METRICS = (BUSY.name, ENERGY.name, MEMORY_USED.name)  # gpu_by_prefi
 
 
 def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
-                     scope: Scope = UNSCOPED, jobs: Sequence[str] | None = None) -> list[Series]:
+                     scope: Scope = UNSCOPED, jobs: Sequence[str] | None = None,
+                     only: Collection[int] | None = None) -> list[Series]:
     """Every sample of the fine-performance-metric counters of every unit in
     [start - max_age, end], of the job ids ``jobs`` (all by default): the samples before
-    ``start`` give each counter's value at the start."""
+    ``start`` give each counter's value at the start. ``only``: the chunks of
+    [start - max_age, end] (``_chunked``) where they are (``activity_samples``)."""
     return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope,
                                       more=literal_matchers(JOB_ID, jobs)),
-                     start - max_age, end, chunk, scope)
+                     start - max_age, end, chunk, scope, only)
+
+
+class JobSamples(NamedTuple):
+    """A job's activity samples, as the store counts them, and the chunks that hold them."""
+
+    samples: float
+    chunks: frozenset[int]
 
 
 def activity_samples(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
-                     scope: Scope = UNSCOPED) -> dict[str, float]:
-    """{job id: samples} of the activity counters that ``fetch_activities`` reads, counted
-    by the store (instant queries per unit family and time chunk, no sample sent): what a
-    fleet's activities are read in batches of jobs by. A sample on a chunk's edge may count
-    twice."""
-    out: dict[str, float] = {}
+                     scope: Scope = UNSCOPED) -> dict[str, JobSamples]:
+    """{job id: its samples and chunks} of the activity counters that ``fetch_activities``
+    reads, counted by the store (instant queries per unit family and time chunk, no sample
+    sent): what a fleet's activities are read in batches of jobs by, each batch only where
+    its jobs have samples (a job of ten minutes in a day: one or two chunks of 24). A sample
+    on a chunk's edge may count twice."""
+    counts: dict[str, float] = {}
+    chunks: dict[str, set[int]] = {}
     # a family at a time: count_over_time drops the metric name, and two units' counters
     # of one task would be one label set (the store refuses the query)
     for name in sorted(label_values(client, selector([ACTIVITY_SERIES], scope=scope),
                                     "__name__", start - max_age, end, chunk)):
         sel = selector([name], scope=scope)
-        for s in _chunked(client,
-                          lambda rng, sel=sel: f"sum by ({JOB_ID}) (count_over_time({sel}{rng}))",
-                          start - max_age, end, chunk):
-            job = s.labels.get(JOB_ID, "")
-            out[job] = out.get(job, 0.0) + (s.values[-1] if s.values else 0.0)
-    return out
+        for k, s in _numbered(
+                client, lambda rng, sel=sel: f"sum by ({JOB_ID}) (count_over_time({sel}{rng}))",
+                start - max_age, end, chunk):
+            job, n = s.labels.get(JOB_ID, ""), s.values[-1] if s.values else 0.0
+            counts[job] = counts.get(job, 0.0) + n
+            if n > 0:
+                chunks.setdefault(job, set()).add(k)
+    return {job: JobSamples(n, frozenset(chunks.get(job, ()))) for job, n in counts.items()}
 
 
 def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],

@@ -34,7 +34,7 @@ from dask_metrics.collector.ranges import (
     DEFAULT_MAX_AGE,
     check_range,
 )
-from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo, plan_chunks
 from dask_metrics.collector.session_window import SCRAPE_GAP
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import to_ms
@@ -56,13 +56,17 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
     A fleet's jobs have millions of activity samples in an hour: they are read a batch of
     jobs at a time (each job's series whole over the range, as one query would return
     them; ``limit``: the samples of a batch), each batch reduced to its increases before
-    the next is read."""
-    batches = batches_of(sorted(activity_samples(client, start, end, age, chunk,
-                                                 scope).items()), limit)
+    the next is read, and only from the chunks that hold its jobs' samples (and the last:
+    one batch reads every job, those that began since they were counted too)."""
+    counted = activity_samples(client, start, end, age, chunk, scope)
+    batches = batches_of(sorted((job, found.samples) for job, found in counted.items()), limit)
+    last = len(plan_chunks(start - age, end, chunk)) - 1
     totals: dict[ActivityKey, float] = {}
-    for jobs in batches:  # one batch: every job, those that began since they were counted too
+    for jobs in batches:
+        only = {last}.union(*(counted[job].chunks for job in jobs))
         totals.update(increases(fetch_activities(client, start, end, age, chunk, scope,
-                                                 jobs if len(batches) > 1 else None), start))
+                                                 jobs if len(batches) > 1 else None, only),
+                                start))
     return activity_rows(totals, names)
 
 

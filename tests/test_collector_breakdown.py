@@ -157,13 +157,15 @@ def test_the_monitor_reads_the_same_rows(prom: PrometheusServer, lab: LabDataset
 def test_activities_read_a_job_at_a_time_are_those_read_at_once(
         prom: PrometheusServer, lab: LabDataset) -> None:
     """A fleet's activity counters are read in batches of jobs: batches of one job give the
-    rows of one query for them all, the HA pair's copies and the reset counter included."""
+    rows of one query for them all, the HA pair's copies and the reset counter included;
+    in chunks of 50 s, a batch read from its jobs' chunks only, the same rows."""
     start, end = ((lab.base + t) * 1000 for t in LAB_RANGE)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
-        rows = {limit: activity_table(client, start, end, 120_000, 3_600_000,
-                                      Scope("lab", REPLICA_LABELS), {}, limit)
-                for limit in (1, 10**9)}
-    assert rows[1] == rows[10**9]
+        rows = {(limit, chunk): activity_table(client, start, end, 120_000, chunk,
+                                               Scope("lab", REPLICA_LABELS), {}, limit)
+                for limit in (1, 10**9) for chunk in (50_000, 3_600_000)}
+    assert rows[1, 50_000] == rows[10**9, 50_000] == rows[1, 3_600_000] == rows[10**9, 3_600_000]
+    rows = {limit: rows[limit, 3_600_000] for limit in (1, 10**9)}
     assert [(r["prefix"], r["value"]) for r in rows[1]] == [("train", 300.0), ("prep", 25.0)]
 
 
