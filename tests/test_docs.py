@@ -251,6 +251,8 @@ ACCOUNTS: dict[str, Account] = {
     "--at 9e89aff --before 803fb65": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_floors.py --workers 100 --rounds 3":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
+    "--at e9c831d --before 803fb65": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_floors.py --workers 1000 --rounds 1":
         Run("test_benchmark_command_lines_parse"),
 }
@@ -880,6 +882,8 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
         "--at 9e89aff --before 803fb65",
         "python benchmarks/bench_floors.py --workers 100 --rounds 3",
+        "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
+        "--at e9c831d --before 803fb65",
         "python benchmarks/bench_floors.py --workers 1000 --rounds 1",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
