@@ -32,9 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from dask_metrics.contract import DASK_CLUSTER, SCHEDULER_START
 from dask_metrics.demo.localstack import free_port
 
-__all__ = ["Run", "Scrape", "clean_env", "collector", "collector_process", "exporter_process",
-           "free_port", "http_get", "no_nvml_env", "png_size", "processes", "scrape",
-           "sidecar", "value", "values", "wait_for"]
+__all__ = ["Run", "Scrape", "clean_env", "collector", "collector_process", "csv_numbers",
+           "exporter_process", "free_port", "http_get", "no_nvml_env", "png_size", "processes",
+           "scrape", "sidecar", "value", "values", "wait_for"]
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -323,3 +323,17 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     """A CSV file the collector wrote, as dicts by column name."""
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def csv_numbers(path: Path) -> list[list[Any]]:
+    """A CSV file's rows, numbers as floats compared to 1e-12: sums taken in another order
+    (an export written a chunk at a time) may differ from the whole range's in the last
+    bits."""
+    def cell(text: str) -> Any:
+        try:
+            return pytest.approx(float(text), rel=1e-12, abs=1e-9)
+        except ValueError:
+            return text
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [[cell(c) for c in row] for row in csv.reader(fh)]

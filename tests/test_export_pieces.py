@@ -19,6 +19,7 @@ import pytest
 from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 from dask_metrics.collector.summaries import read_gpu_by_prefix
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV
+from tests.helpers import csv_numbers
 from tests.prometheus_helpers import (
     PrometheusServer,
     blocks_of_file,
@@ -46,19 +47,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
         yield server, t0
 
 
-def numbers(path: Path) -> list[list[Any]]:
-    """A CSV file's rows, numbers as floats: sums taken piece by piece may differ from the
-    whole range's in the last bits."""
-    def cell(text: str) -> Any:
-        try:
-            return pytest.approx(float(text), rel=1e-12, abs=1e-9)
-        except ValueError:
-            return text
-
-    with open(path, newline="", encoding="utf-8") as fh:
-        return [[cell(c) for c in row] for row in csv.reader(fh)]
-
-
 def exported(server: PrometheusServer, since: float, until: float, out: Path,
              **options: Any) -> dict[str, Any]:
     from dask_metrics.collector.export import export
@@ -77,7 +65,7 @@ def test_an_export_in_pieces_is_the_export_whole(fleet: tuple[PrometheusServer, 
     since, until = t0, t0 + SECONDS
     whole = exported(server, since, until, tmp_path / "whole", chunk=WHOLE, step=step)
     assert whole["rows"] > 0 and len(whole["files"]) == WORKERS
-    prefixes = numbers(tmp_path / "whole" / GPU_BY_PREFIX_CSV)
+    prefixes = csv_numbers(tmp_path / "whole" / GPU_BY_PREFIX_CSV)
     with open(tmp_path / "whole" / GPU_BY_PREFIX_CSV, newline="", encoding="utf-8") as fh:
         dags = {row["dag"] for row in csv.DictReader(fh)}
     assert len(prefixes) > 10 and dags == {"0", "1", "2"}
@@ -89,7 +77,7 @@ def test_an_export_in_pieces_is_the_export_whole(fleet: tuple[PrometheusServer, 
         for name in [*whole["files"], "workers.csv", JOBS_CSV, ACTIVITIES_CSV]:
             assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), (
                 chunk, name)
-        assert numbers(out / GPU_BY_PREFIX_CSV) == prefixes, chunk
+        assert csv_numbers(out / GPU_BY_PREFIX_CSV) == prefixes, chunk
 
 
 def test_the_monitors_gpu_time_per_prefix_in_pieces_is_the_whole_ranges(

@@ -44,7 +44,7 @@ from dask_metrics.collector.worker_runs import span_timeline, worker_spans, work
 from dask_metrics.collector.worker_traces import read_worker_file, trace_of_table
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import Page, png_size, render, requires_chromium
-from tests.helpers import collector
+from tests.helpers import collector, csv_numbers
 from tests.prometheus_helpers import (
     PrometheusServer,
     backfilled_prometheus,
@@ -606,19 +606,6 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
                                             for v in b.values[metric]], metric
 
 
-def _summary_numbers(path: Path) -> list[list[Any]]:
-    """A summary file's rows, numbers as floats: sums taken piece by piece may differ from
-    the whole range's in the last bits."""
-    def cell(text: str) -> Any:
-        try:
-            return pytest.approx(float(text), rel=1e-12, abs=1e-9)
-        except ValueError:
-            return text
-
-    with open(path, newline="", encoding="utf-8") as fh:
-        return [[cell(c) for c in row] for row in csv.reader(fh)]
-
-
 @pytest.mark.integration
 @requires_prometheus
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
@@ -650,9 +637,9 @@ def test_an_export_written_in_pieces_is_the_export_written_whole(
                 assert pq.read_table(part / name).equals(pq.read_table(whole / name)), name
             else:
                 assert (part / name).read_bytes() == (whole / name).read_bytes(), (chunk, name)
-        assert _summary_numbers(part / GPU_BY_PREFIX_CSV) == \
-            _summary_numbers(whole / GPU_BY_PREFIX_CSV)
-        assert len(_summary_numbers(whole / GPU_BY_PREFIX_CSV)) > 1
+        assert csv_numbers(part / GPU_BY_PREFIX_CSV) == \
+            csv_numbers(whole / GPU_BY_PREFIX_CSV)
+        assert len(csv_numbers(whole / GPU_BY_PREFIX_CSV)) > 1
 
 
 @pytest.mark.integration
