@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import NamedTuple
 
 from dask_metrics.contract import OTHER_PREFIX, safe_unit
@@ -66,9 +66,13 @@ class ActivityLedger:
     loop, a scrape may come from another thread.
     """
 
-    def __init__(self, max_prefixes: int = 50, label_max_length: int = 128) -> None:
+    def __init__(self, max_prefixes: int = 50, label_max_length: int = 128,
+                 on_new_series: Callable[[Dag], None] | None = None) -> None:
         self.max_prefixes = max_prefixes
         self.label_max_length = label_max_length
+        # told of each counter a DAG gains (under the lock, on the heartbeat's thread): the
+        # tracker's series budget counts a finished DAG's counters that arrive after a scrape
+        self._on_new_series = on_new_series
         self._lock = threading.Lock()
         self._owners: dict[Pair, dict[Dag, int]] = {}  # (span, prefix) -> DAG -> tasks
         self._owned: dict[Dag, list[Pair]] = {}  # the reverse, to forget a DAG
@@ -201,5 +205,7 @@ class ActivityLedger:
         if old is None:
             job, dag = total[0], total[1]
             self._totals_of.setdefault(dag if dag is not None else job, set()).add(total)
+            if dag is not None and self._on_new_series is not None:
+                self._on_new_series(dag)
             old = 0.0
         self._totals[total] = old + value

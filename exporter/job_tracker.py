@@ -272,13 +272,21 @@ class JobTracker:
         """Count in the finished DAGs scraped since the last call. A scrape marks every
         finished DAG it saw, so the scraped ones are the oldest; a DAG's series are counted
         once, after a scrape, when its activity counters (which come with the workers'
-        heartbeats, after a short DAG ended) are there."""
+        heartbeats, after a short DAG ended) are there; those that come later are counted
+        as they come (``series_added``)."""
         finished = self._finished
         while self._scraped < len(finished) and finished[self._scraped].exported:
             dag = finished[self._scraped]
             dag.series = self.series_of(dag)
             self._scraped_series += dag.series
             self._scraped += 1
+
+    def series_added(self, dag: Dag) -> None:
+        """``dag`` keeps one series more exported (an activity counter that came with a
+        heartbeat): counted at once if its series were counted already."""
+        if dag.series >= 0 and not dag.forgotten:
+            dag.series += 1
+            self._scraped_series += 1
 
     def series_of(self, dag: Dag) -> int:
         """The series a finished DAG keeps exported: its own (info, status, three times), a

@@ -43,6 +43,20 @@ def test_a_prefix_one_dag_put_in_a_span_is_that_dags_exactly():
                              ("seconds", "0", "0", "load", "thread-cpu"): 0.25}
 
 
+def test_the_tracker_is_told_of_each_counter_a_dag_gains_once():
+    """What keeps the series budget of finished DAGs exact: one call per new counter of a
+    DAG, none for a counter that grows, none for the job's own (no DAG)."""
+    tracker, told = JobTracker(), []
+    ledger = ActivityLedger(on_new_series=told.append)
+    dag = submit(tracker, "alice", ["load-1"])
+    ledger.observe(dag, {(SPAN, "load"): 1})
+    ledger.add(execute("load", "I/O", 1.5))
+    ledger.add(execute("load", "I/O", 0.5))
+    ledger.add(execute("load", "thread-cpu", 0.25, unit="bytes"))
+    ledger.add(execute("other", "I/O", 1.0))  # no DAG owns it: nobody's series
+    assert told == [dag, dag] and ledger.counters_of(dag) == 2
+
+
 def test_several_dags_of_one_job_share_the_job_with_no_dag():
     tracker, ledger = JobTracker(), ActivityLedger()
     first, second = submit(tracker, "alice", ["inc-1"]), submit(tracker, "alice", ["inc-2"])

@@ -367,6 +367,28 @@ def test_scraped_finished_dags_go_oldest_first_beyond_the_series_budget():
     assert sim.tracker.unscraped_dropped == 0
 
 
+def test_counters_a_finished_dag_gains_after_it_was_counted_count_against_the_budget():
+    """A heartbeat after the scrape that counted a DAG brings it new activity counters
+    (series_added): the budget sees them at once, and the oldest DAG goes for them."""
+    counters = {}
+    sim = Sim(max_finished_dags=1000, finished_dag_ttl=300.0, max_finished_series=120,
+              series_elsewhere=lambda dag: counters.get(dag.id, 0))
+    for i in range(2):
+        sim.submit("c", [f"a{i}"])
+        sim.finish(f"a{i}")
+        counters[i] = 40
+    sim.tracker.snapshot()
+    assert sim.tracker.evict() == 0  # 2 x 45 series: within 120
+    late = sim.tracker.dags()[1]
+    for _ in range(31):  # 121 series now
+        counters[late.id] += 1
+        sim.tracker.series_added(late)
+    assert late.series == 76
+    assert sim.tracker.evict() == 1 and [d.id for d in sim.tracker.dags()] == [1]
+    sim.tracker.series_added(sim.tracker.dags()[0])
+    assert sim.tracker.dags()[0].series == 77
+
+
 def test_dags_finishing_between_two_scrapes_are_kept_until_one_saw_them_up_to_a_bound():
     """2,000 DAGs between two scrapes, 1,000 kept once scraped: the next scrape shows
     every one of them. Past max_unscraped_dags the oldest go unseen, and are counted."""

@@ -58,7 +58,8 @@ class JobPlugin(SchedulerPlugin):
         self.settings = settings or Settings.from_config()
         s = self.settings
         # Dask's fine performance metrics per job, DAG and prefix (fed by heartbeats)
-        self.ledger = ActivityLedger(s.max_prefixes_per_job, s.label_max_length)
+        self.ledger = ActivityLedger(s.max_prefixes_per_job, s.label_max_length,
+                                     lambda dag: self.tracker.series_added(dag))
         self.cluster_totals = ClusterTotals()  # the same outside task execution
         self.tracker = JobTracker(
             s.job_mode,
