@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -73,10 +74,36 @@ class StackOptions:
                            0 if gpus else 1) for i in range(self.workers)]
 
 
+_PICKED: set[int] = set()
+
+
 def free_port(host: str = HOST) -> int:
+    """A port free on ``host``, below the kernel's ephemeral range: the ports the kernel hands
+    out by itself (a Dask worker's comm port, any server bound to port 0) are never one of
+    these, so a port picked here stays free until the process it is for binds it. None is
+    handed out twice in one process; the kernel's own choice where none is found."""
+    below = range(max(1024, _ephemeral_low() - 16384), _ephemeral_low())
+    for port in random.sample(below, min(64, len(below))):
+        if port in _PICKED:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _PICKED.add(port)
+        return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def find_prometheus() -> str:
