@@ -1,8 +1,9 @@
 """A range longer than a chunk is exported a chunk at a time (collector/pieces.py): its
 files must be those of the range exported whole. The data: benchmarks/fleet_data.py's
 fleet (every series the exporter and the scheduler preload write, the DAGs' own start and
-end times among them), served by a real Prometheus; chunks of 60 s put piece edges on
-samples, chunks of 47 s between them, both inside DAGs and across the prefixes' changes."""
+end times among them), served by a real Prometheus, scraped every 15 s and every 60 s;
+chunks of 60 s put piece edges on samples, chunks of 47 s between them (at 60 s, most
+chunks hold one sample or none), both inside DAGs and across the prefixes' changes."""
 
 from __future__ import annotations
 
@@ -32,16 +33,18 @@ import fleet_data  # a script beside the benchmarks, not a package
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
 
-WORKERS, GPUS, SECONDS, INTERVAL = 3, 2, 1800, 15
+WORKERS, GPUS, SECONDS = 3, 2, 1800
+INTERVALS = (15, 60)  # the chart's scrape interval and Prometheus' default
 WHOLE = 86400.0  # a chunk longer than the range: one piece
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, int]]:
+@pytest.fixture(scope="module", params=INTERVALS, ids=[f"{i}s" for i in INTERVALS])
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[PrometheusServer, int]]:
     folder = tmp_path_factory.mktemp("fleet")
     t0 = int(time.time()) - SECONDS - 3600
     source = folder / "fleet.om"
-    fleet_data.write_fleet(source, WORKERS, GPUS, t0, SECONDS, INTERVAL)
+    fleet_data.write_fleet(source, WORKERS, GPUS, t0, SECONDS, request.param)
     with run_prometheus(tmp_path_factory.mktemp("fleet-prom"),
                         blocks=blocks_of_file(source, folder)) as server:
         yield server, t0
