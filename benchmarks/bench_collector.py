@@ -487,13 +487,15 @@ def imports_from(pythonpath: str | Path, work: Path) -> None:
 
 def api_queries(url: str) -> int:
     """Queries Prometheus has answered since it started: its own
-    ``prometheus_http_requests_total`` of /api/v1/query and /api/v1/query_range, all codes."""
+    ``prometheus_http_requests_total`` of /api/v1/query, /api/v1/query_range and the
+    remote-read API /api/v1/read, all codes."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
         text = resp.read().decode()
     total = 0.0
     for line in text.splitlines():
         if line.startswith("prometheus_http_requests_total{") and (
-                'handler="/api/v1/query"' in line or 'handler="/api/v1/query_range"' in line):
+                'handler="/api/v1/query"' in line or 'handler="/api/v1/query_range"' in line
+                or 'handler="/api/v1/read"' in line):
             total += float(line.rsplit(" ", 1)[1])
     return round(total)
 

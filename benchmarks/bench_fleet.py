@@ -7,7 +7,8 @@ For each fleet size, fleet_data.py's fleet (every series the exporter and the sc
 preload write; backfilled once with promtool and cached, as bench_dashboards.py's) is served
 by a Prometheus with its default query limits, and each command (``export`` with its default
 columns, ``peaks``, ``report --out``; the real CLI, ``--quiet``) runs once with Prometheus'
-query log on. Its **floor** is derived from that log: every query it sent, with its
+query log on (its raw samples by queries, the default on Prometheus). Its **floor** is
+derived from that log: every query it sent, with its
 ``worker`` matcher removed, deduplicated, and split into one query per metric name of its
 ``__name__`` matcher, i.e. the very samples the command read (the same names, windows and
 evaluation times, whole-cluster), in the fewest queries Prometheus answers within its limits
@@ -15,7 +16,9 @@ evaluation times, whole-cluster), in the fewest queries Prometheus answers withi
 and decoded with ``resp.json()``, nothing else. Queries that name no worker (discovery, the
 jobs) are sent as they are.
 
-Then over ``--rounds``, in rotating order, each command and its floor (and with ``--before
+Then over ``--rounds``, in rotating order, each command, the same with ``--read-api
+remote-read`` (raw samples by Prometheus' remote read, which its query log does not show)
+and its floor (and with ``--before
 REF`` the command of git revision REF, bench_collector's before_tree; ``--at REF`` makes the
 commands REF's, so that the checkout may change while it runs) in a fresh process
 (bench_collector's LAUNCHER: each peak RSS its own): wall time, peak RSS, the queries
@@ -146,13 +149,17 @@ def fleet_size(workers: int, args: argparse.Namespace, work: Path) -> list[dict]
                 paths[name] = args.at_tree
             log = work / f"queries-{name}.jsonl"
             query_log(prom, log)
-            run_child(commands[name], work / "child.log", paths.get(name))
+            run_child([*commands[name], "--read-api", "query"], work / "child.log",
+                      paths.get(name))  # --at REF's default may be another
             query_log(prom, None)
             logged = [json.loads(line)["params"] for line in log.read_text().splitlines()
                       if line.strip()]
             plan = work / f"floor-{name}.json"
             plan.write_text(json.dumps(floor_plan(logged)))
             arms[name] = commands[name]
+            arms[f"{name} remote read"] = [*commands[name], "--read-api", "remote-read"]
+            if name in paths:
+                paths[f"{name} remote read"] = paths[name]
             arms[f"{name} floor"] = [sys.executable, str(Path(__file__).resolve()), "--floor",
                                      prom.url, str(plan)]
             if args.before:
@@ -176,8 +183,11 @@ def fleet_size(workers: int, args: argparse.Namespace, work: Path) -> list[dict]
             med = {k: statistics.median(v) for k, v in ours.items()}
             fmed = {k: statistics.median(v) for k, v in floor.items()}
             before = taken.get(f"{name} before", {}).get("wall")
+            remote = {k: statistics.median(v) for k, v in taken[f"{name} remote read"].items()}
             rows.append({"workers": workers, "command": name, "samples": fix.samples,
                          "before": statistics.median(before) if before else None,
+                         "remote": remote["wall"], "remote_cpu": remote["cpu"],
+                         "remote_rss": max(taken[f"{name} remote read"]["rss"]),
                          "wall": med["wall"], "floor": fmed["wall"],
                          "ratio": med["wall"] / fmed["wall"], "rss": max(ours["rss"]),
                          "floor_rss": max(floor["rss"]), "queries": med["queries"],
@@ -195,16 +205,19 @@ def table(rows: Sequence[dict], args: argparse.Namespace) -> str:
              f"{args.hours:g} h at {args.interval} s (fleet_data.py), Prometheus "
              f"{ver['prometheus']} with its default limits; median of {args.rounds} rounds, "
              "max RSS of any round.", "",
-             "| workers (samples) | command | wall s | floor s | x floor | before s (x floor) "
-             "| max RSS MiB (floor) | queries (floor) | Prometheus CPU s (floor) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| workers (samples) | command | wall s | floor s | x floor | --read-api "
+             "remote-read s (x floor) | before s (x floor) | max RSS MiB (remote read; floor) "
+             "| queries (floor) | Prometheus CPU s (remote read; floor) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         before = "" if r["before"] is None else \
             f"{r['before']:.2f} ({r['before'] / r['floor']:.2f})"
         lines.append(f"| {r['workers']:,} ({r['samples'] / 1e6:.1f} M) | {r['command']} | "
-                     f"{r['wall']:.2f} | {r['floor']:.2f} | {r['ratio']:.2f} | {before} | "
-                     f"{mib(r['rss'])} ({mib(r['floor_rss'])}) | {r['queries']:.0f} "
-                     f"({r['floor_queries']:.0f}) | {r['cpu']:.1f} ({r['floor_cpu']:.1f}) |")
+                     f"{r['wall']:.2f} | {r['floor']:.2f} | {r['ratio']:.2f} | "
+                     f"{r['remote']:.2f} ({r['remote'] / r['floor']:.2f}) | {before} | "
+                     f"{mib(r['rss'])} ({mib(r['remote_rss'])}; {mib(r['floor_rss'])}) | "
+                     f"{r['queries']:.0f} ({r['floor_queries']:.0f}) | {r['cpu']:.1f} "
+                     f"({r['remote_cpu']:.1f}; {r['floor_cpu']:.1f}) |")
     return "\n".join(lines) + "\n"
 
 

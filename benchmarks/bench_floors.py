@@ -13,8 +13,8 @@ gpu_by_prefix, the whole cluster, in one-hour chunks) read by each arm in a fres
 - ``remote-read``: Prometheus' remote-read API (``/api/v1/read``) with streamed XOR chunks,
   one query per metric and chunk, every frame read and its protobuf parsed, the chunks'
   bytes kept undecoded: what the transfer costs without turning the chunks into numbers;
-  ``remote-read-decoded``: the same with every XOR chunk decoded in Python (no protobuf or
-  snappy library: the request is encoded by hand, the chunks by Prometheus' XOR rules);
+  ``remote-read-decoded``: the same with every XOR chunk decoded by the collector's own
+  decoder (collector/remote_read.py: pure Python, no protobuf or snappy library);
 - ``vm-export``: VictoriaMetrics' ``/api/v1/export`` (JSON lines) of the very same blocks
   (through ``vmctl``), where victoria-metrics and vmctl are installed.
 
@@ -30,10 +30,8 @@ import argparse
 import json
 import shutil
 import statistics
-import struct
 import sys
 import tempfile
-from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 
@@ -87,165 +85,44 @@ def arm_json(url: str, steps: list[tuple[str, int, int]], loads: str) -> tuple[i
     return samples, total
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return _uvarint(number << 3 | 2) + _uvarint(len(payload)) + payload
-
-
-def _varint_field(number: int, value: int) -> bytes:
-    return _uvarint(number << 3) + _uvarint(value)
-
-
-def read_request(metric: str, lo: int, hi: int) -> bytes:
-    """prompb.ReadRequest of one query (``__name__`` and the cluster, equal), streamed XOR
-    chunks accepted, snappy-framed as one literal (a valid snappy block, uncompressed)."""
-    matchers = b"".join(_field(3, _field(2, name.encode()) + _field(3, value.encode()))
-                        for name, value in (("__name__", metric), ("dask_cluster", CLUSTER)))
-    query = _varint_field(1, lo) + _varint_field(2, hi) + matchers
-    body = _field(1, query) + _field(2, _uvarint(1))  # accepted_response_types: [1]
-    n = len(body) - 1
-    size = (n.bit_length() + 7) // 8 or 1
-    literal = bytes([(59 + size) << 2]) + n.to_bytes(size, "little")
-    return _uvarint(len(body)) + literal + body
-
-
-def _fields(data: bytes, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, object]]:
-    """(field number, value) of a protobuf message: an int or a memoryview of bytes."""
-    end = len(data) if end is None else end
-    view = memoryview(data)
-    while pos < end:
-        key, pos = _read_uvarint(data, pos)
-        kind = key & 7
-        if kind == 0:
-            value, pos = _read_uvarint(data, pos)
-            yield key >> 3, value
-        elif kind == 2:
-            size, pos = _read_uvarint(data, pos)
-            yield key >> 3, view[pos:pos + size]
-            pos += size
-        else:
-            raise ValueError(f"wire type {kind}")
-
-
-def _read_uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def frames(body: Iterator[bytes]) -> Iterator[bytes]:
-    """The messages of a streamed remote-read answer: uvarint size, CRC32C, message."""
-    buf = b""
-    for part in body:
-        buf += part
-        while buf:
-            try:
-                size, pos = _read_uvarint(buf, 0)
-            except IndexError:
-                break
-            if len(buf) < pos + 4 + size:
-                break
-            yield buf[pos + 4:pos + 4 + size]
-            buf = buf[pos + 4 + size:]
-
-
-class _Bits:
-    def __init__(self, data: bytes) -> None:
-        self.n, self.big, self.pos = len(data) * 8, int.from_bytes(data, "big"), 0
-
-    def read(self, k: int) -> int:
-        self.pos += k
-        return (self.big >> (self.n - self.pos)) & ((1 << k) - 1)
-
-    def byte_varint(self, signed: bool) -> int:
-        value = shift = 0
-        while True:
-            byte = self.read(8)
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        return (value >> 1) ^ -(value & 1) if signed else value
-
-
-def xor_chunk(data: bytes) -> Iterator[tuple[int, float]]:
-    """The (ms, value) samples of one Prometheus XOR chunk (tsdb/chunkenc/xor.go): a sample
-    count, the first time (varint) and value (64 bits), the second time's delta (uvarint),
-    then deltas of deltas; each value XORed with the one before."""
-    count = int.from_bytes(data[:2], "big")
-    bits = _Bits(data[2:])
-    t = value = delta = leading = trailing = 0
-    for i in range(count):
-        if i == 0:
-            t, value = bits.byte_varint(True), bits.read(64)
-            yield t, struct.unpack(">d", value.to_bytes(8, "big"))[0]
-            continue
-        if i == 1:
-            delta = bits.byte_varint(False)
-        elif bits.read(1):
-            delta += _dod(bits)
-        t += delta
-        if bits.read(1):
-            if bits.read(1):
-                leading, sig = bits.read(5), bits.read(6) or 64
-                trailing = 64 - leading - sig
-            value ^= bits.read(64 - leading - trailing) << trailing
-        yield t, struct.unpack(">d", value.to_bytes(8, "big"))[0]
-
-
-def _dod(bits: _Bits) -> int:
-    """A delta of deltas after its first '1' bit: '0' + 14 bits, '10' + 17, '110' + 20,
-    '111' + 64."""
-    for size in (14, 17, 20):
-        if not bits.read(1):
-            raw = bits.read(size)
-            return raw - (1 << size) if raw > (1 << (size - 1)) else raw
-    raw = bits.read(64)
-    return raw - (1 << 64) if raw >= 1 << 63 else raw
-
-
 def arm_remote_read(url: str, steps: list[tuple[str, int, int]], decoded: bool
                     ) -> tuple[int, float]:
+    """Remote read by the collector's own request and decoder (collector/remote_read.py);
+    undecoded, the samples are counted from the chunks' headers."""
     import requests
 
+    from dask_metrics.collector.remote_read import (
+        REQUEST_HEADERS,
+        _fields,
+        _read_uvarint,
+        _xor_chunk,
+        parse_selector,
+        read_request,
+        read_series,
+    )
+
     samples, total = 0, 0.0
-    headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-               "X-Prometheus-Remote-Read-Version": "0.1.0"}
     with requests.Session() as session:
         for metric, lo, hi in steps:
-            resp = session.post(f"{url}/api/v1/read", data=read_request(metric, lo, hi),
-                                headers=headers, stream=True, timeout=(5, 300))
+            sel = parse_selector(f'{metric}{{dask_cluster="{CLUSTER}"}}')
+            resp = session.post(f"{url}/api/v1/read", data=read_request(sel, lo, hi),  # type: ignore[arg-type]
+                                headers=REQUEST_HEADERS, timeout=(5, 300))
             resp.raise_for_status()
-            for message in frames(resp.iter_content(1 << 16)):
-                for number, series in _fields(message):
-                    if number != 1:
-                        continue
-                    for inner, chunk in _fields(bytes(series)):  # type: ignore[arg-type]
-                        if inner != 2:
-                            continue
-                        data = next(bytes(v) for k, v in _fields(bytes(chunk))  # type: ignore[arg-type]
-                                    if k == 4)
-                        if not decoded:
-                            samples += int.from_bytes(data[:2], "big")
-                            continue
-                        for t, v in xor_chunk(data):
-                            if lo <= t <= hi:
-                                samples += 1
-                                total += v
+            if decoded:
+                for _, times, values in read_series(resp.content, lo, hi):
+                    for t, v in zip(times, values, strict=True):
+                        if lo <= t <= hi:
+                            samples += 1
+                            total += v
+                continue
+            content, pos = resp.content, 0
+            while pos < len(content):
+                size, pos = _read_uvarint(content, pos)
+                for number, series in _fields(content[pos + 4:pos + 4 + size]):
+                    if number == 1:
+                        samples += sum(int.from_bytes(_xor_chunk(chunk)[2][:2], "big")
+                                       for k, chunk in _fields(series) if k == 2)
+                pos += 4 + size
     return samples, total
 
 

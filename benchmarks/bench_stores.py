@@ -8,10 +8,12 @@ The fleet is bench_collector's (fleet_data.py's every series of the exporter and
 scheduler preload, backfilled once with promtool and cached); VictoriaMetrics (Debian package
 victoria-metrics) gets the very same blocks through ``vmctl prometheus`` (timed). Each command
 (``export``, ``peaks --json``, ``report``; the real CLI, ``--quiet``) runs once per store, in a
-fresh process (bench_collector's LAUNCHER: wall time and its own peak RSS), and its output is
-compared between the stores: every file of the export, report.json (not the page, which shows
-the store) and peaks' JSON, numbers to 1e-12, less what names the store (its URL, kind, note
-and version).
+fresh process (bench_collector's LAUNCHER: wall time and its own peak RSS), each way of
+reading raw samples (``--read-api query``, the default, and the store's faster API:
+Prometheus' ``remote-read``, VictoriaMetrics' ``export``), and its output is compared
+between them all: every file of the export, report.json (not the page, which shows the
+store) and peaks' JSON, numbers to 1e-12, less what names the store (its URL, kind, note
+and version) and the API that read it.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collector import ROOT, mib, run_child, served_fixture  # a sibling script
 
+READ_APIS = {"Prometheus": ("remote-read", "query"), "VictoriaMetrics": ("export", "query")}
 COMMANDS = {"export": ["export", "--out", "{out}"], "peaks": ["peaks", "--json"],
             "report": ["report", "--out", "{out}"]}
 # what names the store in a command's JSON, left out of the comparison
-STORE_NAMED = frozenset({"prometheus", "store", "store_note", "versions"})
+STORE_NAMED = frozenset({"prometheus", "store", "store_note", "versions", "raw_reads"})
 
 
 def vm_import(blocks: Path, url: str) -> float:
@@ -104,25 +107,32 @@ def main() -> None:
             for name in args.commands:
                 found = {}
                 for store, url in (("Prometheus", prom.url), ("VictoriaMetrics", vm.url)):
-                    out = work / f"{store}-{name}"
-                    cmd = [sys.executable, "-m", "dask_metrics.collector",
-                           *(a.format(out=out) for a in COMMANDS[name]), "--since",
-                           str(fix.t0), "--until", str(fix.t1), "--prometheus", url, "--quiet"]
-                    wall, rss, stdout = run_child(cmd, work / f"{store}-{name}.log")
-                    if name == "peaks":
-                        out.write_text(json.dumps(json.loads(stdout), sort_keys=True))
-                    elif name == "report":  # the page shows the store; report.json says it
-                        (out / "report.html").unlink()
-                    found[store] = (wall, rss, out)
-                (pw, pr, po), (vw, vr, vo) = found["Prometheus"], found["VictoriaMetrics"]
-                rows.append(f"| {name} | {pw:.1f} | {vw:.1f} | {vw / pw:.2f} | {mib(pr)} | "
-                            f"{mib(vr)} | {'yes' if same(po, vo) else 'NO'} |")
+                    for api in READ_APIS[store]:
+                        out = work / f"{store}-{api}-{name}"
+                        cmd = [sys.executable, "-m", "dask_metrics.collector",
+                               *(a.format(out=out) for a in COMMANDS[name]), "--since",
+                               str(fix.t0), "--until", str(fix.t1), "--prometheus", url,
+                               "--read-api", api, "--quiet"]
+                        wall, rss, stdout = run_child(cmd, work / f"{store}-{name}.log")
+                        if name == "peaks":
+                            out.write_text(json.dumps(json.loads(stdout), sort_keys=True))
+                        elif name == "report":  # the page shows the store; report.json too
+                            (out / "report.html").unlink()
+                        found[store, api] = (wall, rss, out)
+                first = found["Prometheus", "query"][2]
+                alike_all = all(same(first, out) for _, _, out in found.values())
+                cells = [f"{found[key][0]:.1f}" for key in found]
+                rss = [mib(found[key][1]) for key in found]
+                pw, vw = found["Prometheus", "query"][0], found["VictoriaMetrics", "query"][0]
+                rows.append(f"| {name} | {' | '.join(cells)} | {vw / pw:.2f} | "
+                            f"{' / '.join(rss)} | {'yes' if alike_all else 'NO'} |")
                 print(rows[-1], file=sys.stderr)
         print(f"{args.workers} workers x {args.gpus} GPUs, {args.hours:g} h at "
               f"{args.interval} s ({fix.samples:,} samples); vmctl import {loaded:.0f} s\n")
-        print("| command | Prometheus s | VictoriaMetrics s | VM / Prometheus | RSS MiB, "
-              "Prometheus | RSS MiB, VM | same output |")
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("| command | Prometheus s, remote read | Prometheus s, query | "
+              "VictoriaMetrics s, export | VictoriaMetrics s, query | VM / Prometheus (query) "
+              "| RSS MiB, in that order | same output, all four |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
         print("\n".join(rows))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -18,6 +18,7 @@ from dask_metrics.collector.connection_settings import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_RETRIES,
     MAX_TIMEOUT,
+    READ_APIS,
     ConnectionSettings,
     valid_timeout,
 )
@@ -44,6 +45,9 @@ CONNECTION = (
            f"(default {DEFAULT_RETRIES})", "N"),
     Option("compression", None, f"response compression: {COMPRESSIONS[0]} (default) or "
            "none, faster where the network is fast (loopback, a LAN)", choices=COMPRESSIONS),
+    Option("read_api", None, "how raw samples are read: query (default), remote-read "
+           "(Prometheus' remote-read API) or export (VictoriaMetrics' export API): either "
+           "spares a shared store's CPU, where it serves it", choices=READ_APIS),
 )
 """The connection options besides the URL: the command line's, Monitor's keyword arguments,
 a config file's keys and ``resolve``'s mapping are all made from this."""
@@ -165,6 +169,10 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
     if compression not in COMPRESSIONS:
         raise UsageError(f"--compression expects {' or '.join(COMPRESSIONS)} "
                          f"(got {pick('compression')!r})")
+    read_api = str(pick("read-api") or READ_APIS[0]).lower()
+    if read_api not in READ_APIS:
+        raise UsageError(f"--read-api expects {', '.join(READ_APIS)} "
+                         f"(got {pick('read-api')!r})")
     for option in ("ca-file", "cert", "key"):
         path = pick(option)
         if path and not os.path.isfile(path):
@@ -173,4 +181,5 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str],
         url=clean, user=user, password=password, bearer_token=token,
         headers=_headers(cli.get("header") or [], config.get("headers")),
         ca_file=pick("ca-file"), cert=pick("cert"), key=pick("key"),
-        connect_timeout=connect, read_timeout=read, retries=retries, compression=compression)
+        connect_timeout=connect, read_timeout=read, retries=retries, compression=compression,
+        read_api=read_api)

@@ -21,6 +21,11 @@ a series of 11,000 points is about 0.3 MB of JSON: some 3,000 of them fit."""
 COMPRESSIONS = ("gzip", "none")
 """``compression``: gzip (requests' default, good over a slow network) or none, which saves
 the server's and our CPU time where the network is fast (loopback, a LAN)."""
+READ_APIS = ("query", "remote-read", "export")
+"""``read_api``: how raw samples are read. query: by range-selector queries; remote-read:
+by Prometheus' remote-read API (streamed XOR chunks: a third of Prometheus' CPU, the
+decoding moved into the collector), export: by VictoriaMetrics' export API, each where the
+store serves it, else by queries."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class ConnectionSettings:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     retries: int = DEFAULT_RETRIES
     compression: str = "gzip"
+    read_api: str = "query"
     total_timeout: float | None = None
     """Seconds each try may take, headers and body; None: see ``deadline``."""
     max_response_bytes: int = MAX_RESPONSE_BYTES

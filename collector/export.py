@@ -317,6 +317,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             "prometheus": client.url,
             "store": store.kind,
             "store_note": store.note,
+            "raw_reads": client.raw_reads,
             "cluster": scope.cluster,
             "replica_labels": list(scope.replica_labels),
             "workers": [w.name for w in chosen],

@@ -1,8 +1,10 @@
 """What the collector reads from Prometheus, in chunks that stay under the server's limits.
 
-Raw samples come from range-selector instant queries (``metric[Δ]`` evaluated at the end of
-each chunk): the timestamps are the real scrape times and nothing is filled in. A chunk the
-query engine finds too big (timeout, too many samples) is split in halves and asked again.
+Raw samples come from Prometheus' remote-read API or VictoriaMetrics' export API where the
+store serves one (``PrometheusClient.read_raw``), else from range-selector instant queries
+(``metric[Δ]`` evaluated at the end of each chunk): the timestamps are the real scrape times
+and nothing is filled in. A chunk the query engine finds too big (timeout, too many
+samples) is split in halves and asked again.
 """
 
 from __future__ import annotations
@@ -138,13 +140,18 @@ def _attempt(run: Callable[[int, int], list[Series]], lo: int, hi: int, halve: H
     return [s for part in halves for s in _attempt(run, *part, halve, depth + 1)]
 
 
-def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int
-             ) -> Callable[[int, int], list[Series]]:
+def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int,
+             sel: str | None = None) -> Callable[[int, int], list[Series]]:
     """A query of the window (lo, hi] ([start, hi] for the first), evaluated at hi;
-    ``expr`` puts the range (``[3600000ms]``) into the PromQL."""
+    ``expr`` puts the range (``[3600000ms]``) into the PromQL. With ``sel``, the raw
+    samples of that selector, read by remote read where the store serves it."""
 
     def run(lo: int, hi: int) -> list[Series]:
         first = lo == start
+        if sel is not None:
+            found = client.read_raw(sel, lo if first else lo + 1, hi)
+            if found is not None:
+                return clip(found, lo, hi, first)  # whole chunks: samples outside too
         window = hi - lo + (1 if first else 0)  # 1 ms more so a left-open range still has lo
         return clip(client.query(expr(f"[{window}ms]"), hi / 1000), lo, hi, first)
 
@@ -152,16 +159,19 @@ def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int
 
 
 def _chunked(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-             chunk: int, only: Collection[int] | None = None) -> Iterator[Series]:
-    """The answers of ``expr`` (see ``_raw_run``) over the chunks of [start, end] (those of
-    ``only``, by their place in plan_chunks, if given), a chunk the store refuses halved."""
-    return (s for _, s in _numbered(client, expr, start, end, chunk, only))
+             chunk: int, only: Collection[int] | None = None, sel: str | None = None
+             ) -> Iterator[Series]:
+    """The answers of ``expr`` (see ``_raw_run``, and ``sel``) over the chunks of [start,
+    end] (those of ``only``, by their place in plan_chunks, if given), a chunk the store
+    refuses halved."""
+    return (s for _, s in _numbered(client, expr, start, end, chunk, only, sel))
 
 
 def _numbered(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-              chunk: int, only: Collection[int] | None = None) -> Iterator[tuple[int, Series]]:
+              chunk: int, only: Collection[int] | None = None, sel: str | None = None
+              ) -> Iterator[tuple[int, Series]]:
     """``_chunked``'s answers with the place of the chunk each came from."""
-    run = _raw_run(client, expr, start)
+    run = _raw_run(client, expr, start, sel)
     return ((k, s) for k, (lo, hi) in enumerate(plan_chunks(start, end, chunk))
             if only is None or k in only for s in _attempt(run, lo, hi, halve_range))
 
@@ -171,7 +181,7 @@ def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: i
     """Every raw sample of ``sel`` in [start, end] (ms), each exactly once (HA replicas'
     copies of a series made one by ``scope``'s replica labels); ``only``: of those chunks
     (``_chunked``), where the samples are known to be."""
-    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk, only),
+    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk, only, sel),
                  scope.replica_labels)
 
 

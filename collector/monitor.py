@@ -51,7 +51,7 @@ class Monitor(SessionResults):
     ``prometheus`` and ``connection`` take the collector's connection options by their
     Python names (``user``, ``password_file``, ``bearer_token_file``, ``header`` (a list of
     ``"Name: value"``), ``ca_file``, ``cert``, ``key``, ``timeout``, ``retries``,
-    ``compression``).
+    ``compression``, ``read_api``).
 
     Every query is scoped to the Monitor's own Dask cluster (the ``dask_cluster`` label),
     whatever else Prometheus holds: ``cluster`` names it, else the scheduler tells

@@ -11,15 +11,24 @@ basic auth), headers are never logged, and any secret a server echoes back is ma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import yaml
 
 from dask_metrics.collector.connection_settings import ConnectionSettings
 from dask_metrics.collector.errors import PrometheusError, setting
 from dask_metrics.collector.redaction import Scrubber, one_line, split_credentials
+from dask_metrics.collector.remote_read import CONTENT_TYPE as REMOTE_READ_TYPE
+from dask_metrics.collector.remote_read import (
+    REQUEST_HEADERS,
+    Matcher,
+    parse_selector,
+    read_request,
+    read_series,
+)
 from dask_metrics.collector.series import Series
 from dask_metrics.collector.transport import (
     MAX_RETRY_AFTER,
@@ -28,6 +37,8 @@ from dask_metrics.collector.transport import (
     Transport,
     asked_wait,
 )
+from dask_metrics.collector.vm_export import CONTENT_TYPE as EXPORT_TYPE
+from dask_metrics.collector.vm_export import export_series
 
 __all__ = ["ConnectionSettings", "PrometheusClient", "PrometheusError", "Store", "decode"]
 
@@ -37,6 +48,7 @@ Thanos and Mimir ignore them): ``nocache=1``, else its response cache rounds a q
 start down to a multiple of the step (grid points before --since, off since + k*step);
 ``latency_offset=0``, else instant queries do not see the last 30 s (-search.latencyOffset),
 and a worker or a monitor session that started seconds ago is not found."""
+REMOTE_READ, EXPORT, QUERY = "remote read", "export", "query"  # how raw samples are read
 PROMQL = "promql"  # Prometheus, Thanos, Mimir, Cortex: one query language, one behaviour
 VICTORIA_METRICS = "victoriametrics"
 VICTORIA_METRICS_NOTE = (
@@ -96,6 +108,9 @@ class PrometheusClient:
         self._scrub = Scrubber(secrets)
         self._transport = Transport(settings, self._scrub)
         self.url = self._transport.url
+        self._raw_api = {"remote-read": REMOTE_READ, "export": EXPORT}.get(settings.read_api)
+        self._raw_used = QUERY
+        self._external: dict[str, str] | None = None
 
     def close(self) -> None:
         self._transport.close()
@@ -118,6 +133,82 @@ class PrometheusClient:
         form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}",
                 **STORE_PARAMS}
         return self._series(self._api("query_range", form, expr), expr)
+
+    def read_raw(self, selector: str, lo: int, hi: int) -> list[Series] | None:
+        """The raw samples of ``selector`` in [lo, hi] (ms) by the API the settings ask for
+        (``read_api``): Prometheus' remote-read API, or VictoriaMetrics' export API. What a
+        query of ``selector[...]`` gives, staleness markers left out, for a fraction of the
+        server's CPU. None where it does not give exactly that (a store without it, an
+        answer of another kind, a matcher on one of the server's external labels): the
+        caller then queries, and once the API has failed this client asks it no more. A
+        server that cannot be reached is an error, as for a query."""
+        api, matchers = self._raw_api, parse_selector(selector)
+        if api is None or matchers is None or (api == REMOTE_READ and any(
+                m.name in self._external_labels() for m in matchers)):
+            return None
+        try:
+            found = (self._remote_read(matchers, lo, hi) if api == REMOTE_READ
+                     else self._export(selector, lo, hi))
+        except ValueError:  # not what it claims to be: the query API says it plainly
+            found = None
+        if found is None:
+            self._raw_api = None
+        else:
+            self._raw_used = api
+        return found
+
+    @property
+    def raw_reads(self) -> str:
+        """Which API has read the raw samples so far: "query", "remote read" or "export"."""
+        return self._raw_used
+
+    def _answer(self, path: str, body: Mapping[str, str] | bytes,
+                headers: Mapping[str, str] | None, kind: str) -> Answer | None:
+        """A successful answer of ``kind`` to a raw read, or None; an unreachable or too
+        slow server raises, as it would for a query."""
+        try:
+            answer = self._transport.request("POST", path, body, headers)
+        except PrometheusError as exc:
+            if exc.status is None:
+                raise
+            return None
+        given = answer.headers.get("Content-Type", "").split(";")[0].strip()
+        return answer if answer.status == 200 and given == kind else None
+
+    def _remote_read(self, matchers: list[Matcher], lo: int, hi: int) -> list[Series] | None:
+        answer = self._answer("read", read_request(matchers, lo, hi), REQUEST_HEADERS,
+                              REMOTE_READ_TYPE)
+        if answer is None:
+            return None
+        external = self._external_labels()
+        return [Series({k: v for k, v in labels.items() if external.get(k) != v}, times,
+                       values)
+                for labels, times, values in read_series(answer.content, lo, hi)]
+
+    def _export(self, selector: str, lo: int, hi: int) -> list[Series] | None:
+        # a millisecond wider each side: the collector clips, whatever the store rounds
+        answer = self._answer("export", {"match[]": selector, "start": f"{(lo - 1) / 1000:.3f}",
+                                         "end": f"{(hi + 1) / 1000:.3f}"}, None,
+                              EXPORT_TYPE)
+        if answer is None:
+            return None
+        return [Series(labels, times, values)
+                for labels, times, values in export_series(answer.content)]
+
+    def _external_labels(self) -> dict[str, str]:
+        """The server's external labels, which remote read adds to every series (a query
+        does not): from its configuration, once; none where it does not show it (Mimir)."""
+        if self._external is None:
+            self._external = {}
+            try:
+                answer = self._transport.request("GET", "status/config")
+                config = yaml.safe_load(orjson.loads(answer.content)["data"]["yaml"])
+                labels = (config.get("global") or {}).get("external_labels") or {}
+                self._external = {str(k): str(v) for k, v in labels.items()}
+            except (PrometheusError, ValueError, KeyError, TypeError, AttributeError,
+                    yaml.YAMLError):
+                pass
+        return self._external
 
     def build_version(self) -> str | None:
         """The server's version, when it tells (Mimir and VictoriaMetrics may not)."""

@@ -244,15 +244,16 @@ class Transport:
     def close(self) -> None:
         self.session.close()
 
-    def request(self, method: str, path: str, form: Mapping[str, str] | None = None
-                 ) -> Answer:
+    def request(self, method: str, path: str, form: Mapping[str, str] | bytes | None = None,
+                headers: Mapping[str, str] | None = None) -> Answer:
         """One API call, retries included, read whole: each try within the deadline, the
-        answer within max_response_bytes."""
+        answer within max_response_bytes. ``form``: form fields, or a body as it is."""
         s = self.settings
         deadline = _Deadline(s.deadline)
         token = _DEADLINE.set(deadline)
         try:
             with self.session.request(method, f"{self.url}/api/v1/{path}", data=form,
+                                       headers=headers,
                                        timeout=(s.connect_timeout, s.read_timeout),
                                        verify=self._verify, cert=self._cert,
                                        stream=True) as resp:

@@ -241,14 +241,15 @@ def run_prometheus(workdir: Path, *, blocks: Path | None = None,
                    rule_files: Sequence[Path] = (),
                    users: Mapping[str, str] | None = None, prefix: str = "",
                    tls: TlsFiles | None = None, extra_args: Sequence[str] = (),
-                   ready_timeout: float = 60.0
+                   ready_timeout: float = 60.0, external_labels: Mapping[str, str] | None = None
                    ) -> Iterator[PrometheusServer]:
     """A Prometheus on a free loopback port, ready when this yields, stopped after.
 
     ``blocks``: TSDB blocks (from create_blocks) copied into its fresh data dir;
     ``users``: {user: password} for basic auth through --web.config.file (bcrypt);
     ``prefix``: a route prefix such as "/prom", as behind a reverse proxy;
-    ``tls``: serve HTTPS and require a client certificate signed by the same CA.
+    ``tls``: serve HTTPS and require a client certificate signed by the same CA;
+    ``external_labels``: the global ones, which federation and remote read add to series.
     """
     if not (PROMETHEUS and PROMTOOL):
         pytest.skip("needs prometheus and promtool (Debian package 'prometheus')")
@@ -259,7 +260,8 @@ def run_prometheus(workdir: Path, *, blocks: Path | None = None,
     data_dir.mkdir(exist_ok=True)
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s",
-                                                 "evaluation_interval": "1s"},
+                                                 "evaluation_interval": "1s",
+                                                 "external_labels": dict(external_labels or {})},
                                       "scrape_configs": list(scrape_configs),
                                       "rule_files": [str(f) for f in rule_files]}))
     port = free_port()

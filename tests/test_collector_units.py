@@ -456,6 +456,17 @@ def test_compression_option(tmp_path: Path) -> None:
         "Accept-Encoding"]
 
 
+def test_read_api_option(tmp_path: Path) -> None:
+    assert resolve({"prometheus": "h"}, {}).read_api == "query"
+    assert resolve({"prometheus": "h", "read_api": "export"}, {}).read_api == "export"
+    config = tmp_path / "collector.yaml"
+    config.write_text("prometheus: h\nread-api: Remote-Read\n")
+    assert resolve({}, {}, load_config(str(config))).read_api == "remote-read"
+    assert resolve({"read_api": "query"}, {}, load_config(str(config))).read_api == "query"
+    with pytest.raises(UsageError, match="--read-api expects query, remote-read, export"):
+        resolve({"prometheus": "h", "read_api": "grpc"}, {})
+
+
 def test_header_and_timeout_syntax() -> None:
     assert parse_header("X-Scope-OrgID:t1") == ("X-Scope-OrgID", "t1")
     assert parse_timeout("20") == (5, 20)

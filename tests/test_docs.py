@@ -255,6 +255,14 @@ ACCOUNTS: dict[str, Account] = {
     "--at e9c831d --before 803fb65": Run("test_benchmark_command_lines_parse"),
     "python benchmarks/bench_floors.py --workers 1000 --rounds 1":
         Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 100 --rounds 2":
+        Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1":
+        Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_stores.py --workers 100 --commands export":
+        Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_stores.py --workers 1000 --commands export":
+        Run("test_benchmark_command_lines_parse"),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -885,6 +893,10 @@ def test_benchmark_command_lines_parse():
         "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
         "--at e9c831d --before 803fb65",
         "python benchmarks/bench_floors.py --workers 1000 --rounds 1",
+        "python benchmarks/bench_fleet.py --workers 100 --rounds 2",
+        "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1",
+        "python benchmarks/bench_stores.py --workers 100 --commands export",
+        "python benchmarks/bench_stores.py --workers 1000 --commands export",
     ]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []

@@ -112,7 +112,26 @@ def test_a_worker_that_started_seconds_ago_is_found(store: Store, tmp_path: Path
     assert ("collector: note:" in run.err and "NaN" in run.err) == victoria, run.err
     assert (record["store_note"] is not None and "NaN" in record["store_note"]) == victoria
     assert (record["versions"]["prometheus"] is None) == victoria
+    assert record["raw_reads"] == "query", store.kind  # the default
     assert len(read_csv(out / "w-new.csv")) == len(NEW)
+
+
+def test_the_stores_faster_api_exports_the_same_files(store: Store, tmp_path: Path) -> None:
+    """--read-api remote-read (Prometheus, through the tenant front too) and export
+    (VictoriaMetrics) read the raw samples the queries read: the same files, byte for byte."""
+    faster = "export" if store.kind == "victoriametrics" else "remote-read"
+    made = {}
+    for api in ("query", faster):
+        out = tmp_path / api
+        run = collector("export", "--since", str(store.n - 700), "--until", str(store.n),
+                        "--read-api", api, "--out", str(out), *store.args)
+        assert run.code == 0, run.err
+        made[api] = json.loads((out / "export.json").read_text())
+    assert made[faster]["raw_reads"] == faster.replace("-", " "), store.kind
+    assert made["query"]["files"] and made[faster]["files"] == made["query"]["files"]
+    for name in [*made["query"]["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv"]:
+        assert (tmp_path / faster / name).read_bytes() == (tmp_path / "query" / name
+                                                            ).read_bytes(), (store.kind, name)
 
 
 def test_since_monitor_is_the_session_that_started_seconds_ago(store: Store,
