@@ -184,7 +184,9 @@ def use_within(entry: dict[str, Any], script: Script, samples: list[float], star
     the test knows of another cause), less what lies in a gap between GPU samples (a
     Prometheus that missed scrapes: counted for nothing, and said)."""
     lost = in_gaps(samples, start, end)
-    if lost >= end - start - SLACK:  # wholly in a gap: nothing measured, and why
+    # wholly in a gap: nothing measured, and why (a span shorter than SLACK without a gap,
+    # a DAG a restart cut short, is measured like any other)
+    if lost > 0 and lost >= end - start - SLACK:
         assert entry["busy_seconds"] == 0 and entry["energy_joules"] is None, (what, entry)
         assert "gap longer than --max-age" in entry["energy_note"], (what, entry)
         return
