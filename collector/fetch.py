@@ -1,10 +1,10 @@
 """What the collector reads from Prometheus, in chunks that stay under the server's limits.
 
-Raw samples come from Prometheus' remote-read API or VictoriaMetrics' export API where the
-store serves one (``PrometheusClient.read_raw``), else from range-selector instant queries
-(``metric[Δ]`` evaluated at the end of each chunk): the timestamps are the real scrape times
-and nothing is filled in. A chunk the query engine finds too big (timeout, too many
-samples) is split in halves and asked again.
+Raw samples come from range-selector instant queries (``metric[Δ]`` evaluated at the end
+of each chunk), or where ``read_api`` asks for it and the store serves it from Prometheus'
+remote-read API or VictoriaMetrics' export API (``PrometheusClient.read_raw``): the
+timestamps are the real scrape times and nothing is filled in. A chunk the query engine
+finds too big (timeout, too many samples) is split in halves and asked again.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int,
              sel: str | None = None) -> Callable[[int, int], list[Series]]:
     """A query of the window (lo, hi] ([start, hi] for the first), evaluated at hi;
     ``expr`` puts the range (``[3600000ms]``) into the PromQL. With ``sel``, the raw
-    samples of that selector, read by remote read where the store serves it."""
+    samples of that selector, by the client's faster API where it has one."""
 
     def run(lo: int, hi: int) -> list[Series]:
         first = lo == start

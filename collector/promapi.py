@@ -142,8 +142,9 @@ class PrometheusClient:
         answer of another kind, a matcher on one of the server's external labels): the
         caller then queries, and once the API has failed this client asks it no more. A
         server that cannot be reached is an error, as for a query."""
-        api, matchers = self._raw_api, parse_selector(selector)
-        if api is None or matchers is None or (api == REMOTE_READ and any(
+        api = self._raw_api
+        matchers = None if api is None else parse_selector(selector)
+        if matchers is None or (api == REMOTE_READ and any(
                 m.name in self._external_labels() for m in matchers)):
             return None
         try:
