@@ -50,7 +50,15 @@ from dask_metrics.collector.fetch import (
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.lifetimes import job_order
 from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.peaktime import Cover, cover, dated_readings, reaches, upper_bound
+from dask_metrics.collector.peaktime import (
+    Cover,
+    cover,
+    dated_readings,
+    peak_dates,
+    reaches,
+    stamps_ms,
+    upper_bound,
+)
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.series import Series, Timeline, join
@@ -147,16 +155,22 @@ def peaks_over(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
     rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
     lo = -(2**62) if since is None else since
     hi = 2**62 if until is None else until
+    # the exporter dates every GPU's used memory alike: at the end of its sampling round
+    ended = stamps_ms(rounds_at, rounds_at) if rounds_at else None
     readings = []
     for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
         if not gpu and not uuid:
             continue  # the exporter's own series
+        dates = peak_dates(metrics) if metrics.get(PEAK_METRIC) else None
         known = cover(metrics, reaches(metrics[PEAK_METRIC][0], rounds, peak_window,
-                                       sample_interval)) if metrics.get(PEAK_METRIC) else None
+                                       sample_interval), dates) if dates is not None else None
         totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
-        dated = bool(metrics.get(PEAK_TIME_METRIC)) and bool(metrics.get(PEAK_METRIC))
+        dated = bool(metrics.get(PEAK_TIME_METRIC)) and dates is not None
         if dated:
-            times, values = dated_readings(metrics, lo, hi, rounds_at)
+            used = metrics.get(USED_METRIC)
+            same = ended is not None and used is not None and used[0] == rounds_at[0]
+            times, values = dated_readings(metrics, lo, hi, rounds_at, dates,
+                                           ended if same else None)
         else:
             times, values = _undated(metrics, since, hi, peak_window)
         readings.append(_Readings(gpu, uuid, known, totals, dated, times, values))

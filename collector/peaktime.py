@@ -38,38 +38,48 @@ def stamps_ms(peak: Samples, stamps: Samples) -> list[int | None]:
     """The time (ms) each sample of ``peak`` was taken, from the stamp (unix seconds)
     scraped with it; None where a scrape has no stamp (an exporter without the series)."""
     times, values = stamps
-    if times == peak[0]:  # scraped together, as an exporter writes them: no lookup
-        found: Iterable[float | None] = values
-    else:
-        at = dict(zip(times, values, strict=True))
-        found = map(at.get, peak[0])
+    inf = math.inf
     # a stamp of 0, below, infinite or NaN (every comparison False) is no time
-    return [None if s is None or not 0 < s < math.inf else round(s * 1000) for s in found]
+    if times == peak[0]:  # scraped together, as an exporter writes them: no lookup
+        return [round(s * 1000) if 0 < s < inf else None for s in values]
+    at = dict(zip(times, values, strict=True))
+    return [None if s is None or not 0 < s < inf else round(s * 1000)
+            for s in map(at.get, peak[0])]
+
+
+def peak_dates(metrics: Mapping[str, Samples]) -> list[int | None]:
+    """``stamps_ms`` of a GPU's peak samples: what ``dated_readings`` and ``cover`` both
+    need, computed once by a caller that asks both."""
+    return stamps_ms(metrics[PEAK_METRIC], metrics.get(PEAK_TIME_METRIC) or ([], []))
 
 
 def dated_readings(metrics: Mapping[str, Samples], lo: int, hi: int,
-                   rounds_at: Samples | None = None) -> Samples:
+                   rounds_at: Samples | None = None,
+                   dates: list[int | None] | None = None,
+                   used_dates: list[int | None] | None = None) -> Samples:
     """(times, values) sorted by time: every memory reading of one GPU dated in [lo, hi] —
     each peak sample at its stamp (a sample without one at its scrape) and each used-memory
     sample when its sampling round ended (``rounds_at``: the exporter's
     dask_gpu_exporter_last_sample_timestamp_seconds; at the scrape where it is missing,
-    which dates it up to one sampling interval late). NaN values are left out."""
+    which dates it up to one sampling interval late). NaN values are left out. ``dates``:
+    ``peak_dates(metrics)``, and ``used_dates`` those of the used-memory samples
+    (``stamps_ms(used, rounds_at)``: one worker's GPUs share them), if the caller has them."""
     readings: list[tuple[int, float]] = []
     peak = metrics.get(PEAK_METRIC)
     if peak:
-        dates = stamps_ms(peak, metrics.get(PEAK_TIME_METRIC) or ([], []))
-        readings += ((t if d is None else d, v)
-                     for t, d, v in zip(peak[0], dates, peak[1], strict=True))
+        stamped = peak_dates(metrics) if dates is None else dates
+        readings += [(t if d is None else d, v)
+                     for t, d, v in zip(peak[0], stamped, peak[1], strict=True)]
     after = metrics.get(NEXT_PEAK_METRIC)
     if after:
-        dates = stamps_ms(after, metrics.get(NEXT_PEAK_TIME_METRIC) or ([], []))
-        readings += ((d, v) for d, v in zip(dates, after[1], strict=True) if d is not None)
+        stamped = stamps_ms(after, metrics.get(NEXT_PEAK_TIME_METRIC) or ([], []))
+        readings += [(d, v) for d, v in zip(stamped, after[1], strict=True) if d is not None]
     used = metrics.get(USED_METRIC)
     if used:
-        dates = stamps_ms(used, rounds_at or ([], []))
-        readings += ((t if d is None else d, v)
-                     for t, d, v in zip(used[0], dates, used[1], strict=True))
-    kept = sorted((t, v) for t, v in readings if lo <= t <= hi and not math.isnan(v))
+        stamped = stamps_ms(used, rounds_at or ([], [])) if used_dates is None else used_dates
+        readings += [(t if d is None else d, v)
+                     for t, d, v in zip(used[0], stamped, used[1], strict=True)]
+    kept = sorted([r for r in readings if lo <= r[0] <= hi and r[1] == r[1]])  # NaN != NaN
     return [t for t, _ in kept], [v for _, v in kept]
 
 
@@ -81,9 +91,21 @@ def reaches(peak_times: list[int], rounds: Samples | None, window: int, interval
     after a start or a restart. Without ``rounds``, ``window`` everywhere."""
     if not rounds or not rounds[0] or interval <= 0:
         return [window] * len(peak_times)
-    at = dict(zip(*rounds, strict=True))
-    return [window if (n := at.get(t)) is None else min(window, round(n * interval))
-            for t in peak_times]
+    # a count that is no number says as little as a missing one; from ``enough`` rounds on
+    # the exporter has sampled for a whole window (half a ms to spare for round())
+    enough = (window + 0.5) / interval
+    return [window if n is None or n >= enough or not math.isfinite(n)
+            else min(window, round(n * interval)) for n in aligned(rounds, peak_times)]
+
+
+def aligned(samples: Samples | None, times: list[int]) -> list[float | None]:
+    """The value of ``samples`` at each of ``times`` (None where it has none): its own
+    values where they were scraped together, as an exporter's series are."""
+    if not samples:
+        return [None] * len(times)
+    if samples[0] == times:
+        return samples[1]
+    return list(map(dict(zip(*samples, strict=True)).get, times))
 
 
 Stretch = tuple[int, int, float, int | None]
@@ -93,30 +115,50 @@ which was sampled at ``when`` (None: not dated)."""
 
 class Cover(NamedTuple):
     """What the scrapes of one GPU say of the time before each of them: per scrape, its
-    stretches (``cover`` builds it once per GPU; each range asks it with a bisection)."""
+    stretches (``cover`` builds it once per GPU; each range asks it with a bisection), and
+    what most ranges need of them alone: the time they cover together, [low, high) (empty
+    where low >= high), and their largest maximum."""
 
     times: list[int]
     reach: list[int]
     stretches: list[tuple[Stretch, ...]]
     longest: int  # the longest reach
+    lows: list[int]
+    highs: list[int]
+    tops: list[float]
+    numbers: bool  # no maximum is NaN: a slice of tops has a largest
 
 
-def cover(metrics: Mapping[str, Samples], reach: list[int]) -> Cover:
+def cover(metrics: Mapping[str, Samples], reach: list[int],
+          dates: list[int | None] | None = None) -> Cover:
     """The peak sample at t covers (t - reach, t], its maximum dated by its stamp; where the
     exporter also gave the largest value after that one (the next peak), the window splits
-    at the peak's stamp, and the part after it is bounded by the next peak."""
+    at the peak's stamp, and the part after it is bounded by the next peak. ``dates``:
+    ``peak_dates(metrics)``, if the caller has them."""
     times, values = metrics[PEAK_METRIC]
-    dates = stamps_ms((times, values), metrics.get(PEAK_TIME_METRIC) or ([], []))
-    nexts = dict(zip(*(metrics.get(NEXT_PEAK_METRIC) or ([], [])), strict=True))
-    next_dates = dict(zip(*(metrics.get(NEXT_PEAK_TIME_METRIC) or ([], [])), strict=True))
+    if dates is None:
+        dates = peak_dates(metrics)
+    following = metrics.get(NEXT_PEAK_METRIC)
+    nexts = aligned(following, times)
+    next_dates = aligned(metrics.get(NEXT_PEAK_TIME_METRIC), times)
     out: list[tuple[Stretch, ...]] = []
-    for t, v, d, r in zip(times, values, dates, reach, strict=True):
-        after, when = nexts.get(t), next_dates.get(t)
+    lows, highs, tops = [], [], []
+    for t, v, d, r, after, when in zip(times, values, dates, reach, nexts, next_dates,
+                                       strict=True):
         if d is not None and after is not None and when and math.isfinite(when):
             out.append(((t - r, d, v, d), (d, t, after, round(when * 1000))))
+            # (t - r, d] and (d, t], either empty where the stamp lies outside the window
+            lows.append(t - r if t - r < d else d)
+            highs.append(t if d < t else d)
+            tops.append(max(v, after))
         else:
             out.append(((t - r, t, v, d),))
-    return Cover(times, reach, out, max(reach, default=0))
+            lows.append(t - r)
+            highs.append(t)
+            tops.append(v)
+    numbers = not any(map(math.isnan, values)) and not any(
+        map(math.isnan, following[1] if following else ()))
+    return Cover(times, reach, out, max(reach, default=0), lows, highs, tops, numbers)
 
 
 def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
@@ -134,9 +176,23 @@ def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
         return found
     # the scrapes whose windows can reach into the range: a job's span costs its own scrapes
     first, last = bisect_left(times, lo), bisect_right(times, hi + known.longest)
+    if known.numbers and max(known.tops[first:last], default=-math.inf) <= found:
+        # no stretch above it (nor one outside the range): only a hole says more
+        covered = _covered(zip(known.lows[first:last], known.highs[first:last], strict=True),
+                           lo, hi)
+        return found if covered else math.inf
     spans = [(max(a, lo), min(b, hi), v, d is not None and lo <= d <= hi)
              for stretches in known.stretches[first:last] for a, b, v, d in stretches]
-    spans = [x for x in spans if x[0] < x[1]]
+    return _swept([x for x in spans if x[0] < x[1]], lo, hi, found)
+
+
+Span = tuple[int, int, float, bool]
+"""(start, end, maximum, clean) in ms: a stretch cut to a range; clean where its maximum was
+sampled inside the range."""
+
+
+def _swept(spans: list[Span], lo: int, hi: int, found: float) -> float:
+    """``upper_bound`` of non-empty ``spans`` within [lo, hi]: a sweep over their edges."""
     cuts = sorted({lo, hi, *(a for a, *_ in spans), *(b for _, b, *_ in spans)})
     opening = sorted(range(len(spans)), key=lambda k: spans[k][0])
     closing = sorted(range(len(spans)), key=lambda k: spans[k][1])
@@ -164,3 +220,18 @@ def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
             continue  # a stretch whose maximum lies in the range covers it: at most found
         bound = max(bound, active[0][0])
     return bound
+
+
+def _covered(spans: Iterable[tuple[int, int]], lo: int, hi: int) -> bool:
+    """Whether the spans [start, end) cover [lo, hi): no moment that no window covers (an
+    empty span covers nothing)."""
+    reached = lo
+    for a, b in sorted(spans):
+        if a >= b:
+            continue
+        if a > reached:
+            return False
+        reached = max(reached, b)
+        if reached >= hi:
+            return True
+    return reached >= hi

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 import pytest
@@ -207,3 +208,54 @@ def test_a_session_between_two_scrapes_gets_the_bound_of_the_window_over_it():
     p = session_peak(held, 100, 110, window=60)  # scrapes at 70 and 130: none inside
     assert p.peak_bytes == p.upper_bytes == 4 * GiB and not p.exact
     assert "at most" in p.caveat()
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_where_no_stretch_is_above_the_peak_only_a_hole_raises_the_bound(seed):
+    # upper_bound skips the sweep then: the sweep's own answer must be the same
+    from dask_metrics.collector.peaktime import _covered, _swept
+
+    rng = random.Random(seed)
+    lo, hi = 0, rng.randint(2, 200)
+    spans = []
+    for _ in range(rng.randint(1, 12)):
+        a = rng.randint(lo, hi - 1)
+        spans.append((a, min(a + rng.randint(1, 60), hi), rng.choice([1.0, 2.0, 3.0]),
+                      rng.random() < 0.3))
+    found = max(v for *_, v, _ in spans) + rng.choice([0.0, 1.0])
+    swept = _swept(spans, lo, hi, found)
+    assert swept == (found if _covered([x[:2] for x in spans], lo, hi) else math.inf)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_bound_is_the_sweeps_of_every_stretch(seed):
+    # upper_bound answers most ranges from each scrape's covered time and largest maximum:
+    # the same as the sweep over every stretch, stamps outside their windows, NaN and
+    # scrapes without a next peak included
+    from dask_metrics.collector.peaktime import _swept, cover, upper_bound
+
+    rng = random.Random(seed)
+    times = sorted(rng.sample(range(0, 400), rng.randint(1, 25)))
+    values = [rng.choice([1.0, 2.0, 3.0, 4.0, math.nan if rng.random() < 0.05 else 2.0])
+              for _ in times]
+    stamps = [(t + rng.choice([-40, -25, -10, -1, 0, 0, 0, 5])) / 1000 for t in times]
+    metrics = {PEAK_METRIC: (times, values), PEAK_TIME_METRIC: (times, stamps)}
+    if rng.random() < 0.7:
+        kept = [t for t in times if rng.random() < 0.8]
+        metrics[NEXT_PEAK_METRIC] = (kept, [rng.choice([1.0, 2.0, 5.0]) for _ in kept])
+        metrics[NEXT_PEAK_TIME_METRIC] = (kept, [(t - rng.choice([0, 3, 50])) / 1000
+                                                 for t in kept])
+    known = cover(metrics, [rng.choice([0, 10, 30, 30, 30]) for _ in times])
+    for _ in range(20):
+        lo = rng.randint(-50, 420)
+        hi = lo + rng.randint(1, 200)
+        found = rng.choice([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+        a, b = max(lo, times[0] - known.reach[0]), min(hi, times[-1])
+        if a >= b:
+            continue
+        first, last = bisect_left(times, a), bisect_right(times, b + known.longest)
+        spans = [(max(x, a), min(y, b), v, d is not None and a <= d <= b)
+                 for stretches in known.stretches[first:last] for x, y, v, d in stretches]
+        want = _swept([s for s in spans if s[0] < s[1]], a, b, found)
+        got = upper_bound(known, lo, hi, found)
+        assert got == want or (math.isnan(got) and math.isnan(want)), (lo, hi, found)
