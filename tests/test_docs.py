@@ -59,6 +59,12 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Parsed:
+    """A benchmark's command line (each runs for minutes): test_benchmark_command_lines_parse
+    gives it to the benchmark's own argument parser, which stops it before it runs."""
+
+
+@dataclass(frozen=True)
 class Mapped:
     """Exercised by an existing test (a pytest node id)."""
 
@@ -80,7 +86,7 @@ class CompileOnly:
     reason: str
 
 
-Account = Run | Mapped | NotHere
+Account = Run | Parsed | Mapped | NotHere
 
 DEMO = "tests/test_demo.py::test_demo_end_to_end"
 HELM = "tests/test_helm.py::"
@@ -206,63 +212,55 @@ ACCOUNTS: dict[str, Account] = {
     "deploy/examples/dask-metrics-values-dask-kubernetes.yaml":
         Mapped(HELM + "test_dask_metrics_values_for_dask_kubernetes_select_the_example_cluster"),
     # ---- docs/benchmarks.md: minutes each; their arguments are parsed by their own parser ----
-    "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1":
-        Run("test_benchmark_command_lines_parse"),
+    "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1": Parsed(),
     "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
-    "--dags 100000 --every 10000 --tracemalloc": Run("test_benchmark_command_lines_parse"),
+    "--dags 100000 --every 10000 --tracemalloc": Parsed(),
     "python benchmarks/bench_scheduler.py fleet --workers 1000 --finished 10 --renders 3":
-        Run("test_benchmark_command_lines_parse"),
+        Parsed(),
     "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
-    "prometheus": Run("test_benchmark_command_lines_parse"),
+    "prometheus": Parsed(),
     "python benchmarks/bench_exporter.py --driver real --ours-command "
-    '"python3 -m dask_metrics.exporter"': Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5":
-        Run("test_benchmark_command_lines_parse"),
+    '"python3 -m dask_metrics.exporter"': Parsed(),
+    "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
+    "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5": Parsed(),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
-    "83a2cb5": Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg":
-        Run("test_benchmark_command_lines_parse"),
+    "83a2cb5": Parsed(),
+    "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
+    "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg": Parsed(),
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
-    "--rounds 3 --dashboards /tmp/before": Run("test_benchmark_command_lines_parse"),
+    "--rounds 3 --dashboards /tmp/before": Parsed(),
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
-    "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml":
-        Run("test_benchmark_command_lines_parse"),
+    "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --at 4b89c3f --before "
-    "fc12744": Run("test_benchmark_command_lines_parse"),
+    "fc12744": Parsed(),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
-    "fc12744": Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15":
-        Run("test_benchmark_command_lines_parse"),
+    "fc12744": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b": Parsed(),
+    "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
-    "b202382 --before 98bbd29": Run("test_benchmark_command_lines_parse"),
+    "b202382 --before 98bbd29": Parsed(),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
-    "b202382 --before 98bbd29": Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a":
-        Run("test_benchmark_command_lines_parse"),
+    "b202382 --before 98bbd29": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
-    "--at 9e89aff --before 803fb65": Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_floors.py --workers 100 --rounds 3":
-        Run("test_benchmark_command_lines_parse"),
+    "--at 9e89aff --before 803fb65": Parsed(),
+    "python benchmarks/bench_floors.py --workers 100 --rounds 3": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
-    "--at e9c831d --before 803fb65": Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_floors.py --workers 1000 --rounds 1":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_fleet.py --workers 100 --rounds 2":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_stores.py --workers 100 --commands export":
-        Run("test_benchmark_command_lines_parse"),
-    "python benchmarks/bench_stores.py --workers 1000 --commands export":
-        Run("test_benchmark_command_lines_parse"),
+    "--at e9c831d --before 803fb65": Parsed(),
+    "python benchmarks/bench_floors.py --workers 1000 --rounds 1": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 100 --rounds 2": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1": Parsed(),
+    "python benchmarks/bench_stores.py --workers 100 --commands export": Parsed(),
+    "python benchmarks/bench_stores.py --workers 1000 --commands export": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands peaks --at "
+    "60c331b --before 85c79ce": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands peaks --at "
+    "60c331b --before 85c79ce": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 100 --rounds 2 --commands report --at "
+    "60c331b --before 85c79ce": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
+    "--at 60c331b --before 85c79ce": Parsed(),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
@@ -395,9 +393,10 @@ def test_not_runnable_here_is_short_and_explained():
 
 
 def documented(command: str) -> str:
-    """``command`` after checking that the docs hold it and that it is accounted as RUN."""
+    """``command`` after checking that the docs hold it and that it is accounted as run
+    here (Run, Parsed)."""
     assert command in documented_commands(), f"not in the docs any more: {command!r}"
-    assert isinstance(ACCOUNTS.get(command), Run), command
+    assert isinstance(ACCOUNTS.get(command), Run | Parsed), command
     return command
 
 
@@ -856,48 +855,7 @@ def test_benchmark_command_lines_parse():
     """The benchmarks take minutes each (their results are docs/benchmarks.md): here each
     documented command line goes through the benchmark's own argument parser, which stops it
     before it runs; a wrong option or value fails as it would for a reader."""
-    commands = [
-        "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1",
-        "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
-        "--dags 100000 --every 10000 --tracemalloc",
-        "python benchmarks/bench_scheduler.py fleet --workers 1000 --finished 10 --renders 3",
-        "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
-        "prometheus",
-        'python benchmarks/bench_exporter.py --driver real --ours-command '
-        '"python3 -m dask_metrics.exporter"',
-        "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3",
-        "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5",
-        "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
-        "83a2cb5",
-        "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3",
-        "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg",
-        "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
-        "--rounds 3 --dashboards /tmp/before",
-        "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
-        "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml",
-        "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --at 4b89c3f --before "
-        "fc12744",
-        "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
-        "fc12744",
-        "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b",
-        "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15",
-        "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
-        "b202382 --before 98bbd29",
-        "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
-        "b202382 --before 98bbd29",
-        "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a",
-        "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a",
-        "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
-        "--at 9e89aff --before 803fb65",
-        "python benchmarks/bench_floors.py --workers 100 --rounds 3",
-        "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
-        "--at e9c831d --before 803fb65",
-        "python benchmarks/bench_floors.py --workers 1000 --rounds 1",
-        "python benchmarks/bench_fleet.py --workers 100 --rounds 2",
-        "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1",
-        "python benchmarks/bench_stores.py --workers 100 --commands export",
-        "python benchmarks/bench_stores.py --workers 1000 --commands export",
-    ]
+    commands = [c for c, how in ACCOUNTS.items() if isinstance(how, Parsed)]
     defaults = yaml.safe_load((ROOT / "exporter" / "scheduler.yaml").read_text())
     running = []
     for command in commands:

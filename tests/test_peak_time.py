@@ -259,3 +259,20 @@ def test_the_bound_is_the_sweeps_of_every_stretch(seed):
         want = _swept([s for s in spans if s[0] < s[1]], a, b, found)
         got = upper_bound(known, lo, hi, found)
         assert got == want or (math.isnan(got) and math.isnan(want)), (lo, hi, found)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_sample_count_that_is_no_number_is_as_good_as_none(bad):
+    # the exporter's dask_gpu_exporter_samples_total mangled at some scrapes (a broken store
+    # or relabelling): the peak is what it is without those counts, no crash
+    memory = steps((60, 61, 6), (200, 230, 9))
+    held = scrape(memory, 15, window=30, end=300, phase=5, restart=(100, 120))
+    (rounds,) = held[SAMPLES_METRIC]
+    mangled = {**held, SAMPLES_METRIC: [Series(rounds.labels, list(rounds.times),
+                                               [bad if k % 3 == 0 else v for k, v in
+                                                enumerate(rounds.values)])]}
+    kept = [k for k in range(len(rounds.times)) if k % 3]
+    missing = {**held, SAMPLES_METRIC: [Series(rounds.labels, [rounds.times[k] for k in kept],
+                                               [rounds.values[k] for k in kept])]}
+    for a, b in ((0, 300), (50, 150), (110, 140), (190, 240)):
+        assert session_peak(mangled, a, b, window=30) == session_peak(missing, a, b, window=30)
