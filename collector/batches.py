@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from dask_metrics.collector.fetch import ATTRIBUTION_METRICS, MAX_POINTS, Scope
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
-from dask_metrics.collector.series import WorkerInfo
+from dask_metrics.collector.series import WorkerInfo, plan_chunks
 from dask_metrics.contract import INFO
 
 _T = TypeVar("_T")
@@ -25,6 +25,8 @@ answer cap; a worker whose own answer is larger is a batch alone (its time chunk
 before)."""
 MAX_BATCH = 200
 """Workers in one batch at most: the regular expression of their names stays short."""
+WIDEST_CHUNKS = 24
+"""Time chunks one query of a batch may span at most (``batch_chunk``): a day of hours."""
 PROBE_WINDOW = 600_000
 """ms of the range's end in which the samples per GPU are counted."""
 
@@ -37,6 +39,26 @@ def worker_batches(workers: Sequence[WorkerInfo], samples_per_gpu: float,
     most ``most`` workers; every batch holds at least one worker."""
     return batches_of([(w, max(len(w.gpus), 1) * samples_per_gpu) for w in workers], limit,
                       most)
+
+
+def range_batches(workers: Sequence[WorkerInfo], samples_per_gpu: float, lo: int, hi: int,
+                  chunk: int) -> list[list[WorkerInfo]]:
+    """``worker_batches`` for a command that holds a batch's whole range [lo, hi] (ms) at
+    once (``peaks``, the report): the samples of every time chunk of the range count, so
+    that a long range is held a worker or a few at a time, not a query's worth of workers
+    times its chunks (a day: 24 times the hour's)."""
+    return worker_batches(workers, samples_per_gpu * len(plan_chunks(lo, hi, chunk)))
+
+
+def batch_chunk(batch: Sequence[WorkerInfo], samples_per_gpu: float, chunk: int,
+                limit: int = SAMPLES_PER_QUERY) -> int:
+    """The time chunk (ms) of a batch's queries over a range held whole: as many of
+    ``chunk`` as keep an answer within ``limit`` samples, so that a worker read alone over
+    a day costs a few queries, not one per hour (a store that finds one too big has it
+    halved, as any). At most WIDEST_CHUNKS of them: the samples per GPU are counted at the
+    range's end, and a fleet denser before would fill a wider answer as many times over."""
+    held = sum(max(len(w.gpus), 1) for w in batch) * samples_per_gpu
+    return chunk * min(max(1, int(limit // max(held, 1.0))), WIDEST_CHUNKS)
 
 
 def batches_of(sized: Sequence[tuple[_T, float]], limit: float = SAMPLES_PER_QUERY,

@@ -23,7 +23,12 @@ import requests
 
 from dask_metrics import __version__
 from dask_metrics.collector.background import gc_paused, prefetched
-from dask_metrics.collector.batches import samples_per_gpu, worker_batches
+from dask_metrics.collector.batches import (
+    batch_chunk,
+    range_batches,
+    samples_per_gpu,
+    worker_batches,
+)
 from dask_metrics.collector.columns import (
     DEFAULT_NAMES,
     WHEN_PRESENT,
@@ -210,13 +215,15 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
                            to_ms(time.time()))) if visit else hi
 
     outside = [*source_metrics(columns), *visit_metrics]
-    batches = worker_batches(chosen, samples_per_gpu(client, lo, hi, chunk_ms, len(outside),
-                                                     step_ms, scope))
-    firsts = list(accumulate([0, *map(len, batches)]))
+    per_gpu = samples_per_gpu(client, lo, hi, chunk_ms, len(outside), step_ms, scope)
     # a long range is read, joined and written a chunk at a time (pieces), so that memory
     # holds one batch's chunk whatever the range; the report's visit sees each worker whole,
-    # and the seed layout's rows have a slot for every GPU the worker had in the range
+    # and the seed layout's rows have a slot for every GPU the worker had in the range: a
+    # batch's whole range is held then, and sized so
     whole = visit is not None or layout == "seed"
+    batches = (range_batches(chosen, per_gpu, lo, hi, chunk_ms) if whole
+               else worker_batches(chosen, per_gpu))
+    firsts = list(accumulate([0, *map(len, batches)]))
     parts = [Piece(lo, hi, hi, (start, end))] if whole else pieces(lo, hi, start, end,
                                                                  chunk_ms, age, step_ms)
     steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
@@ -229,16 +236,19 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
             progress(firsts[b] + len(batch) * k / len(parts), len(chosen), batch[0],
                      rows_written)
         around = (lo - to_ms(visit_head), tail_end) if visit and step_ms is None else None
-        known, found = fetch_piece(client, batch, columns, timeline, part, chunk_ms, step_ms,
+        # a batch's range held whole is read in as few queries as its answers allow
+        wide = batch_chunk(batches[b], per_gpu, chunk_ms) if whole and not step_ms \
+            else chunk_ms
+        known, found = fetch_piece(client, batch, columns, timeline, part, wide, step_ms,
                                    age, scope, executed, visit_metrics, around)
         if around is not None:  # the raw columns' read once over the visit's window too
             return known, [(found[w], found[w].around or {}) for w in batch]
         if tail_end <= hi and not visit_head:
             return known, [(found[w], found[w].gpu) for w in batch]
-        more = fetch_gpu_series(client, batch, outside, hi, tail_end, chunk_ms, None, age,
+        more = fetch_gpu_series(client, batch, outside, hi, tail_end, wide, None, age,
                                 scope) if tail_end > hi else {}
-        head = fetch_gpu_series(client, batch, outside, lo - to_ms(visit_head), lo,
-                                chunk_ms, None, age, scope) if visit_head else {}
+        head = fetch_gpu_series(client, batch, outside, lo - to_ms(visit_head), lo, wide,
+                                None, age, scope) if visit_head else {}
         out = []
         for w in batch:
             gpu, after, before = found[w].gpu, more.get(w, {}), head.get(w, {})

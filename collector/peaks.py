@@ -25,7 +25,7 @@ from itertools import accumulate, groupby
 from typing import NamedTuple
 
 from dask_metrics.collector.background import gc_paused, prefetched
-from dask_metrics.collector.batches import samples_per_gpu, worker_batches
+from dask_metrics.collector.batches import batch_chunk, range_batches, samples_per_gpu
 from dask_metrics.collector.columns import (
     NEXT_PEAK_METRIC,
     NEXT_PEAK_TIME_METRIC,
@@ -316,8 +316,8 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
     job_names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
-    batches = worker_batches(chosen, samples_per_gpu(client, start, end, chunk_ms,
-                                                     len(PEAK_METRICS), None, scope))
+    per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)
+    batches = range_batches(chosen, per_gpu, start, end, chunk_ms)
     firsts = list(accumulate([0, *map(len, batches)]))
 
     def fetch(b: int) -> tuple[list[str], dict[str, dict[str, list[Series]]],
@@ -325,10 +325,11 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
         names = [w.name for w in batches[b]]
         if progress:
             progress(firsts[b], len(chosen), names[0], None)
-        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, chunk_ms,
-                                        None, age, scope),
-                fetch_worker_activity(client, names, timeline, start - age, end, chunk_ms,
-                                      age, scope))
+        wide = batch_chunk(batches[b], per_gpu, chunk_ms)
+        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, wide, None,
+                                        age, scope),
+                fetch_worker_activity(client, names, timeline, start - age, end, wide, age,
+                                      scope))
 
     found: list[Peak] = []
     # the next batch is read while this one's peaks are dated: Prometheus and the collector

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.batches import worker_batches
+from dask_metrics.collector.batches import (
+    SAMPLES_PER_QUERY,
+    WIDEST_CHUNKS,
+    batch_chunk,
+    range_batches,
+    worker_batches,
+)
 from dask_metrics.collector.cli_options import Terminal, cli_option
 from dask_metrics.collector.columns import (
     COLUMNS,
@@ -689,6 +695,24 @@ def test_workers_are_batched_in_order_within_the_sample_budget() -> None:
         ["w-0", "w-1"], ["w-2", "w-3", "w-4"], ["w-5", "w-6", "w-7"]]
     assert worker_batches(fleet, 10**6, limit=17_000) == [[w] for w in fleet]
     assert worker_batches([], 1.0) == []
+
+
+def test_a_range_held_whole_is_held_a_few_workers_at_a_time_and_read_in_few_queries():
+    """peaks and the report hold a batch's whole range: its batches are sized by all of the
+    range's chunks (a day is 24 hours' samples), and each batch's queries take as many
+    chunks as its answers allow."""
+    hour, day = 3_600_000, 86_400_000
+    fleet = [WorkerInfo(f"w-{i}", [], [], [(str(g), f"GPU-{i}-{g}") for g in range(8)])
+             for i in range(20)]
+    per_gpu = 8 * 240.0  # 8 series scraped every 15 s, in an hour's chunk
+    assert range_batches(fleet, per_gpu, 0, hour, hour) == worker_batches(fleet, per_gpu)
+    assert len(worker_batches(fleet, per_gpu)) == 2  # 16 workers' hour in one answer
+    alone = range_batches(fleet, per_gpu, 0, day, hour)
+    assert alone == [[w] for w in fleet]  # a worker's day is more than an answer
+    wide = batch_chunk(alone[0], per_gpu, hour)
+    assert wide == 16 * hour and 8 * per_gpu * wide / hour <= SAMPLES_PER_QUERY
+    assert batch_chunk(fleet, per_gpu, hour) == hour  # never below the chunk
+    assert batch_chunk([WorkerInfo("w", [], [], [])], 1.0, hour) == WIDEST_CHUNKS * hour
 
 
 @pytest.mark.parametrize("names, matcher", [
