@@ -583,9 +583,11 @@ def test_a_batch_of_workers_is_each_worker_alone_in_fewer_queries(
             assert len(worker_batches(chosen, per_gpu, limit=round(per_gpu * 2 * 10))) == 5
     for by in ("gpu", "job"):
         with PrometheusClient(settings) as client:
-            assert peaks(client, start / 1000, end / 1000, by=by) == [
-                p for w in names for p in peaks(client, start / 1000, end / 1000, by=by,
-                                                workers=[w])]
+            whole = peaks(client, start / 1000, end / 1000, by=by)
+            assert whole == [p for w in names for p in peaks(client, start / 1000, end / 1000,
+                                                             by=by, workers=[w])]
+            # 37 s chunks: batches sized by all 17 of them, a query spanning several
+            assert peaks(client, start / 1000, end / 1000, by=by, chunk=37.0) == whole
 
 
 def test_worker_names_a_regular_expression_would_misread_are_matched_literally(

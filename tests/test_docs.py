@@ -261,6 +261,8 @@ ACCOUNTS: dict[str, Account] = {
     "60c331b --before 85c79ce": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
     "--at 60c331b --before 85c79ce": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
+    "report --at ef7224b --before f3420af": Parsed(),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
