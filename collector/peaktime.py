@@ -37,14 +37,10 @@ Samples = tuple[list[int], list[float]]
 def stamps_ms(peak: Samples, stamps: Samples) -> list[int | None]:
     """The time (ms) each sample of ``peak`` was taken, from the stamp (unix seconds)
     scraped with it; None where a scrape has no stamp (an exporter without the series)."""
-    times, values = stamps
     inf = math.inf
     # a stamp of 0, below, infinite or NaN (every comparison False) is no time
-    if times == peak[0]:  # scraped together, as an exporter writes them: no lookup
-        return [round(s * 1000) if 0 < s < inf else None for s in values]
-    at = dict(zip(times, values, strict=True))
     return [None if s is None or not 0 < s < inf else round(s * 1000)
-            for s in map(at.get, peak[0])]
+            for s in aligned(stamps, peak[0])]
 
 
 def peak_dates(metrics: Mapping[str, Samples]) -> list[int | None]:

@@ -181,4 +181,12 @@ def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
             assert float(mine[key] or 0) == pytest.approx(float(theirs[key] or 0), rel=1e-9,
                                                           abs=1e-9), (key, mine, theirs)
     assert sum(float(r["gpu_seconds"]) for r in whole if r["job_name"] in "ab") > 0
+    # peaks hold a batch's whole range: sized by its 4 s chunks and read several at a time
+    from dask_metrics.collector.peaks import peaks
+
+    with PrometheusClient(ConnectionSettings(truth.servers[every].url)) as client:
+        for by in ("gpu", "job"):
+            found = peaks(client, truth.epoch - 3, truth.epoch + END, by=by)
+            assert found and peaks(client, truth.epoch - 3, truth.epoch + END, by=by,
+                                   chunk=4.0) == found
 
