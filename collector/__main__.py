@@ -4,4 +4,5 @@ import sys
 
 from dask_metrics.collector.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a process of the report's pool imports this module too
+    sys.exit(main())

@@ -153,6 +153,8 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
         raise UsageError(f"--headroom {args.headroom:g}: must be from 1 to {MOST_HEADROOM:g}")
     if args.plots < 0:
         raise UsageError(f"--plots {args.plots}: must be 0 or more")
+    if args.processes is not None and args.processes < 0:
+        raise UsageError(f"--processes {args.processes}: must be 0 or more")
     since, until = _span(client, opts, ui)
     asked = {"since": args.since, "until": args.until, "workers": opts["workers"],
              "cluster": args.cluster, "headroom": args.headroom, "format": args.format,
@@ -163,7 +165,7 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
                          replica_labels=opts["replica_labels"],
                          peak_window=duration(args.peak_window, "--peak-window", LONGEST_LOOKBACK),
                          headroom=args.headroom, plots=args.plots, asked=asked,
-                         baseline=args.baseline)
+                         baseline=args.baseline, processes=args.processes)
     if result.text is not None:
         print(result.text, end="")
     if result.out is not None:

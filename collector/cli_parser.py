@@ -23,6 +23,7 @@ from dask_metrics.collector.watch import (
     MAX_POLL,
     MIN_POLL,
 )
+from dask_metrics.collector.workpool import FEWEST_WORKERS, MOST_PROCESSES
 from dask_metrics.options import add_arguments
 
 WHEN_HELP = ("RFC 3339 (2024-05-01T12:00:00Z), unix seconds, a duration back from now "
@@ -143,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--plots", metavar="N", type=int, default=DEFAULT_PLOTS,
                      help="plot the N workers with the highest peak memory (default "
                      "%(default)s; 0: none, the fastest report)")
+    rep.add_argument("--processes", metavar="N", type=int,
+                     help="processes that compute the workers' figures while this one reads "
+                     "the next (default: one fewer than the CPUs, at most "
+                     f"{MOST_PROCESSES}, none below {FEWEST_WORKERS} workers; 0: none); the "
+                     "same numbers either way")
 
     sched = argparse.ArgumentParser(add_help=False)
     sched.add_argument("--scheduler", metavar="ADDR",

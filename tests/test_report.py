@@ -37,7 +37,7 @@ from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.report.usage import Usage, gpu_usage
-from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.series import Series, WorkerInfo
 from dask_metrics.collector.tables import GpuTable, WorkerTable
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
 from dask_metrics.collector.worker_runs import span_timeline, worker_spans, worker_timeline
@@ -530,6 +530,27 @@ def at(dataset: ReportDataset, seconds: float) -> str:
 
 @pytest.mark.integration
 @requires_prometheus
+def test_a_report_computed_in_processes_is_the_report_computed_in_one(
+        rep: tuple[Path, dict[str, Any], str], prom: PrometheusServer, dataset: ReportDataset,
+        tmp_path: Path) -> None:
+    """Two workers (no pool by default) reduced by a pool of 2 processes: the same files,
+    byte for byte."""
+    out, _, _ = rep
+    run = collector("report", "--prometheus", prom.url, "--since", str(dataset.base),
+                    "--until", str(dataset.base + 600), "--cluster", "rep", "--out",
+                    str(tmp_path / "pooled"), "--processes", "2")
+    assert run.code == 0, run.err
+    for name in ("report.json", "report.html"):
+        assert (tmp_path / "pooled" / name).read_bytes() == (out / name).read_bytes(), name
+    bad = collector("report", "--prometheus", prom.url, "--since", str(dataset.base),
+                    "--until", str(dataset.base + 600), "--out", str(tmp_path / "no"),
+                    "--processes", "-1")
+    assert bad.code == 2 and bad.err.strip().endswith("--processes -1: must be 0 or more")
+    assert "Traceback" not in bad.err and not (tmp_path / "no").exists()
+
+
+@pytest.mark.integration
+@requires_prometheus
 def test_report_json_has_the_scripted_numbers(rep: tuple[Path, dict[str, Any], str],
                                               dataset: ReportDataset) -> None:
     _, report, _ = rep
@@ -579,13 +600,13 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
     """The report's export writes no worker file; its charts are drawn from the kept tables,
     which hold the very numbers and phases ``export``'s worker files hold."""
     since, until = dataset.base, dataset.base + 600
-    gather = Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000)
-    kept = _Kept(gather, most=2)
+    kept = _Kept(most=2)
+    gather = Gatherer(REPORT_METRICS, 30_000, to_ms(since), to_ms(until), 60_000, then=kept)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
         full = export(client, since, until, tmp_path / "full", metrics=list(REPORT_METRICS),
                       cluster="rep")
         bare = export(client, since, until, tmp_path / "bare", metrics=list(REPORT_METRICS),
-                      cluster="rep", visit=kept, expect=gather.expect, worker_files=False)
+                      cluster="rep", visit=gather, expect=gather.expect, worker_files=False)
     assert (bare.workers, bare.files) == (full.workers, full.files) and len(full.files) == 2
     assert json.loads((tmp_path / "bare" / "export.json").read_text())["files"] == []
     assert not any((tmp_path / "bare" / name).exists() for name in full.files)
@@ -1038,19 +1059,15 @@ def test_only_the_tables_of_the_workers_to_chart_are_kept() -> None:
     worker on a tie), not a fleet's: what is charted is what the whole ranking would pick."""
     percents = {"w-0": 10.0, "w-1": 90.0, "w-2": 10.0, "w-3": 50.0, "w-4": 90.0, "w-5": 0.0}
 
-    class Seen:  # the Gatherer's part that _Kept reads: each worker's facts as it goes by
-        def __init__(self) -> None:
-            self.last: WorkerFacts | None = None
-
-        def __call__(self, info: WorkerInfo, *_: object) -> None:
-            peak = Peak(info.name, "0", "u", percents[info.name] * GIB, 100 * GIB, 0, "0", "0")
-            self.last = WorkerFacts(info, {}, [peak] if percents[info.name] else [], [], [])
+    def facts(name: str) -> WorkerFacts:
+        peak = Peak(name, "0", "u", percents[name] * GIB, 100 * GIB, 0, "0", "0")
+        return WorkerFacts(WorkerInfo(name), {}, [peak] if percents[name] else [], [], [])
 
     for most, expected in ((0, []), (1, ["w-1"]), (2, ["w-1", "w-4"]),
                            (3, ["w-1", "w-3", "w-4"]), (4, ["w-0", "w-1", "w-3", "w-4"]),
                            (9, list(percents))):
-        kept = _Kept(Seen(), most)  # type: ignore[arg-type]
+        kept = _Kept(most)
         for name in percents:
-            kept(WorkerInfo(name), {}, Timeline([], []), WorkerTable([], [], [], []))
+            kept(facts(name), WorkerTable([], [], [], []))
             assert len(kept.tables) <= most
         assert sorted(kept.tables) == expected, most

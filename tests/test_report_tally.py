@@ -265,7 +265,7 @@ def test_a_gatherer_not_told_the_workers_refuses_rather_than_count_a_shared_gpu_
                                                                          gpus=[("0", "GPU-s")])])
     assert gather.tally is not None and gather.tally.shared == {"GPU-s"}
     gather(WorkerInfo("w-0"), {}, Timeline([], []), WorkerTable([], [], [], []))
-    assert gather.last is not None and gather.last.info.name == "w-0"
+    assert [info.name for info, _ in gather.tally.workers] == ["w-0"]
 
 
 def test_a_gpu_two_workers_see_is_one_idle_gpu_of_the_job() -> None:

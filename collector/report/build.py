@@ -17,6 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
 from dask_metrics.collector.report.model import Gatherer, build
 from dask_metrics.collector.report.render import render_html, render_text
-from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.report.tally import WorkerFacts
+from dask_metrics.collector.series import WorkerInfo
 from dask_metrics.collector.session_window import (
     last_session,
     recorded_session,
@@ -50,6 +52,7 @@ from dask_metrics.collector.staging import fixed_names, staged, write_text
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import MONITOR, format_rfc3339, parse_when, to_ms
 from dask_metrics.collector.worker_traces import trace_of_table
+from dask_metrics.collector.workpool import processes_for, worker_pool
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy", "busy-seconds",
@@ -100,26 +103,23 @@ def _where(data: Path) -> dict[str, Any]:
 
 
 class _Kept:
-    """The export's ``visit``: the Gatherer's, and the tables of the ``most`` workers with
-    the highest peak memory (% of capacity) so far, for their charts (about 0.4 MiB per
-    GPU-hour at 1 s scrapes each: a fleet's tables are not all held at once). Ties go to
-    the earlier worker."""
+    """Told each worker's facts (the Gatherer's ``then``): keeps the tables of the ``most``
+    workers with the highest peak memory (% of capacity) so far, for their charts (about
+    0.4 MiB per GPU-hour at 1 s scrapes each: a fleet's tables are not all held at once).
+    Ties go to the earlier worker."""
 
-    def __init__(self, gather: Gatherer, most: int) -> None:
-        self.gather, self.most = gather, most
+    def __init__(self, most: int) -> None:
+        self.most = most
         self.tables: dict[str, WorkerTable] = {}
         self._ranks: list[tuple[float, int, str]] = []  # (-percent, visit order, worker)
 
-    def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
-                 activity: Timeline, table: WorkerTable) -> None:
-        self.gather(info, series, activity, table)
+    def __call__(self, facts: WorkerFacts, table: WorkerTable) -> None:
         if not self.most:
             return
-        facts = self.gather.last
-        assert facts is not None
         percent = max((p.peak_percent or 0.0 for p in facts.job_peaks), default=0.0)
-        self._ranks.append((-percent, len(self._ranks), info.name))
-        self.tables[info.name] = table
+        name = facts.info.name
+        self._ranks.append((-percent, len(self._ranks), name))
+        self.tables[name] = table
         if len(self._ranks) > self.most:
             dropped = max(self._ranks)
             self._ranks.remove(dropped)
@@ -164,13 +164,18 @@ def make_report(client: PrometheusClient, since: float, until: float,
                 any_cluster: bool = False, peak_window: float = DEFAULT_PEAK_WINDOW,
                 headroom: float = DEFAULT_HEADROOM, plots: int = DEFAULT_PLOTS,
                 asked: Mapping[str, Any] | None = None,
-                baseline: str | os.PathLike[str] | Mapping[str, Any] | None = None
-                ) -> ReportResult:
+                baseline: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+                processes: int | None = 0) -> ReportResult:
     """The report of [since, until] (unix seconds): ``fmt`` "html" writes out/report.html and
     out/report.json; "text" returns the text rendering (and writes report.json where ``out``
     is given). ``plots``: how many workers to chart. ``baseline``: an earlier report to
     compare the jobs with (a folder, report.json, its dict, "previous" or a WHEN: see
-    ``_earlier`` and ``_session_report``). Other arguments as for ``export``. Raises
+    ``_earlier`` and ``_session_report``). ``processes``: how many processes reduce the
+    workers beside this one, the same numbers either way (0: none; None: by the CPUs and
+    the number of workers, workpool.processes_for). A pool's processes import the program's
+    main module: a script that calls this with a pool needs ``if __name__ == "__main__"``
+    (multiprocessing's rule), hence none by default here; the command line asks None.
+    Other arguments as for ``export``. Raises
     CollectorError as ``export`` does, BaselineError for a baseline that is not a report."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
@@ -180,12 +185,14 @@ def make_report(client: PrometheusClient, since: float, until: float,
         raise ValueError(f"headroom {headroom!r}: must be a number from 1 to {MOST_HEADROOM:g}")
     if plots < 0:
         raise ValueError(f"plots {plots}: must be 0 or more")
+    if processes is not None and processes < 0:
+        raise ValueError(f"processes {processes}: must be 0 or more")
     target = Path(out) if out is not None else None
     if target is not None and target.exists() and not target.is_dir():
         raise CollectorError(f"{target} exists and is not a folder: choose another one")
     options = {"workers": workers, "max_age": max_age, "chunk": chunk,
                "replica_labels": replica_labels, "peak_window": peak_window,
-               "headroom": headroom}
+               "headroom": headroom, "processes": processes}
     earlier = _earlier(baseline) if baseline is not None and not _is_when(baseline) else None
     body, charts = _gather(client, since, until, plots=plots, draw=fmt == "html",
                            progress=progress, cluster=cluster, any_cluster=any_cluster,
@@ -222,23 +229,32 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
             workers: Sequence[str] | None, max_age: float, chunk: float,
             progress: Progress | None, cluster: str | None, replica_labels: Sequence[str],
             any_cluster: bool, peak_window: float, headroom: float,
-            asked: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+            asked: Mapping[str, Any] | None, processes: int | None
+            ) -> tuple[dict[str, Any], dict[str, str]]:
     """report.json's dict of [since, until] and (``draw``) the charts of its ``plots``
     workers."""
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     windows = peak_windows(client, to_ms(since), to_ms(until), named)
+    kept = _Kept(most=plots if draw else 0)
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(until),
-                      to_ms(peak_window), windows)
+                      to_ms(peak_window), windows, then=kept)
     tail = tail_of(windows, to_ms(peak_window)) / 1000
-    kept = _Kept(gather, most=plots if draw else 0)
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"
-        result = export(client, since, until, data, metrics=list(REPORT_METRICS),
-                        max_age=max_age, workers=workers, chunk=chunk, progress=progress,
-                        cluster=cluster, replica_labels=replica_labels,
-                        any_cluster=any_cluster, visit=kept, expect=gather.expect,
-                        worker_files=False, visit_metrics=PEAK_DATING,
-                        visit_tail=max(tail, max_age), visit_head=max_age)
+        with ExitStack() as pools:
+            def expect(workers: Sequence[WorkerInfo]) -> None:
+                gather.expect(workers)
+                chosen = processes_for(processes, len(workers))
+                gather.pool = pools.enter_context(worker_pool(chosen))
+                gather.ahead = 2 * chosen  # each process a worker ahead of the next
+
+            result = export(client, since, until, data, metrics=list(REPORT_METRICS),
+                            max_age=max_age, workers=workers, chunk=chunk, progress=progress,
+                            cluster=cluster, replica_labels=replica_labels,
+                            any_cluster=any_cluster, visit=gather, expect=expect,
+                            worker_files=False, visit_metrics=PEAK_DATING,
+                            visit_tail=max(tail, max_age), visit_head=max_age)
+            gather.finish()
         labels = {(w.name, *gpu): info for w in result.inventory
                   for gpu, info in w.gpu_labels.items()}
         record = json.loads((data / "export.json").read_text(encoding="utf-8"))

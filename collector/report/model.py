@@ -1,20 +1,24 @@
 """The session report as data (pure): every number on the page, in report.json's shape.
 
-``Gatherer`` is the export's ``visit``: it takes, per worker, the GPU use per job and DAG
-(``usage.gpu_usage``) and the peaks of ``peaks.gpu_peaks`` (the function ``collector peaks``
-uses) on the same fetched series, and folds them into a ``tally.Tally`` as it goes by.
+``Gatherer`` is the export's ``visit``: it takes per worker (``worker_facts``) the GPU use per
+job and DAG (``usage.gpu_usage``) and the peaks of ``peaks.gpu_peaks`` (the function
+``collector peaks`` uses) on the same fetched series, and folds them into a ``tally.Tally``
+as it goes by (in a pool of processes where one is given).
 ``build`` turns that, the export's jobs.csv rows and the optional "where the time went"
 rows into the report's dict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import BrokenExecutor, Executor, Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from dask_metrics.collector.columns import select
+from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
 from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.peaks import peaks_over, window_keywords
@@ -64,10 +68,53 @@ def job_peaks(dag_peaks: Iterable[Peak]) -> list[Peak]:
     return [replace(p, job=job) for (_, _, job), p in best.items()]
 
 
+def worker_facts(columns: Sequence[str], max_age: int, since: int, until: int,
+                 window: tuple[int, int], info: WorkerInfo,
+                 series: Mapping[str, list[Series]], activity: Timeline, table: WorkerTable
+                 ) -> WorkerFacts:
+    """One worker reduced to what the report keeps of it (pure, and a module function so
+    that a process of the report's pool runs it): its peaks by DAG, job and GPU (``window``:
+    its exporter's peak reach and sampling interval, ms), its GPU use per job and DAG."""
+    by_dag, whole = peaks_over(
+        info.name, series, [(dag_timeline(activity), True), (activity, False)], max_age,
+        since=since, until=until, **window_keywords(window))
+    energy = list(columns).index(ENERGY) if ENERGY in columns else None
+    metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
+        v is not None and v == v for v in g.columns[energy]))
+    usage = gpu_usage(table, columns, max_age, activity)
+    _add_edges(usage, columns, series, activity, since, until, max_age)
+    return WorkerFacts(info, usage, job_peaks(by_dag), by_dag, whole, metered)
+
+
+def _add_edges(usage: dict[UsageKey, Usage], columns: Sequence[str],
+               series: Mapping[str, list[Series]], activity: Timeline, since: int,
+               until: int, max_age: int) -> None:
+    """The parts of the scrape intervals across the range's edges (edges.edge_usage), to
+    what the worker ran then."""
+    metrics = {c.metric: c.name for c in select([n for n in EDGE_COUNTERS if n in columns])}
+    for (gpu, uuid), samples in gpu_series({m: series.get(m, []) for m in metrics}).items():
+        counters = {metrics[m]: found for m, found in samples.items()}
+        for t, whole in edge_usage(counters, since, until, max_age):
+            for (job, dag), part in attribute(whole, t, activity, max_age):
+                if not job:
+                    part.idle = 0.0
+                usage.setdefault((job, dag, gpu, uuid), Usage()).add(part)
+
+
+Then = Callable[[WorkerFacts, WorkerTable], None]
+"""Told each worker's facts (with its table) once they are folded, in the export's order."""
+
+
 @dataclass
 class Gatherer:
-    """The export's ``visit``: reduces each worker to its WorkerFacts as it goes by and folds
-    them into ``tally`` (``expect`` first: which GPUs several workers see)."""
+    """The export's ``visit``: reduces each worker to its WorkerFacts (``worker_facts``) and
+    folds them into ``tally`` (``expect`` first: which GPUs several workers see).
+
+    With a ``pool`` (concurrent.futures' Executor) the workers are reduced there, up to
+    ``ahead`` of them at once beside the export's reading, and folded in the export's order
+    as they come back, so that the tally is the same as without: ``finish`` folds the last.
+    The reduction is most of a report's own work, and a process of its own lets it run
+    while this one reads and decodes the next workers."""
 
     columns: Sequence[str]
     max_age: int  # ms
@@ -76,7 +123,10 @@ class Gatherer:
     peak_window: int  # ms: of exporters that do not say theirs
     windows: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # fetch.peak_windows'
     tally: Tally | None = None  # set by ``expect``
-    last: WorkerFacts | None = None  # the worker just gathered
+    then: Then | None = None
+    pool: Executor | None = None
+    ahead: int = 2
+    _pending: deque[tuple[Future[WorkerFacts], WorkerTable]] = field(default_factory=deque)
 
     def expect(self, workers: Sequence[WorkerInfo]) -> None:
         """The workers the export will visit: a GPU that several of them see is counted
@@ -87,31 +137,36 @@ class Gatherer:
                  activity: Timeline, table: WorkerTable) -> None:
         if self.tally is None:  # shared GPUs would be counted twice, silently
             raise RuntimeError("Gatherer.expect(workers) must see the export's workers first")
-        by_dag, whole = peaks_over(
-            info.name, series, [(dag_timeline(activity), True), (activity, False)],
-            self.max_age, since=self.since, until=self.until,
-            **window_keywords(self.windows.get(info.name, (self.peak_window, 0))))
-        energy = list(self.columns).index(ENERGY) if ENERGY in self.columns else None
-        metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
-            v is not None and v == v for v in g.columns[energy]))
-        usage = gpu_usage(table, self.columns, self.max_age, activity)
-        self._add_edges(usage, series, activity)
-        self.last = WorkerFacts(info, usage, job_peaks(by_dag), by_dag, whole, metered)
-        self.tally.add(self.last)
+        args = (tuple(self.columns), self.max_age, self.since, self.until,
+                self.windows.get(info.name, (self.peak_window, 0)), info, series, activity,
+                table)
+        if self.pool is None:
+            self._fold(worker_facts(*args), table)
+            return
+        self._pending.append((self.pool.submit(worker_facts, *args), table))
+        while self._pending and (len(self._pending) > self.ahead
+                                 or self._pending[0][0].done()):
+            self._fold(*self._next())
 
-    def _add_edges(self, usage: dict[UsageKey, Usage], series: Mapping[str, list[Series]],
-                   activity: Timeline) -> None:
-        """The parts of the scrape intervals across the range's edges (edges.edge_usage),
-        to what the worker ran then."""
-        metrics = {c.metric: c.name for c in select([n for n in EDGE_COUNTERS
-                                                     if n in self.columns])}
-        for (gpu, uuid), samples in gpu_series({m: series.get(m, []) for m in metrics}).items():
-            counters = {metrics[m]: found for m, found in samples.items()}
-            for t, whole in edge_usage(counters, self.since, self.until, self.max_age):
-                for (job, dag), part in attribute(whole, t, activity, self.max_age):
-                    if not job:
-                        part.idle = 0.0
-                    usage.setdefault((job, dag, gpu, uuid), Usage()).add(part)
+    def finish(self) -> None:
+        """Fold the workers still in the pool."""
+        while self._pending:
+            self._fold(*self._next())
+
+    def _next(self) -> tuple[WorkerFacts, WorkerTable]:
+        done, table = self._pending.popleft()
+        try:
+            return done.result(), table
+        except BrokenExecutor as e:  # the process died: out of memory, or killed
+            raise CollectorError("a process of the report's pool ended abruptly (out of "
+                                 "memory, or killed): --processes 0 computes the report in "
+                                 "this one") from e
+
+    def _fold(self, facts: WorkerFacts, table: WorkerTable) -> None:
+        assert self.tally is not None
+        self.tally.add(facts)
+        if self.then is not None:
+            self.then(facts, table)
 
 
 # ---- numbers for JSON ------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""The report's pool of processes: how many it takes, and that workers reduced there fold into
+the same tally, in the export's order, as workers reduced in the collector's own process."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import BrokenExecutor, Executor, Future
+from typing import Any
+
+import pytest
+
+from dask_metrics.collector.columns import PEAK_METRIC, PEAK_TIME_METRIC, select
+from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.report.build import REPORT_METRICS
+from dask_metrics.collector.report.model import Gatherer, WorkerFacts
+from dask_metrics.collector.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.tables import GpuTable, WorkerTable
+from dask_metrics.collector.worker_runs import span_timeline
+from dask_metrics.collector.workpool import (
+    FEWEST_WORKERS,
+    MOST_PROCESSES,
+    processes_for,
+    worker_pool,
+)
+
+NAMES = [c.name for c in select(REPORT_METRICS)]
+MAX_AGE = 120_000
+
+
+def test_the_processes_asked_for_are_the_processes_taken() -> None:
+    assert processes_for(0, 10_000) == 0
+    assert processes_for(3, 1) == 3
+
+
+def test_by_default_a_pool_only_for_a_fleet_and_never_all_the_cpus() -> None:
+    assert processes_for(None, FEWEST_WORKERS - 1) == 0
+    chosen = processes_for(None, FEWEST_WORKERS)
+    assert 0 <= chosen <= MOST_PROCESSES
+    assert processes_for(None, 100_000) == chosen  # capped: reading is the rest of the time
+
+
+def a_worker(name: str, rng: random.Random) -> tuple[WorkerInfo, dict[str, list[Series]],
+                                                      Timeline, WorkerTable]:
+    """A worker of one or two GPUs with random samples, two jobs and its peak series: an
+    uneven amount of work, so that the pool's workers finish out of order."""
+    n = rng.choice([20, 400])
+    times = [k * 15_000 for k in range(n)]
+    activity = span_timeline([(0, times[n // 3], ("1", "0")),
+                              (times[n // 3], times[-1], ("2", "a"))], MAX_AGE)
+    states = activity.at_each(times, MAX_AGE)
+    gpus, series = [], {PEAK_METRIC: [], PEAK_TIME_METRIC: []}
+    for g in range(rng.choice([1, 2])):
+        used = [rng.uniform(1e9, 8e10) for _ in times]
+        busy = [float(k) * rng.uniform(5, 15) for k in range(n)]
+        energy = [float(k) * 3000 for k in range(n)]
+        columns = {"total-mem": used, "mem-util": [u / 8e10 * 100 for u in used],
+                   "compute-util": [rng.uniform(0, 100) for _ in times], "peak-mem": used,
+                   "energy": energy, "busy-seconds": busy}
+        gpus.append(GpuTable(str(g), f"GPU-{name}-{g}", times,
+                             [columns.get(c, [None] * n) for c in NAMES]))
+        labels = {"gpu": str(g), "uuid": f"GPU-{name}-{g}"}
+        series[PEAK_METRIC].append(Series(labels, times, used))
+        series[PEAK_TIME_METRIC].append(Series(labels, times,
+                                               [(t - 5_000) / 1000 for t in times]))
+    gpu_names = [(t.gpu, t.uuid) for t in gpus]
+    return (WorkerInfo(name, gpus=gpu_names), series, activity,
+            WorkerTable(gpus, times, states, states))
+
+
+def gathered(workers: list[tuple[Any, ...]], pool: Executor | None) -> list[WorkerFacts]:
+    seen: list[WorkerFacts] = []
+    gather = Gatherer(REPORT_METRICS, MAX_AGE, 0, 3_600_000, 60_000,
+                      then=lambda facts, _table: seen.append(facts), pool=pool, ahead=2)
+    gather.expect([w[0] for w in workers])
+    for worker in workers:
+        gather(*worker)
+    gather.finish()
+    assert gather.tally is not None
+    assert [info.name for info, _ in gather.tally.workers] == [w[0].name for w in workers]
+    return seen
+
+
+def test_workers_reduced_in_processes_fold_as_they_would_here_in_the_exports_order() -> None:
+    rng = random.Random(7)
+    workers = [a_worker(f"w-{k}", rng) for k in range(9)]
+    here = gathered(workers, None)
+    with worker_pool(2) as pool:
+        there = gathered(workers, pool)
+    assert [f.info.name for f in there] == [w[0].name for w in workers]
+    assert there == here  # every use sum and peak, to the last bit
+    assert any(f.dag_peaks for f in here) and any(f.usage for f in here)
+    assert gathered(workers, _Done()) == here  # each done before the next comes
+
+
+class _Done(Executor):
+    """An executor whose work is done when it is handed: nothing is ever pending."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        done.set_result(fn(*args, **kwargs))
+        return done
+
+
+class _Broken(Executor):
+    """An executor whose process died: what a pool hands back then."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        done.set_exception(BrokenExecutor("a child process terminated abruptly"))
+        return done
+
+
+def test_a_pool_process_that_died_is_one_clear_error() -> None:
+    rng = random.Random(1)
+    with pytest.raises(CollectorError, match=r"ended abruptly .* --processes 0"):
+        gathered([a_worker("w-0", rng)], _Broken())
