@@ -263,6 +263,10 @@ ACCOUNTS: dict[str, Account] = {
     "--at 60c331b --before 85c79ce": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
     "report --at ef7224b --before f3420af": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 100 --rounds 3 --commands report --at 2a439f3 "
+    "--before fd7c03a": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
+    "2a439f3 --before fd7c03a": Parsed(),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
