@@ -42,6 +42,7 @@ from dask_metrics.collector.lifetimes import job_order, life, plain
 from dask_metrics.collector.prefix_exact import (
     DagMixes,
     Edge,
+    SliceMemo,
     attribute_exact,
     attribute_shared,
 )
@@ -114,12 +115,13 @@ class PrefixUses:
         # workers' preloads is older
         lookup = (Lookup(prefix_timeline(scrapes, prefix_series, self.max_age))
                   if prefix_series and (exact is None or shared) else None)
+        memo: SliceMemo = {}
         for (_, uuid), metrics in gpus.items():
             if self.seen_by.get(uuid, 1) <= 1:
                 if exact is not None:
                     attribute_exact(self.uses, *exact, metrics.get(BUSY.name),
                                     metrics.get(ENERGY.name), metrics.get(MEMORY_USED.name),
-                                    self.max_age, self._edge(window, [changes]))
+                                    self.max_age, self._edge(window, [changes]), memo)
                 elif lookup is not None:  # else nothing executed there
                     self._attribute(lookup, metrics, window)
                 continue

@@ -41,6 +41,9 @@ class DagMixes:
                 if not mixes or mix != mixes[-1]:
                     times.append(t)
                     mixes.append(mix)
+        # each mix's tasks in all, asked for every GPU and amount the mix takes a share of
+        self._tasks = {dag: [sum(n for _, n in mix) for mix in mixes]
+                       for dag, mixes in self._mixes.items()}
 
     def ids(self, dag: tuple[str, str], times: Iterable[int]) -> list[int]:
         """The mix of ``dag`` at each of ``times`` as an index into ``mixes(dag)``: the last
@@ -51,6 +54,10 @@ class DagMixes:
     def mixes(self, dag: tuple[str, str]) -> list[State]:
         """The mixes of ``dag``; one of its own with an empty prefix where no scrape saw it."""
         return self._mixes.get(dag) or [(((*dag, ""), 1.0),)]
+
+    def tasks(self, dag: tuple[str, str]) -> list[float]:
+        """The tasks in each of ``mixes(dag)``."""
+        return self._tasks.get(dag) or [1.0]
 
 
 Edge = tuple[int, Sequence[Changes]]
@@ -70,13 +77,15 @@ def _mix_at(y: int, t1: int, edge: Edge | None) -> int:
 
 def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: DagMixes,
                     busy: Samples | None, energy: Samples | None, used: Samples | None,
-                    max_age: int, edge: Edge | None = None) -> None:
+                    max_age: int, edge: Edge | None = None, memo: SliceMemo | None = None
+                    ) -> None:
     """Add one GPU's samples to ``uses`` by the DAGs' own times (this module's rule):
     amounts are summed per DAG and mix before they are split among prefixes, and only the
     intervals cut by a change (a few per DAG) are cut into pieces.
 
     A GPU has thousands of intervals and a DAG and mix hold for many in a row, so the
-    intervals are taken run by run (one DAG and mix each), each run summed as one slice."""
+    intervals are taken run by run (one DAG and mix each), each run summed as one slice.
+    ``memo``: a dict kept over the GPUs of one worker (see SliceMemo)."""
     for samples, field in ((busy, "gpu_seconds"), (energy, "energy")):
         if samples is None:
             continue
@@ -87,7 +96,7 @@ def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: D
             else range(len(positions))
         totals = _by_run(changes, mixes, [times[positions[k] - 1] for k in whole],
                          [times[positions[k]] for k in whole],
-                         [amounts[k] for k in whole] if cut else amounts, sum)
+                         [amounts[k] for k in whole] if cut else amounts, sum, memo)
         for i, a in zip(positions, amounts, strict=True):
             if i in cut:
                 t0, t1 = times[i - 1], times[i]
@@ -97,7 +106,7 @@ def attribute_exact(uses: dict[PrefixKey, PrefixUse], changes: Changes, mixes: D
                         sid = mixes.ids(dag, (_mix_at(y, t1, edge),))[0]
                         mine[sid] = mine.get(sid, 0.0) + a * (y - x) / (t1 - t0)
         _credit(uses, field, totals, mixes, True)
-    _peaks(uses, [(changes, mixes)], used)
+    _peaks(uses, [(changes, mixes)], used, memo)
 
 
 def attribute_shared(uses: dict[PrefixKey, PrefixUse],
@@ -133,33 +142,53 @@ def attribute_shared(uses: dict[PrefixKey, PrefixUse],
 
 
 def _peaks(uses: dict[PrefixKey, PrefixUse], views: Sequence[tuple[Changes, DagMixes]],
-           used: Samples | None) -> None:
+           used: Samples | None, memo: SliceMemo | None = None) -> None:
     """Each memory-used sample to the DAG each of ``views`` ran then, its mix's prefixes
-    keeping the largest."""
+    keeping the largest (``memo``: of the one view there is)."""
     if used is None:
         return
     kept = [(t, v) for t, v in zip(*used, strict=True) if not math.isnan(v)]
     at, values = [t for t, _ in kept], [v for _, v in kept]
     for changes, mixes in views:
-        _credit(uses, "peak_mem", _by_run(changes, mixes, at, at, values, max), mixes, False)
+        _credit(uses, "peak_mem", _by_run(changes, mixes, at, at, values, max, memo), mixes,
+                False)
+
+
+Slices = list[tuple[tuple[str, str], int, int, int]]
+"""(DAG, mix, start, end) of each run of amounts with one DAG and mix, in order."""
+SliceMemo = dict[tuple[tuple[int, ...], tuple[int, ...]], Slices]
+"""One worker's slices by the sample times they were found for: its GPUs are scraped
+together, so their busy time, energy and memory fall into the same runs."""
 
 
 def _by_run(changes: Changes, mixes: DagMixes, starts: Sequence[int], ends: Sequence[int],
-            amounts: Sequence[float], fold: Callable[[Iterable[float]], float]
-            ) -> dict[tuple[str, str], dict[int, float]]:
+            amounts: Sequence[float], fold: Callable[[Iterable[float]], float],
+            memo: SliceMemo | None = None) -> dict[tuple[str, str], dict[int, float]]:
     """{DAG: {mix: amount}} of amounts whose DAG is what ran at their ``starts`` and whose
     mix is the DAG's at their ``ends`` (both in time order), folded per run of one DAG and
-    mix; what ran nothing is left out."""
+    mix; what ran nothing is left out. ``memo``: the slices of the same worker's (the same
+    ``changes`` and ``mixes``) earlier calls."""
     out: dict[tuple[str, str], dict[int, float]] = {}
+    for dag, sid, a, b in _slices(changes, mixes, starts, ends, memo):
+        mine = out.setdefault(dag, {})
+        value = fold(amounts[a:b])
+        old = mine.get(sid)
+        mine[sid] = value if old is None else fold((old, value))
+    return out
+
+
+def _slices(changes: Changes, mixes: DagMixes, starts: Sequence[int], ends: Sequence[int],
+            memo: SliceMemo | None) -> Slices:
+    key = (tuple(starts), tuple(ends)) if memo is not None else None
+    if memo is not None and key in memo:
+        return memo[key]
+    out: Slices = []
     for k, a, b in _runs(map(bisect_right, repeat(changes.times), starts)):
         dag = changes.states[k - 1] if k else NOTHING_RAN
-        if dag == NOTHING_RAN:
-            continue
-        mine = out.setdefault(dag, {})
-        for sid, c, d in _runs(mixes.ids(dag, ends[a:b])):
-            value = fold(amounts[a + c:a + d])
-            old = mine.get(sid)
-            mine[sid] = value if old is None else fold((old, value))
+        if dag != NOTHING_RAN:
+            out += [(dag, sid, a + c, a + d) for sid, c, d in _runs(mixes.ids(dag, ends[a:b]))]
+    if memo is not None and key is not None:
+        memo[key] = out
     return out
 
 
@@ -180,10 +209,9 @@ def _credit(uses: dict[PrefixKey, PrefixUse], field: str,
     """Each DAG's amount per mix to the prefixes of that mix: ``adding`` splits an amount
     among the mix's tasks (busy time, energy), else each prefix gets the largest (memory)."""
     for dag, by_mix in totals.items():
-        states = mixes.mixes(dag)
+        states, counts = mixes.mixes(dag), mixes.tasks(dag)
         for sid in sorted(by_mix):
-            total = by_mix[sid]
-            tasks = sum(n for _, n in states[sid])
+            total, tasks = by_mix[sid], counts[sid]
             for key, n in states[sid]:
                 use = uses.setdefault(key, PrefixUse())
                 old = getattr(use, field)
