@@ -8,9 +8,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from multiprocessing.connection import Connection
 
 FEWEST_WORKERS = 8
 """Below this many Dask workers the reduction is done in the collector's own process."""
@@ -39,20 +41,35 @@ def _usable_cpus() -> int:
 @contextmanager
 def worker_pool(processes: int) -> Iterator[Executor | None]:
     """A pool of ``processes`` (None for 0), shut down on leaving, its work not yet begun
-    cancelled. Its processes ignore Ctrl-C: the collector stops them."""
+    cancelled. Its processes ignore Ctrl-C (the collector stops them) and end once the
+    collector is gone (killed, it cannot tell them)."""
     if processes <= 0:
         yield None
         return
     # forkserver, not fork: this process reads in a thread, and a fork can copy a held lock
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_ignore_interrupt)
+    # the collector alone holds ``alive``: its end closes when it ends, however it ends
+    watch, alive = context.Pipe(duplex=False)
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_serve,
+                               initargs=(watch,))
     try:
         yield pool
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        alive.close()
+        watch.close()
 
 
-def _ignore_interrupt() -> None:
-    """A pool process leaves Ctrl-C to the collector (else each prints its traceback)."""
+def _serve(collector: Connection) -> None:
+    """A pool process leaves Ctrl-C to the collector (else each prints its traceback), and
+    ends with it: once it is gone (killed, it could not say so), nothing else would end
+    this process, nor the forkserver, which waits for its processes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_follow, args=(collector,), daemon=True).start()
+
+
+def _follow(collector: Connection) -> None:
+    with suppress(EOFError, OSError):
+        collector.recv_bytes()  # nothing is ever sent: this returns at the end of the pipe
+    os._exit(1)

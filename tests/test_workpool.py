@@ -4,7 +4,12 @@ the same tally, in the export's order, as workers reduced in the collector's own
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import BrokenExecutor, Executor, Future
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,3 +119,40 @@ def test_a_pool_process_that_died_is_one_clear_error() -> None:
     rng = random.Random(1)
     with pytest.raises(CollectorError, match=r"ended abruptly .* --processes 0"):
         gathered([a_worker("w-0", rng)], _Broken())
+
+
+HOLDER = """
+import os, signal, sys
+from dask_metrics.collector.workpool import worker_pool
+
+if __name__ == "__main__":
+    with worker_pool(1) as pool:
+        pid = pool.submit(os.getpid).result()
+        os.kill(pid, signal.SIGINT)  # Ctrl-C is the collector's to handle, not the pool's
+        print(pid, pool.submit(os.getpid).result(), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # nothing can tell the pool now
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux' /proc")
+def test_a_pool_process_ignores_ctrl_c_and_ends_with_a_killed_collector(tmp_path: Path) -> None:
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    first, second = map(int, run.stdout.split())
+    assert first == second  # the same process served on after its Ctrl-C
+    deadline = time.monotonic() + 10
+    while running(first) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(first)
