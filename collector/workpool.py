@@ -40,9 +40,10 @@ def _usable_cpus() -> int:
 
 @contextmanager
 def worker_pool(processes: int) -> Iterator[Executor | None]:
-    """A pool of ``processes`` (None for 0), shut down on leaving, its work not yet begun
-    cancelled. Its processes ignore Ctrl-C (the collector stops them) and end once the
-    collector is gone (killed, it cannot tell them)."""
+    """A pool of ``processes`` (None for 0, or where the system has none to give), shut
+    down on leaving, its work not yet begun cancelled. Its processes ignore Ctrl-C (the
+    collector stops them) and end once the collector is gone (killed, it cannot tell
+    them)."""
     if processes <= 0:
         yield None
         return
@@ -51,8 +52,14 @@ def worker_pool(processes: int) -> Iterator[Executor | None]:
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     # the collector alone holds ``alive``: its end closes when it ends, however it ends
     watch, alive = context.Pipe(duplex=False)
-    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_serve,
-                               initargs=(watch,))
+    try:
+        pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_serve,
+                                   initargs=(watch,))
+    except OSError:  # no semaphores (a container without /dev/shm): the work is done here
+        alive.close()
+        watch.close()
+        yield None
+        return
     try:
         yield pool
     finally:

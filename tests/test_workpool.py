@@ -106,6 +106,25 @@ class _Done(Executor):
         return done
 
 
+class _Full(_Done):
+    """An executor that starts two processes and no more (a limit on processes)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if self.started == 2:
+            raise OSError(11, "Resource temporarily unavailable")
+        self.started += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_pool_that_cannot_start_a_process_leaves_the_rest_to_the_collector() -> None:
+    rng = random.Random(3)
+    workers = [a_worker(f"w-{k}", rng) for k in range(5)]
+    assert gathered(workers, _Full()) == gathered(workers, None)
+
+
 class _Broken(Executor):
     """An executor whose process died: what a pool hands back then."""
 

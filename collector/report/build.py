@@ -246,7 +246,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
                 gather.expect(workers)
                 chosen = processes_for(processes, len(workers))
                 gather.pool = pools.enter_context(worker_pool(chosen))
-                gather.ahead = 2 * chosen  # each process a worker ahead of the next
+                gather.ahead = chosen + 1  # one more queued: each worker's data held once
 
             result = export(client, since, until, data, metrics=list(REPORT_METRICS),
                             max_age=max_age, workers=workers, chunk=chunk, progress=progress,

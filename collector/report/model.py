@@ -113,6 +113,7 @@ class Gatherer:
     With a ``pool`` (concurrent.futures' Executor) the workers are reduced there, up to
     ``ahead`` of them at once beside the export's reading, and folded in the export's order
     as they come back, so that the tally is the same as without: ``finish`` folds the last.
+    A pool that cannot start a process leaves the rest to this one.
     The reduction is most of a report's own work, and a process of its own lets it run
     while this one reads and decodes the next workers."""
 
@@ -140,10 +141,15 @@ class Gatherer:
         args = (tuple(self.columns), self.max_age, self.since, self.until,
                 self.windows.get(info.name, (self.peak_window, 0)), info, series, activity,
                 table)
+        if self.pool is not None:
+            try:
+                self._pending.append((self.pool.submit(worker_facts, *args), table))
+            except OSError:  # no process could be started (a limit on processes)
+                self.finish()
+                self.pool = None  # the same numbers, computed here
         if self.pool is None:
             self._fold(worker_facts(*args), table)
             return
-        self._pending.append((self.pool.submit(worker_facts, *args), table))
         while self._pending and (len(self._pending) > self.ahead
                                  or self._pending[0][0].done()):
             self._fold(*self._next())
