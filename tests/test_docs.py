@@ -267,6 +267,8 @@ ACCOUNTS: dict[str, Account] = {
     "--before fd7c03a": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
     "2a439f3 --before fd7c03a": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
+    "306540c --before fd7c03a": Parsed(),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"
