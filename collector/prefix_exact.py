@@ -179,16 +179,21 @@ def _by_run(changes: Changes, mixes: DagMixes, starts: Sequence[int], ends: Sequ
 
 def _slices(changes: Changes, mixes: DagMixes, starts: Sequence[int], ends: Sequence[int],
             memo: SliceMemo | None) -> Slices:
-    key = (tuple(starts), tuple(ends)) if memo is not None else None
-    if memo is not None and key in memo:
-        return memo[key]
+    if memo is None:
+        return _find_slices(changes, mixes, starts, ends)
+    key = (tuple(starts), tuple(ends))
+    if key not in memo:
+        memo[key] = _find_slices(changes, mixes, starts, ends)
+    return memo[key]
+
+
+def _find_slices(changes: Changes, mixes: DagMixes, starts: Sequence[int],
+                 ends: Sequence[int]) -> Slices:
     out: Slices = []
     for k, a, b in _runs(map(bisect_right, repeat(changes.times), starts)):
         dag = changes.states[k - 1] if k else NOTHING_RAN
         if dag != NOTHING_RAN:
             out += [(dag, sid, a + c, a + d) for sid, c, d in _runs(mixes.ids(dag, ends[a:b]))]
-    if memo is not None and key is not None:
-        memo[key] = out
     return out
 
 

@@ -175,8 +175,8 @@ def make_report(client: PrometheusClient, since: float, until: float,
     the number of workers, workpool.processes_for). A pool's processes import the program's
     main module: a script that calls this with a pool needs ``if __name__ == "__main__"``
     (multiprocessing's rule), hence none by default here; the command line asks None.
-    Other arguments as for ``export``. Raises
-    CollectorError as ``export`` does, BaselineError for a baseline that is not a report."""
+    Other arguments as for ``export``. Raises CollectorError as ``export`` does,
+    BaselineError for a baseline that is not a report."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     if fmt == "html" and out is None:
@@ -246,7 +246,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
                 gather.expect(workers)
                 chosen = processes_for(processes, len(workers))
                 gather.pool = pools.enter_context(worker_pool(chosen))
-                gather.ahead = chosen + 1  # one more queued: each worker's data held once
+                gather.ahead = chosen + 1  # one queued beyond the busy processes
 
             result = export(client, since, until, data, metrics=list(REPORT_METRICS),
                             max_age=max_age, workers=workers, chunk=chunk, progress=progress,
