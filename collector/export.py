@@ -47,6 +47,7 @@ from dask_metrics.collector.fetch import (
     fetch_jobs,
     lookahead,
     present,
+    read_from,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.holes import Holes, warnings_of
@@ -189,7 +190,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     warnings_before = len(client.warnings)
 
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    lo, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data, not the range
+    first, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data
+    lo = read_from(first, start, age, step_ms)
     scope, chosen, outside = range_workers(client, lo, hi, chunk_ms, workers, cluster,
                                            replica_labels, any_cluster, reach_ms, age)
     if worker_files and outside is None:
@@ -268,7 +270,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         for (b, k), (known, found) in zip(steps, prefetched(fetch, steps), strict=True):
             for info, (data, visited) in zip(batches[b], found, strict=True):
                 table = worker_table(data.gpu, columns, known, data.ran, age, data.resources)
-                seen = gaps.setdefault(info.name, Holes(lo, hi, age))
+                seen = gaps.setdefault(info.name, Holes(first, hi, age))
                 seen.add(sorted({t for got in visited.values() for one in got for t in one.times})
                          if visit else table.times)  # the report's: with the samples around
                 if k == last:
@@ -297,11 +299,13 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         side.mkdir(exist_ok=True)
         writer.write(side / "workers.csv", WORKERS_HEADER, map(csv_line, workers_rows(chosen)))
         store = client.store()
-        jobs = fetch_jobs(client, lo, hi, chunk_ms, age, scope)
+        # the range's DAGs and counters, also where no GPU sample lies (lo, hi: the GPUs')
+        jobs = fetch_jobs(client, start, end, chunk_ms, age, scope)
         writer.write(side / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
         writer.write(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
-            activity_table(client, lo, hi, age, chunk_ms, scope, names_of_jobs), ACTIVITY_COLUMNS))
+            activity_table(client, start, end, age, chunk_ms, scope, names_of_jobs),
+            ACTIVITY_COLUMNS))
         writer.write(side / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
                      summary_lines(prefix_rows(uses.result(), names_of_jobs),
                                    GPU_BY_PREFIX_COLUMNS))

@@ -246,19 +246,55 @@ def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: i
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
               step: int | None = None, scope: Scope = UNSCOPED) -> tuple[int, int]:
     """[start, end] (ms) narrowed to the first and last GPU sample in it, give or take a
-    resolution of chunk/64, found by bisection with instant queries whose cost follows the
-    samples they cover. A ``step`` grid keeps its points on start + k*step. The range is
-    returned as it is when short, or when it holds nothing (the caller says so)."""
+    resolution of chunk/64: never past a sample. A ``step`` grid keeps its points on start
+    + k*step. The range is returned as it is when short, or when it holds nothing (the
+    caller says so)."""
     if end - start <= TRIM_ABOVE_CHUNKS * chunk:
         return start, end
-    resolution = max(chunk // 64, 1000)
-    info = scope.of(INFO.name)
+    found = _narrowed(client, scope.of(INFO.name), start, end, max(chunk // 64, 1000))
+    if found is None:
+        return start, end
+    return on_grid(found[0], start, step), found[1]
+
+
+def read_from(first: int, start: int, margin: int, step: int | None = None) -> int:
+    """Where the GPU series of data that begins at ``first`` are read from: ``margin`` ms
+    before it (what its first sample's interval needs: the scheduler's scrapes of what ran
+    then), never before ``start``, on the ``step`` grid. A range read whole and one
+    narrowed to its data then answer alike."""
+    return on_grid(max(start, first - margin), start, step)
+
+
+def on_grid(t: int, start: int, step: int | None) -> int:
+    """``t``, or with a ``step`` the grid point start + k*step at or before it."""
+    return start + (t - start) // step * step if step else t
+
+
+def span_of(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
+            ) -> tuple[int, int] | None:
+    """[start, end] (ms) narrowed to the samples of ``sel`` in it, within a chunk of the
+    first and the last (None: there are none): a long range is read there, the same
+    samples at the cost of the data rather than of the range (a short one as it is,
+    unasked)."""
+    if end - start <= TRIM_ABOVE_CHUNKS * chunk:
+        return start, end
+    return _narrowed(client, sel, start, end, chunk)
+
+
+def _narrowed(client: PrometheusClient, sel: str, start: int, end: int, resolution: int
+              ) -> tuple[int, int] | None:
+    """From at most ``resolution`` ms before the first sample of ``sel`` in [start, end] to
+    as much after the last (None: there is none), by bisection with instant queries whose
+    cost follows the samples they cover."""
 
     def any_in(lo: int, hi: int) -> bool:  # a sample in (lo, hi]
-        return bool(client.query(f"count(last_over_time({info}[{hi - lo}ms]))", hi / 1000))
+        return any_sample(client, sel, lo + 1, hi)
 
+    # no sample is from the future (a minute allowed for clocks apart): --until 2099 costs
+    # no bisection of the years to come
+    end = max(start, min(end, round(time.time() * 1000) + 60_000))
     if not any_in(start - 1, end):
-        return start, end
+        return None
     lo, hi = start - 1, end  # the first sample is in (lo, hi]
     while hi - lo > resolution:
         mid = (lo + hi) // 2
@@ -268,10 +304,7 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     while hi - lo > resolution:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if any_in(mid - 1, end) else (lo, mid)
-    last = min(end, hi)
-    if step:
-        first = start + (first - start) // step * step
-    return first, last
+    return first, min(end, hi)
 
 
 def fetch_cluster(client: PrometheusClient, start: int, end: int, chunk: int,
@@ -293,12 +326,15 @@ def fetch_jobs(client: PrometheusClient, start: int, end: int, chunk: int, lookb
 
     What the rows cannot show is said as a warning: a range over several lives of the
     scheduler, and DAGs the scheduler forgot before any scrape saw them."""
+    metrics = [DAG_STATUS.name, *DAG_TIMES, DAGS_UNSCRAPED.name, CURRENT_JOB.name]
     after = lookahead(end, lookback)
-    found = by_metric(fetch_raw(client, selector([DAG_STATUS.name, *DAG_TIMES,
-                                                  DAGS_UNSCRAPED.name, CURRENT_JOB.name],
-                                                 scope=scope),
-                                start - lookback, after, chunk, scope))
-    info = fetch_label_sets(client, scope.of(DAG_INFO.name), start, after, chunk, scope)
+    span = span_of(client, selector([*metrics, DAG_INFO.name], scope=scope), start - lookback,
+                   after, chunk)
+    if span is None:
+        return []
+    lo, hi = span
+    found = by_metric(fetch_raw(client, selector(metrics, scope=scope), lo, hi, chunk, scope))
+    info = fetch_label_sets(client, scope.of(DAG_INFO.name), max(start, lo), hi, chunk, scope)
     times = {m: found[m] for m in DAG_TIMES if m in found}
     scrapes = sorted({t for s in found.get(CURRENT_JOB.name, []) for t in s.times})
     rows = job_rows(info, found.get(DAG_STATUS.name, []), start, end, times or None, scrapes)

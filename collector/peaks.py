@@ -46,6 +46,7 @@ from dask_metrics.collector.fetch import (
     fetch_worker_activity,
     lookahead,
     peak_windows,
+    read_from,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.lifetimes import job_order
@@ -309,13 +310,16 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
     windows = peak_windows(client, begin, until_ms, named)
     default = (to_ms(peak_window), 0)
-    reach = min(until_ms + tail_of(windows, default[0]), max(to_ms(time.time()), until_ms))
-    start, end = data_span(client, begin, reach, chunk_ms, None, named)  # the data
+    tail = tail_of(windows, default[0])
+    reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
+    first, end = data_span(client, begin, reach, chunk_ms, None, named)  # the data
+    start = read_from(first, begin, max(age, tail))  # and what its first windows reach
     # the tail too: a session shorter than a scrape has its first samples there
     scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
-    job_names = JobNames.from_rows(fetch_jobs(client, start, end, chunk_ms, age, scope))
+    # the range's jobs (start, end: the GPUs' data, whose dated peaks reach before it)
+    job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age, scope))
     per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)
     batches = range_batches(chosen, per_gpu, start, end, chunk_ms)
     firsts = list(accumulate([0, *map(len, batches)]))

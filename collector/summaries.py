@@ -16,6 +16,7 @@ from dask_metrics.collector.batches import (
 )
 from dask_metrics.collector.discovery import range_workers
 from dask_metrics.collector.fetch import (
+    ACTIVITY_SERIES,
     ATTRIBUTION_METRICS,
     Scope,
     activity_samples,
@@ -24,6 +25,8 @@ from dask_metrics.collector.fetch import (
     fetch_cluster,
     fetch_jobs,
     lookahead,
+    selector,
+    span_of,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.jobs import JobNames
@@ -58,13 +61,18 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
     them; ``limit``: the samples of a batch), each batch reduced to its increases before
     the next is read, and only from the chunks that hold its jobs' samples (and the last:
     one batch reads every job, those that began since they were counted too)."""
-    counted = activity_samples(client, start, end, age, chunk, scope)
+    # the counters' samples from where they begin: the same samples as from start - age
+    span = span_of(client, selector([ACTIVITY_SERIES], scope=scope), start - age, end, chunk)
+    if span is None:
+        return []
+    begin, end = span[0] + age, span[1]
+    counted = activity_samples(client, begin, end, age, chunk, scope)
     batches = batches_of(sorted((job, found.samples) for job, found in counted.items()), limit)
-    last = len(plan_chunks(start - age, end, chunk)) - 1
+    last = len(plan_chunks(begin - age, end, chunk)) - 1
     totals: dict[ActivityKey, float] = {}
     for jobs in batches:
         only = {last}.union(*(counted[job].chunks for job in jobs))
-        totals.update(increases(fetch_activities(client, start, end, age, chunk, scope,
+        totals.update(increases(fetch_activities(client, begin, end, age, chunk, scope,
                                                  jobs if len(batches) > 1 else None, only),
                                 start))
     return activity_rows(totals, names)

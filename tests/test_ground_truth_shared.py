@@ -153,6 +153,19 @@ def test_at_15_s_the_short_job_keeps_its_share_and_nothing_is_counted_twice(
     assert {r["prefix"] for r in rows if r["job_name"] == "b"} <= {"b", ""}, rows
 
 
+def same_shares(mine: list[dict[str, str]], theirs: list[dict[str, str]]) -> None:
+    """gpu_by_prefix.csv's rows alike, their sums as far as the order of additions allows."""
+    def rest(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [{k: v for k, v in r.items() if k not in ("gpu_seconds", "energy")}
+                for r in rows]
+
+    assert rest(mine) == rest(theirs)
+    for one, other in zip(mine, theirs, strict=True):
+        for key in ("gpu_seconds", "energy"):
+            assert float(one[key] or 0) == pytest.approx(float(other[key] or 0), rel=1e-9,
+                                                         abs=1e-9), (key, one, other)
+
+
 @pytest.mark.parametrize("every", INTERVALS)
 def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
         truth: Truth, every: int, tmp_path: Path) -> None:
@@ -173,13 +186,7 @@ def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
 
     (whole, files), (pieces, piece_files) = rows(3600.0), rows(4.0)
     assert piece_files == files and len(files) == 2
-    assert [{k: v for k, v in r.items() if k not in ("gpu_seconds", "energy")}
-            for r in pieces] == [{k: v for k, v in r.items()
-                                  if k not in ("gpu_seconds", "energy")} for r in whole]
-    for mine, theirs in zip(pieces, whole, strict=True):
-        for key in ("gpu_seconds", "energy"):
-            assert float(mine[key] or 0) == pytest.approx(float(theirs[key] or 0), rel=1e-9,
-                                                          abs=1e-9), (key, mine, theirs)
+    same_shares(pieces, whole)
     assert sum(float(r["gpu_seconds"]) for r in whole if r["job_name"] in "ab") > 0
     # peaks hold a batch's whole range: sized by its 4 s chunks and read several at a time
     from dask_metrics.collector.peaks import peaks
@@ -190,3 +197,40 @@ def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
             assert found and peaks(client, truth.epoch - 3, truth.epoch + END, by=by,
                                    chunk=4.0) == found
 
+
+
+def test_a_range_that_begins_after_a_scrape_keeps_the_jobs_before_its_first_sample(
+        truth: Truth, tmp_path: Path) -> None:
+    """A range that begins just after a 15 s scrape and is read in chunks of 1 s (more than
+    four: narrowed to its data first) has its first GPU sample after job b ended: b, which
+    ran inside the range, is still listed and named, every peak's job has its name, and
+    every table and peak is the one read whole."""
+    from dask_metrics.collector.export import export
+    from dask_metrics.collector.peaks import peaks
+    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV
+
+    def table(folder: Path, name: str) -> list[dict[str, str]]:
+        with open(folder / name, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+
+    b_end = truth.epoch + JOBS[1][3]
+    found = {}
+    with PrometheusClient(ConnectionSettings(truth.servers[15].url)) as client:
+        (series,) = client.query('dask_gpu_memory_used_bytes{worker="w1"}[50s]', b_end + 20)
+        since = max(t for t in series.times if t < b_end * 1000 - 1) / 1000 + 0.001
+        assert min(t for t in series.times if t > since * 1000) > b_end * 1000
+        for chunk in (3600.0, 1.0):
+            out = tmp_path / str(chunk)
+            export(client, since, truth.epoch + END, out, chunk=chunk)
+            found[chunk] = ({name: table(out, name) for name in (JOBS_CSV, ACTIVITIES_CSV)},
+                            table(out, GPU_BY_PREFIX_CSV),
+                            [peaks(client, since, truth.epoch + END, by=by, chunk=chunk)
+                             for by in ("gpu", "job")])
+    (tables, shares, peaks_whole), (in_chunks, chunk_shares, peaks_in_chunks) = (
+        found[3600.0], found[1.0])
+    assert in_chunks == tables and peaks_in_chunks == peaks_whole
+    same_shares(chunk_shares, shares)
+    assert "b" in {row["job_name"] for row in in_chunks[JOBS_CSV]}, in_chunks[JOBS_CSV]
+    named = [p for by in peaks_in_chunks for p in by if p.job]
+    assert named and all(p.job_name in ("a", "b") for p in named), named
