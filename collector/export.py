@@ -47,7 +47,7 @@ from dask_metrics.collector.fetch import (
     fetch_jobs,
     lookahead,
     present,
-    read_from,
+    read_span,
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.holes import Holes, warnings_of
@@ -190,8 +190,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     warnings_before = len(client.warnings)
 
     named = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    first, hi = data_span(client, start, end, chunk_ms, step_ms, named)  # the data
-    lo = read_from(first, start, age, step_ms)
+    first, final = data_span(client, start, end, chunk_ms, step_ms, named)  # the data
+    lo, hi = read_span(first, final, start, end, age, step_ms)
     scope, chosen, outside = range_workers(client, lo, hi, chunk_ms, workers, cluster,
                                            replica_labels, any_cluster, reach_ms, age)
     if worker_files and outside is None:
@@ -270,7 +270,7 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         for (b, k), (known, found) in zip(steps, prefetched(fetch, steps), strict=True):
             for info, (data, visited) in zip(batches[b], found, strict=True):
                 table = worker_table(data.gpu, columns, known, data.ran, age, data.resources)
-                seen = gaps.setdefault(info.name, Holes(first, hi, age))
+                seen = gaps.setdefault(info.name, Holes(first, final, age))
                 seen.add(sorted({t for got in visited.values() for one in got for t in one.times})
                          if visit else table.times)  # the report's: with the samples around
                 if k == last:

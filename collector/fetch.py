@@ -257,12 +257,13 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     return on_grid(found[0], start, step), found[1]
 
 
-def read_from(first: int, start: int, margin: int, step: int | None = None) -> int:
-    """Where the GPU series of data that begins at ``first`` are read from: ``margin`` ms
-    before it (what its first sample's interval needs: the scheduler's scrapes of what ran
-    then), never before ``start``, on the ``step`` grid. A range read whole and one
-    narrowed to its data then answer alike."""
-    return on_grid(max(start, first - margin), start, step)
+def read_span(first: int, last: int, start: int, end: int, margin: int,
+              step: int | None = None) -> tuple[int, int]:
+    """Where the series of GPU data from ``first`` to ``last`` (data_span) are read: from
+    ``margin`` ms before it to as much after, within [start, end], the start on the
+    ``step`` grid. What the intervals at its edges need is read: the scheduler's scrapes of
+    what ran then. A range read whole and one narrowed to its data then answer alike."""
+    return on_grid(max(start, first - margin), start, step), min(end, last + margin)
 
 
 def on_grid(t: int, start: int, step: int | None) -> int:

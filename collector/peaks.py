@@ -46,7 +46,7 @@ from dask_metrics.collector.fetch import (
     fetch_worker_activity,
     lookahead,
     peak_windows,
-    read_from,
+    read_span,
 )
 from dask_metrics.collector.jobs import NO_NAMES, JobNames
 from dask_metrics.collector.lifetimes import job_order
@@ -312,8 +312,8 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     default = (to_ms(peak_window), 0)
     tail = tail_of(windows, default[0])
     reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
-    first, end = data_span(client, begin, reach, chunk_ms, None, named)  # the data
-    start = read_from(first, begin, max(age, tail))  # and what its first windows reach
+    first, last = data_span(client, begin, reach, chunk_ms, None, named)  # the data
+    start, end = read_span(first, last, begin, reach, max(age, tail))  # what its edges reach
     # the tail too: a session shorter than a scrape has its first samples there
     scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
                                  replica_labels, any_cluster)

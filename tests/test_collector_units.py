@@ -39,7 +39,7 @@ from dask_metrics.collector.errors import (
     UsageError,
     setting,
 )
-from dask_metrics.collector.fetch import read_from, worker_matchers
+from dask_metrics.collector.fetch import read_span, worker_matchers
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.layouts import (
     format_value,
@@ -183,13 +183,13 @@ def test_step_chunks_stay_under_the_point_limit_and_share_no_point() -> None:
     assert grid_halver(1000)(3000, 3000) is None
 
 
-def test_data_is_read_from_a_margin_before_it_never_before_the_range_on_its_grid() -> None:
-    """The scheduler's scrapes before a narrowed range's first sample are read, as a range
-    read whole would have them."""
-    assert read_from(500_000, 0, 120_000) == 380_000
-    assert read_from(100_000, 0, 120_000) == 0  # never before the range
-    assert read_from(500_000, 1_000, 120_000, step=15_000) == 376_000  # a grid point
-    assert read_from(500_000, 1_000, 0, step=15_000) == 496_000
+def test_data_is_read_a_margin_around_it_within_the_range_on_its_grid() -> None:
+    """The scheduler's scrapes around a narrowed range's first and last samples are read,
+    as a range read whole would have them."""
+    assert read_span(500_000, 900_000, 0, 10**6, 60_000) == (440_000, 960_000)
+    assert read_span(30_000, 990_000, 0, 10**6, 60_000) == (0, 10**6)  # within the range
+    assert read_span(500_000, 900_000, 1_000, 10**6, 60_000, step=15_000) == (436_000, 960_000)
+    assert read_span(500_000, 900_000, 1_000, 10**6, 0, step=15_000) == (496_000, 900_000)
 
 
 def test_samples_on_chunk_edges_are_kept_once() -> None:

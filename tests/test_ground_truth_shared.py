@@ -204,10 +204,11 @@ def test_a_range_that_begins_after_a_scrape_keeps_the_jobs_before_its_first_samp
     """A range that begins just after a 15 s scrape and is read in chunks of 1 s (more than
     four: narrowed to its data first) has its first GPU sample after job b ended: b, which
     ran inside the range, is still listed and named, every peak's job has its name, and
-    every table and peak is the one read whole."""
+    every table, peak and the report are the ones read whole."""
     from dask_metrics.collector.export import export
     from dask_metrics.collector.peaks import peaks
     from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.report.build import make_report
     from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV
 
     def table(folder: Path, name: str) -> list[dict[str, str]]:
@@ -226,10 +227,12 @@ def test_a_range_that_begins_after_a_scrape_keeps_the_jobs_before_its_first_samp
             found[chunk] = ({name: table(out, name) for name in (JOBS_CSV, ACTIVITIES_CSV)},
                             table(out, GPU_BY_PREFIX_CSV),
                             [peaks(client, since, truth.epoch + END, by=by, chunk=chunk)
-                             for by in ("gpu", "job")])
-    (tables, shares, peaks_whole), (in_chunks, chunk_shares, peaks_in_chunks) = (
-        found[3600.0], found[1.0])
-    assert in_chunks == tables and peaks_in_chunks == peaks_whole
+                             for by in ("gpu", "job")],
+                            make_report(client, since, truth.epoch + END, None, fmt="text",
+                                        chunk=chunk, plots=0).report)
+    (tables, shares, peaks_whole, report), (in_chunks, chunk_shares, peaks_in_chunks,
+                                            chunk_report) = found[3600.0], found[1.0]
+    assert in_chunks == tables and peaks_in_chunks == peaks_whole and chunk_report == report
     same_shares(chunk_shares, shares)
     assert "b" in {row["job_name"] for row in in_chunks[JOBS_CSV]}, in_chunks[JOBS_CSV]
     named = [p for by in peaks_in_chunks for p in by if p.job]
