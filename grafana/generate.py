@@ -318,6 +318,7 @@ MEMORY_RANK = (f"max_over_time(dask_gpu_memory_used_bytes{{{W}}}[$__range] @ end
 # there every 15 s, they stay fast over thousands of GPUs.
 WJ = f'job_id=~"$job_id", {W}'
 JOB_SEL = 'job_id=~"$job_id"'
+TASKS = f"dask_job_worker_tasks{{{WJ}}}"
 
 
 def recorded(level: str, metric: str, operation: str, selector: str) -> str:
@@ -634,14 +635,21 @@ def jobs() -> Dashboard:
     d.variable(query_variable("job_id", "Job", "label_values(dask_job_dag_info, job_id)"))
     d.variable(query_variable("worker", "Worker", "label_values(dask_gpu_info, worker)"))
     d.variable(custom_variable("top", "Prefixes shown", ["10", "20", "50", "100", "1000"], "20"))
+    d.variable(custom_variable("workers_shown", "Workers shown",
+                               ["10", "20", "50", "100", "1000", "10000"], "20"))
+    d.variable(custom_variable("rows_shown", "Rows shown",
+                               ["100", "500", "1000", "10000", "100000"], "500"))
     d.row("Timeline")
     d.add(timeline(
         "Which job and DAG ran on which worker",
         "One row per worker and DAG, coloured while the worker processed tasks of that DAG "
-        "(dask_job_worker_tasks; the value is the number of tasks).", "none",
-        [target("max by (worker, scheduler_start, job_id, dag_id) "
-                '(dask_job_worker_tasks{job_id=~"$job_id", '
-                + W + "})", "{{worker}} / job {{job_id}} / DAG {{dag_id}}")],
+        "(dask_job_worker_tasks; the value is the number of tasks), of the `Workers shown` "
+        "that processed the selected jobs' tasks longest over the time range (a fleet's "
+        "thousands of rows are no chart: pick workers, or show more).", "none",
+        [target(f"max by (worker, scheduler_start, job_id, dag_id) ({TASKS}) "
+                "and on(worker) topk($workers_shown, sum by (worker) "
+                f"(count_over_time({TASKS}[$__range] @ end())))",
+                "{{worker}} / job {{job_id}} / DAG {{dag_id}}")],
         h=10, show_value="auto", color={"mode": "continuous-GrYlRd"}, min_=0))
     d.add(
         timeline("DAG status", "Each DAG from submission to its end: waiting, running, "
@@ -737,10 +745,11 @@ def jobs() -> Dashboard:
     )
     d.add(table(
         "Time per job, prefix and activity", "Seconds over the dashboard's time range "
-        "(increase of dask_job_activity_seconds_total).", "s",
-        [target("sum by (scheduler_start, job_id, prefix, activity) "
+        "(increase of dask_job_activity_seconds_total): the `Rows shown` with the most "
+        "seconds (a fleet's day holds hundreds of thousands).", "s",
+        [target("topk($rows_shown, sum by (scheduler_start, job_id, prefix, activity) "
                 "(increase(dask_job_activity_seconds_total"
-                "{" + JOB_SEL + "}[$__range]))", "{{activity}}", instant=True, table=True)],
+                "{" + JOB_SEL + "}[$__range])))", "{{activity}}", instant=True, table=True)],
         w=12, h=9, merge=False, order=("scheduler_start", "job_id", "prefix", "activity"),
         rename={"Value": "seconds", "scheduler_start": "scheduler start", "job_id": "job"}))
     d.add(timeseries(

@@ -392,7 +392,8 @@ def _check_result(where: str, expr: str, legend: str, result: list[dict[str, Any
 LIVE_CASES = [("dask-metrics-cluster.json", {"worker": ".*", "idle_below": "0.05", "top": "64"}),
               ("dask-metrics-worker.json", {"worker": ".*", "gpu": ".*"}),
               ("dask-metrics-worker.json", {"worker": "w2", "gpu": ".*"}),
-              ("dask-metrics-jobs.json", {"worker": ".*", "job_id": ".*", "top": "20"})]
+              ("dask-metrics-jobs.json", {"worker": ".*", "job_id": ".*", "top": "20",
+                                          "workers_shown": "20", "rows_shown": "500"})]
 
 
 @requires_prometheus
@@ -460,6 +461,46 @@ def test_live_values_make_sense(live):
             assert len(shown) == 1 and mean[shown.pop()] == min(mean.values()), (shown, mean)
         else:
             assert shown == set(mean), (shown, mean)
+    _check_workers_shown(live)
+    _check_rows_shown(live)
+
+
+def _jobs_panel(title: str) -> dict[str, Any]:
+    (panel,) = [p for p in panels(load("dask-metrics-jobs.json")) if p["title"] == title]
+    return panel
+
+
+def _check_workers_shown(live: Live) -> None:
+    """The timeline keeps the `Workers shown` that processed tasks longest: the one with
+    the most task samples alone, then both, each with every DAG it ran."""
+    seconds = int(live.end - live.start) + 1
+    samples = {r["metric"]["worker"]: float(r["value"][1]) for r in live.query(
+        f"sum by (worker) (count_over_time(dask_job_worker_tasks{{dask_cluster="
+        f'"{live.stack.cluster}"}}[{seconds}s]))', live.end)}
+    assert set(samples) == {"w1", "w2"}, samples
+    panel = _jobs_panel("Which job and DAG ran on which worker")
+    rows = {}
+    for shown in ("1", "20"):
+        expr = substitute(panel["targets"][0]["expr"], live.grafana_vars(
+            worker=".*", job_id=".*", workers_shown=shown))
+        rows[shown] = {(r["metric"]["worker"], r["metric"]["job_id"], r["metric"]["dag_id"])
+                       for r in live.query_range(expr)}
+    longest = {w for w, n in samples.items() if n == max(samples.values())}  # a tie: either
+    assert len({w for w, _, _ in rows["1"]}) == 1, rows
+    assert {w for w, _, _ in rows["1"]} <= longest, (rows, samples)
+    assert {w for w, _, _ in rows["20"]} == {"w1", "w2"}, rows
+    assert rows["1"] == {r for r in rows["20"] if r[0] in {w for w, _, _ in rows["1"]}}
+
+
+def _check_rows_shown(live: Live) -> None:
+    """The activity table keeps the `Rows shown` with the most seconds."""
+    expr = _jobs_panel("Time per job, prefix and activity")["targets"][0]["expr"]
+    tables = {n: {tuple(r["metric"].get(k) for k in ("job_id", "prefix", "activity")):
+                  float(r["value"][1]) for r in live.query(substitute(
+                      expr, live.grafana_vars(job_id=".*", rows_shown=n)), live.end)}
+              for n in ("1", "100000")}
+    assert len(tables["100000"]) > 1 and len(tables["1"]) == 1, tables
+    assert list(tables["1"].values()) == [max(tables["100000"].values())], tables
 
 
 def d_load_jobs_table(live: Live) -> dict[str, float]:
