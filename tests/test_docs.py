@@ -236,6 +236,12 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
     "fc12744": Parsed(),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at c2dab52": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 300 --rounds 1 --commands report --at "
+    "c2dab52": Parsed(),
+    "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
+    "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml "
+    "--dashboards /tmp/before": Parsed(),
     "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
     "b202382 --before 98bbd29": Parsed(),
