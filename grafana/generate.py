@@ -358,6 +358,18 @@ def top_gpus(series: str, rank: str, pick: str = "topk") -> str:
     return f"{series} and on(worker, gpu) {pick}($top, {rank})"
 
 
+def top_workers(series: str, rank: str, pick: str = "topk") -> str:
+    """``series`` of the ``$workers_shown`` workers ranked by ``rank`` (one value per worker
+    at the range's end), as ``top_gpus``."""
+    return f"{series} and on(worker) {pick}($workers_shown, {rank})"
+
+
+def over_range(fn: str, metric: str) -> str:
+    """Each worker's ``fn`` (max_over_time, ...) of ``metric`` over the time range: a
+    ``top_workers`` rank."""
+    return f"max by (worker) ({fn}({metric}{{{W}}}[$__range] @ end()))"
+
+
 # ---- the dashboards --------------------------------------------------------------------------
 
 
@@ -646,9 +658,8 @@ def jobs() -> Dashboard:
         "(dask_job_worker_tasks; the value is the number of tasks), of the `Workers shown` "
         "that processed the selected jobs' tasks longest over the time range (a fleet's "
         "thousands of rows are no chart: pick workers, or show more).", "none",
-        [target(f"max by (worker, scheduler_start, job_id, dag_id) ({TASKS}) "
-                "and on(worker) topk($workers_shown, sum by (worker) "
-                f"(count_over_time({TASKS}[$__range] @ end())))",
+        [target(top_workers(f"max by (worker, scheduler_start, job_id, dag_id) ({TASKS})",
+                            f"sum by (worker) (count_over_time({TASKS}[$__range] @ end()))"),
                 "{{worker}} / job {{job_id}} / DAG {{dag_id}}")],
         h=10, show_value="auto", color={"mode": "continuous-GrYlRd"}, min_=0))
     d.add(
@@ -762,28 +773,40 @@ def jobs() -> Dashboard:
                 "job {{job_id}} / {{prefix}}")],
         w=12, h=9, stack=True, min_=0))
     d.row("Workers: memory and CPU beside the GPUs")
+    rss = over_range("max_over_time", "dask_job_worker_memory_bytes")
     d.add(
         timeseries("Worker memory", "Process memory of each worker (RSS) and the managed "
-                   "part (task results in RAM), from its heartbeats; spilled to disk beside.",
-                   "bytes",
-                   [target(f"dask_job_worker_memory_bytes{{{W}}}", "{{worker}} process"),
-                    target(f"dask_job_worker_managed_memory_bytes{{{W}}}", "{{worker}} managed"),
-                    target(f"dask_job_worker_spilled_bytes{{{W}}}", "{{worker}} spilled")],
+                   "part (task results in RAM), from its heartbeats; spilled to disk beside. "
+                   "The `Workers shown` with the largest RSS over the time range.", "bytes",
+                   [target(top_workers(f"dask_job_worker_memory_bytes{{{W}}}", rss),
+                           "{{worker}} process"),
+                    target(top_workers(f"dask_job_worker_managed_memory_bytes{{{W}}}", rss),
+                           "{{worker}} managed"),
+                    target(top_workers(f"dask_job_worker_spilled_bytes{{{W}}}", rss),
+                           "{{worker}} spilled")],
                    w=8, h=8, min_=0),
         timeseries("Worker CPU", "CPU of each worker process in cores (1 = one core busy), "
-                   "from its heartbeats.", "short",
-                   [target(f"dask_job_worker_cpu_ratio{{{W}}}", "{{worker}}")], w=8, h=8,
-                   min_=0),
+                   "from its heartbeats: the `Workers shown` busiest over the time range.",
+                   "short",
+                   [target(top_workers(f"dask_job_worker_cpu_ratio{{{W}}}",
+                                       over_range("avg_over_time", "dask_job_worker_cpu_ratio")),
+                           "{{worker}}")], w=8, h=8, min_=0),
         timeseries("GPU utilisation per worker", "Mean utilisation of each worker's GPUs "
-                   "(dask_gpu_busy_seconds_total), beside its CPU and memory.", "percentunit",
-                   [target(f"avg by (worker) ({BUSY})", "{{worker}}")], w=8, h=8, min_=0,
-                   max_=1),
+                   "(dask_gpu_busy_seconds_total), beside its CPU and memory: the `Workers "
+                   "shown` least used over the time range.", "percentunit",
+                   [target(top_workers(f"avg by (worker) ({BUSY})",
+                                       "avg by (worker) (rate(dask_gpu_busy_seconds_total"
+                                       f"{{{W}}}[$__range] @ end()))", "bottomk"),
+                           "{{worker}}")], w=8, h=8, min_=0, max_=1),
     )
+    pool = over_range("max_over_time", "dask_job_worker_rmm_pool_bytes")
     d.add(timeseries(
         "RMM per worker", "Each worker's RMM pool and the bytes in use in it (heartbeats; "
-        "absent on workers without rmm).", "bytes",
-        [target(f"dask_job_worker_rmm_pool_bytes{{{W}}}", "{{worker}} pool"),
-         target(f"dask_job_worker_rmm_used_bytes{{{W}}}", "{{worker}} in use")],
+        "absent on workers without rmm): the `Workers shown` with the largest pools over "
+        "the time range.", "bytes",
+        [target(top_workers(f"dask_job_worker_rmm_pool_bytes{{{W}}}", pool), "{{worker}} pool"),
+         target(top_workers(f"dask_job_worker_rmm_used_bytes{{{W}}}", pool),
+                "{{worker}} in use")],
         w=24, h=7, min_=0))
     d.row("DAGs")
     d.add(

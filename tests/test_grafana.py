@@ -463,6 +463,10 @@ def test_live_values_make_sense(live):
             assert shown == set(mean), (shown, mean)
     _check_workers_shown(live)
     _check_rows_shown(live)
+    by_worker: dict[str, list[float]] = {}
+    for (worker, _), value in mean.items():
+        by_worker.setdefault(worker, []).append(value)
+    _check_worker_panels(live, {w: sum(v) / len(v) for w, v in by_worker.items()})
 
 
 def _jobs_panel(title: str) -> dict[str, Any]:
@@ -490,6 +494,21 @@ def _check_workers_shown(live: Live) -> None:
     assert {w for w, _, _ in rows["1"]} <= longest, (rows, samples)
     assert {w for w, _, _ in rows["20"]} == {"w1", "w2"}, rows
     assert rows["1"] == {r for r in rows["20"] if r[0] in {w for w, _, _ in rows["1"]}}
+
+
+def _check_worker_panels(live: Live, gpu_use: dict[str, float]) -> None:
+    """Each worker panel keeps its `Workers shown`: one worker with 1, both with 20, and
+    "GPU utilisation per worker" the worker whose GPUs were used least."""
+    for title in ("Worker memory", "Worker CPU", "GPU utilisation per worker"):
+        panel = _jobs_panel(title)
+        for t in panel["targets"]:
+            shown = {}
+            for n in ("1", "20"):
+                expr = substitute(t["expr"], live.grafana_vars(worker=".*", workers_shown=n))
+                shown[n] = {r["metric"]["worker"] for r in live.query_range(expr)}
+            assert len(shown["1"]) == 1 and shown["20"] == {"w1", "w2"}, (title, shown)
+            if title == "GPU utilisation per worker":
+                assert gpu_use[shown["1"].pop()] == min(gpu_use.values()), gpu_use
 
 
 def _check_rows_shown(live: Live) -> None:
