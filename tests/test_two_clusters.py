@@ -136,7 +136,8 @@ def test_grafana_panels_show_the_chosen_cluster_only(clusters):
     (a, b), prometheus = clusters
     for chosen in (a, b):
         values = {"dask_cluster": chosen.cluster, "worker": ".+", "gpu": ".+", "job_id": ".+",
-                  "idle_below": "0.1", "top": "64", "__rate_interval": "4s", "__interval": "1s",
+                  "idle_below": "0.1", "top": "64", "workers_shown": "20", "rows_shown": "500",
+                  "__rate_interval": "4s", "__interval": "1s",
                   "__interval_ms": "1000", "__range": "2m", "__range_s": "120",
                   "__range_ms": "120000"}
         answered = 0
