@@ -5,6 +5,7 @@ sees half an output."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -111,9 +112,10 @@ def staged(out: Path, manifest: str = "export.json",
     """A hidden folder whose files are moved into ``out`` on success: the rule every output
     of the collector is published by (exports, reports, pictures, the watcher's exports).
 
-    A new ``out`` appears whole, by one rename of a folder made beside it; into an existing
-    one (a mount point, a volume: renames cannot leave its file system) the folder is made
-    inside it and each file is moved by its own atomic rename, the ``manifest`` (export.json,
+    A new ``out`` appears whole, by one rename of a folder made beside it (one that another
+    collector made meanwhile is joined as an existing one); into an existing one (a mount
+    point, a volume: renames cannot leave its file system) the folder is made inside it and
+    each file is moved by its own atomic rename, the ``manifest`` (export.json,
     report.json) last, so that it never lists a file not yet in place; then the files of an
     earlier output (``earlier(out)``: an export's are those its export.json listed) that
     this one did not write are removed. Other files are left. On any failure the staging
@@ -126,14 +128,20 @@ def staged(out: Path, manifest: str = "export.json",
     try:
         yield stage
         out.parent.mkdir(parents=True, exist_ok=True)
-        if out.exists():
-            old = earlier(out)
-            written = _move_into(stage, out, manifest)
-            for name in old - written:
-                (out / name).unlink(missing_ok=True)
-        else:
+        if not out.exists():
             stage.chmod(0o755)  # mkdtemp made it private
-            os.rename(stage, out)
+            try:
+                os.rename(stage, out)
+                return
+            except OSError as exc:
+                # another collector published the same new folder first: join it as one
+                # that existed, file by file (the last output written is the one in place)
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not out.is_dir():
+                    raise
+        old = earlier(out)
+        written = _move_into(stage, out, manifest)
+        for name in old - written:
+            (out / name).unlink(missing_ok=True)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
