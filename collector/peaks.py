@@ -22,10 +22,14 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, groupby
-from typing import NamedTuple
 
 from dask_metrics.collector.background import gc_paused, prefetched
-from dask_metrics.collector.batches import batch_chunk, range_batches, samples_per_gpu
+from dask_metrics.collector.batches import (
+    batch_chunk,
+    range_batches,
+    samples_per_gpu,
+    worker_batches,
+)
 from dask_metrics.collector.columns import (
     NEXT_PEAK_METRIC,
     NEXT_PEAK_TIME_METRIC,
@@ -60,10 +64,11 @@ from dask_metrics.collector.peaktime import (
     stamps_ms,
     upper_bound,
 )
+from dask_metrics.collector.pieces import pieces
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.series import Series, Timeline, join
-from dask_metrics.collector.tables import gpu_series
+from dask_metrics.collector.tables import GpuKey, gpu_order, gpu_series
 from dask_metrics.collector.timespec import to_ms
 from dask_metrics.contract import REPLICA_LABELS
 
@@ -79,7 +84,11 @@ PEAK_DATING = (PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC, SAMPLE
 PEAK_METRICS = (PEAK_METRIC, USED_METRIC, TOTAL_METRIC, *PEAK_DATING)
 
 
-def _total_at(totals: Sequence[tuple[int, float]], t: int) -> float | None:
+Capacity = list[tuple[int, float]]
+"""A GPU's total memory where it changed: (the first scrape of a value, the value)."""
+
+
+def _total_at(totals: Capacity, t: int) -> float | None:
     """The capacity at ``t``: the last total at or before it, else the first one after."""
     if not totals:
         return None
@@ -89,14 +98,13 @@ def _total_at(totals: Sequence[tuple[int, float]], t: int) -> float | None:
 
 def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
              peak_window: int) -> tuple[list[int], list[float]]:
-    """(time, bytes) to take the peak of: the peak gauge, except in the first peak window
-    after ``since``. There the first gauge sample, s1, may carry a peak from before
-    ``since``; a later one, at t, covers (t - window, t], whose part before ``since`` lies
-    within s1's window, so a value above s1's was reached after s1, in the session: those are
-    kept, with the raw used-memory samples, and the rest left out."""
-    peak, used = metrics.get(PEAK_METRIC), metrics.get(USED_METRIC)
-    if not peak:
-        return used or ([], [])
+    """(time, bytes) to take the peak of, for a GPU whose exporter has the peak gauge but
+    does not date it: the gauge, except in the first peak window after ``since``. There the
+    first gauge sample, s1, may carry a peak from before ``since``; a later one, at t,
+    covers (t - window, t], whose part before ``since`` lies within s1's window, so a value
+    above s1's was reached after s1, in the session: those are kept, with the raw
+    used-memory samples, and the rest left out."""
+    peak, used = metrics.get(PEAK_METRIC) or ([], []), metrics.get(USED_METRIC)
     if since is None:
         return peak
     cut = since + peak_window
@@ -109,6 +117,15 @@ def _sources(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | 
         early += zip(used[0][lo:hi], used[1][lo:hi], strict=True)
     early.sort()
     return [t for t, _ in early] + peak[0][i:], [v for _, v in early] + peak[1][i:]
+
+
+def _within(samples: tuple[list[int], list[float]] | None, lo: int, hi: int
+            ) -> tuple[list[int], list[float]]:
+    """The samples in [lo, hi], NaN left out."""
+    if not samples:
+        return [], []
+    kept = [(t, v) for t, v in zip(*samples, strict=True) if lo <= t <= hi and v == v]
+    return [t for t, _ in kept], [v for _, v in kept]
 
 
 def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
@@ -133,110 +150,260 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
                       sample_interval=sample_interval)[0]
 
 
-class _Readings(NamedTuple):
-    """One GPU's readings in the range, dated, with what its peak windows cover."""
-
-    gpu: str
-    uuid: str
-    known: Cover | None  # None without peak samples
-    totals: list[tuple[int, float]]
-    dated: bool
-    times: list[int]
-    values: list[float]
-
-
 def peaks_over(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
                timelines: Sequence[tuple[Timeline, bool]], max_age: int, *,
                since: int | None = None, peak_window: int = to_ms(DEFAULT_PEAK_WINDOW),
                names: JobNames = NO_NAMES, until: int | None = None,
                sample_interval: int = 500) -> list[list[Peak]]:
-    """``gpu_peaks`` of one worker for each (timeline, by_job): the series are grouped by
-    GPU, dated and their windows covered once for all (the report asks by DAG and by GPU)."""
-    rounds = _exporter_series(series_by_metric.get(SAMPLES_METRIC, ()))
-    rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
-    lo = -(2**62) if since is None else since
-    hi = 2**62 if until is None else until
-    # the exporter dates every GPU's used memory alike: at the end of its sampling round
-    ended = stamps_ms(rounds_at, rounds_at) if rounds_at else None
-    readings = []
-    for (gpu, uuid), metrics in gpu_series(series_by_metric).items():
-        if not gpu and not uuid:
-            continue  # the exporter's own series
-        dates = peak_dates(metrics) if metrics.get(PEAK_METRIC) else None
-        known = cover(metrics, reaches(metrics[PEAK_METRIC][0], rounds, peak_window,
-                                       sample_interval), dates) if dates is not None else None
-        totals = list(zip(*metrics.get(TOTAL_METRIC, ([], [])), strict=True))
-        dated = bool(metrics.get(PEAK_TIME_METRIC)) and dates is not None
-        if dated:
-            used = metrics.get(USED_METRIC)
-            same = ended is not None and used is not None and used[0] == rounds_at[0]
-            times, values = dated_readings(metrics, lo, hi, rounds_at, dates,
-                                           ended if same else None)
-        else:
-            times, values = _undated(metrics, since, hi, peak_window)
-        readings.append(_Readings(gpu, uuid, known, totals, dated, times, values))
-    return [_peaks_on(worker, readings, activity, by_job, max_age, lo, hi, names)
-            for activity, by_job in timelines]
+    """``gpu_peaks`` of one worker for each (timeline, by_job), its range read whole: the
+    series are grouped by GPU, dated and their windows covered once for all (the report
+    asks by DAG and by GPU)."""
+    fold = PeakFold(worker, [by_job for _, by_job in timelines], max_age, since=since,
+                    until=until, peak_window=peak_window, sample_interval=sample_interval,
+                    names=names)
+    fold.add(series_by_metric, [activity for activity, _ in timelines], fold.lo, fold.hi + 1)
+    return fold.result()
 
 
-def _peaks_on(worker: str, readings: Sequence[_Readings], activity: Timeline, by_job: bool,
-              max_age: int, lo: int, hi: int, names: JobNames) -> list[Peak]:
-    job_spans = _spans(activity, max_age, lo, hi) if by_job else {}
-    peaks = []
-    for reading in readings:
-        gpu, uuid, known, totals, dated, times, values = reading
+DATED, GAUGE, USED = "dated", "gauge", "used"
+"""The rules a GPU's readings follow: dated peak samples and used memory (peaktime), the
+undated gauge (``_sources``), used memory alone (no peak gauge at all)."""
+NO_COVER = Cover([], [], [], 0, [], [], [], True)
+LATER = 2**62  # a GPU's last scrape, where it has more after the piece
 
-        def at_most(spans: Sequence[tuple[int, int]], t: int, reading: _Readings = reading
-                    ) -> Peak:
-            """No reading is dated inside ``spans``: what the windows say (see Peak)."""
-            return _at_most(worker, reading, spans, activity.at(t, max_age), t, names)
 
-        if not times and not by_job:
-            if dated and known and known.times[0] - known.reach[0] < hi:  # shorter than a
-                peaks.append(at_most([(lo, hi)], max(lo, known.times[0])))  # scrape
-            continue
-        states = activity.at_each(times, max_age)
-        best: dict[str, tuple[float, int, int]] = {}  # job: (peak, -time, position)
+class _Gpu:
+    """What one GPU of the worker carries from one piece of the range to the next."""
+
+    __slots__ = ("dated", "first", "first_at", "last", "peaked", "totals", "totals_to")
+
+    def __init__(self) -> None:
+        self.first: int | None = None  # its first peak window's start
+        self.first_at: int | None = None  # its first peak scrape
+        self.last = -LATER  # its last peak scrape so far
+        self.dated = False  # a peak stamp, in any piece
+        self.peaked = False  # a peak sample, in any piece
+        self.totals: Capacity = []
+        self.totals_to = -LATER  # the last total scrape taken into ``totals``
+
+    def take_totals(self, totals: tuple[list[int], list[float]] | None) -> None:
+        """The capacity samples of a piece, each change kept (pieces overlap: once)."""
+        for t, v in zip(*(totals or ([], [])), strict=True):
+            if t <= self.totals_to:
+                continue
+            self.totals_to = t
+            prev = self.totals[-1][1] if self.totals else None
+            if prev is None or not (v == prev or (v != v and prev != prev)):
+                self.totals.append((t, v))
+
+
+Best = tuple[float, int, tuple[str, str]]  # (value, -time, (job, dag))
+
+
+class _Found:
+    """What one timeline's peaks of one GPU carry from piece to piece."""
+
+    __slots__ = ("best", "bounds", "first", "pending")
+
+    def __init__(self) -> None:
+        self.best: dict[str, dict[str, Best]] = {}  # rule: {job key: the best reading}
+        self.bounds: dict[str, float] = {}  # job key: the highest its windows may hide
+        # {(the GPU's last scrape then, job key): (bound if that is its last, if not)}
+        self.pending: dict[tuple[int, str], tuple[float, float]] = {}
+        self.first: tuple[int, tuple[str, str]] | None = None  # by GPU: its first moment
+
+
+class PeakFold:
+    """The peaks of one worker (``gpu_peaks``, for each of ``by_jobs``' timelines) over
+    consecutive pieces of its range, each piece's samples let go once it is added: what a
+    long range holds is the worker's GPUs' best readings, bounds and capacity changes, not
+    its samples. The peaks are those of the range read whole (``peaks_over``): a piece's
+    readings are those dated inside it, its bounds those of its moments (every window that
+    covers one is a sample of the piece's read, which reaches a peak window past it), each
+    asked of the job's whole span and the GPU's whole data (its first window, carried; its
+    last scrape, known at the end: a bound that depends on it is kept both ways until
+    then); the rule of an exporter that does not date its peaks is chosen at the end too.
+    Exact for peak stamps up to a scrape interval off their scrape."""
+
+    def __init__(self, worker: str, by_jobs: Sequence[bool], max_age: int, *,
+                 since: int | None = None, until: int | None = None,
+                 peak_window: int = to_ms(DEFAULT_PEAK_WINDOW), sample_interval: int = 500,
+                 names: JobNames = NO_NAMES) -> None:
+        self.worker, self.by_jobs, self.max_age, self.names = worker, by_jobs, max_age, names
+        self.since, self.peak_window, self.sample_interval = since, peak_window, sample_interval
+        self.lo = -(2**62) if since is None else since
+        self.hi = 2**62 if until is None else until
+        self._gpus: dict[GpuKey, _Gpu] = {}
+        self._found: list[dict[GpuKey, _Found]] = [{} for _ in by_jobs]
+        self._starts: list[dict[str, tuple[int, tuple[str, str]]]] = [{} for _ in by_jobs]
+
+    def add(self, series_by_metric: Mapping[str, Iterable[Series]],
+            activities: Sequence[Timeline], a: int, b: int, margin: int | None = None,
+            final: bool = True) -> None:
+        """The piece of the range from ``a`` to ``b`` (ms; the next piece's start, or the
+        range's end + 1): its samples from ``a`` (the first piece: from the range's read
+        start) to a peak window past ``b``, and per timeline what ran from ``a - margin``
+        (less ``max_age``) to ``b + margin``, ``margin`` at least a peak window (None: the
+        whole range). Pieces come in order, each at least a peak window long, the
+        ``final`` one last."""
+        lo, hi, age = self.lo, self.hi, self.max_age
+        moments = (a, min(b, hi))
+        rounds = _exporter_series(series_by_metric.get(SAMPLES_METRIC, ()))
+        rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
+        # the exporter dates every GPU's used memory alike: at the end of its sampling round
+        ended = stamps_ms(rounds_at, rounds_at) if rounds_at else None
+        local = {key: metrics for key, metrics in gpu_series(series_by_metric).items()
+                 if key[0] or key[1]}  # not the exporter's own series
+        edges = (lo, hi) if margin is None else (max(lo, a - margin), min(hi, b + margin))
+        spans = []
+        for k, (activity, by_job) in enumerate(zip(activities, self.by_jobs, strict=True)):
+            found = {"": [(lo, hi)]} if not by_job else {
+                key: kept for key, mine in _spans(activity, age, *edges).items()
+                if (kept := [(x, y) for x, y in mine if x < moments[1] and y > a])}
+            spans.append(found)
+            for key, mine in found.items():
+                # a span from before the piece is the earlier piece's: there it starts
+                t = max(mine[0][0], a)
+                if by_job and (key not in self._starts[k] or t < self._starts[k][key][0]):
+                    self._starts[k][key] = (t, activity.at(t, age))
+        for key in [*local, *(key for key in self._gpus if key not in local)]:
+            g = self._gpus.setdefault(key, _Gpu())
+            metrics = local.get(key, {})
+            g.take_totals(metrics.get(TOTAL_METRIC))
+            peak, known, latest = metrics.get(PEAK_METRIC), NO_COVER, -LATER
+            dates = None
+            if peak:
+                dates = peak_dates(metrics)
+                reach = reaches(peak[0], rounds, self.peak_window, self.sample_interval)
+                known = cover(metrics, reach, dates)
+                if g.first is None:
+                    g.first, g.first_at = peak[0][0] - reach[0], peak[0][0]
+                g.last = max(g.last, peak[0][-1])
+                g.peaked = True
+                g.dated = g.dated or bool(metrics.get(PEAK_TIME_METRIC))
+                if not final:
+                    latest = max((d for st in known.stretches for *_, d in st if d is not None),
+                                 default=-LATER)
+            rules = self._readings(g, metrics, rounds_at, ended, dates, a, b - 1)
+            for k, activity in enumerate(activities):
+                self._fold(k, key, g, rules, activity, spans[k], known, moments,
+                           final or (g.last >= moments[1] and latest <= g.last))
+
+    def _readings(self, g: _Gpu, metrics: Mapping[str, tuple[list[int], list[float]]],
+                  rounds_at: tuple[list[int], list[float]] | None,
+                  ended: list[int | None] | None, dates: list[int | None] | None,
+                  lo: int, hi: int) -> dict[str, tuple[list[int], list[float]]]:
+        """A piece's readings dated in [lo, hi] by each rule its GPU may turn out to follow
+        (the undated ones only while no stamp was seen)."""
+        used = metrics.get(USED_METRIC)
+        same = ended is not None and used is not None and rounds_at is not None \
+            and used[0] == rounds_at[0]
+        rules = {DATED: dated_readings(metrics, lo, hi, rounds_at, dates,
+                                       ended if same else None)}
+        if not g.dated:
+            rules[GAUGE] = _within(_sources(metrics, self.since, self.peak_window), lo, hi)
+            rules[USED] = _within(used, lo, hi)
+        return rules
+
+    def _fold(self, k: int, key: GpuKey, g: _Gpu,
+              rules: Mapping[str, tuple[list[int], list[float]]], activity: Timeline,
+              spans: Mapping[str, list[tuple[int, int]]], known: Cover,
+              moments: tuple[int, int], settled: bool) -> None:
+        """One piece of one GPU into timeline ``k``'s peaks: its best reading per job key
+        and rule, and the bounds of its moments (``settled``: the same whatever the GPU's
+        last scrape turns out to be)."""
+        by_job = self.by_jobs[k]
+        found = self._found[k].setdefault(key, _Found())
+        if not by_job and found.first is None and g.first_at is not None:
+            t = max(self.lo, g.first_at)
+            found.first = (t, activity.at(t, self.max_age))
+        local = {rule: self._best_in(readings, activity, by_job)
+                 for rule, readings in rules.items()}
+        for rule, mine in local.items():
+            best = found.best.setdefault(rule, {})
+            for job, got in mine.items():
+                if job not in best or got[:2] > best[job][:2]:
+                    best[job] = got
+        if g.first is None:
+            return  # no peak sample yet: its data starts after these moments
+        dated = {job: got[0] for job, got in local[DATED].items()}
+        for job, mine in spans.items():
+            at = dated.get(job, -math.inf)
+
+            def bound(last: int, mine: list[tuple[int, int]] = mine, at: float = at) -> float:
+                return max(upper_bound(known, x, y, at, (g.first, last), moments)
+                           for x, y in mine)
+
+            if settled:
+                found.bounds[job] = max(found.bounds.get(job, -math.inf), bound(g.last))
+            else:
+                ends, later = found.pending.get((g.last, job), (-math.inf, -math.inf))
+                found.pending[g.last, job] = (max(ends, bound(g.last)), max(later, bound(LATER)))
+
+    def _best_in(self, readings: tuple[list[int], list[float]], activity: Timeline,
+                 by_job: bool) -> dict[str, Best]:
+        """The first reading at the maximum per job key (by_job: readings while the worker
+        was idle left out)."""
+        times, values = readings
+        best: dict[str, Best] = {}
         pos = 0
-        for state, run in groupby(states):  # a state holds for many samples in a row
-            end = pos + len(list(run))
+        for state, run in groupby(activity.at_each(times, self.max_age)):
+            end = pos + len(list(run))  # a state holds for many samples in a row
             job = state[0] if by_job else ""
             if job or not by_job:
                 top = max(values[pos:end])  # its first sample at the maximum
                 i = values.index(top, pos, end)
                 if job not in best or (top, -times[i]) > best[job][:2]:
-                    best[job] = (top, -times[i], i)
+                    best[job] = (top, -times[i], state)
             pos = end
-        unseen = {}  # jobs that ran with no reading dated inside their spans
-        if dated and known:
-            unseen = {key: at_most(spans, spans[0][0]) for key, spans in job_spans.items()
-                      if key not in best and spans[0][0] < known.times[-1]}
-        for key in sorted([*best, *unseen], key=job_order):
-            if key in unseen:
-                peaks.append(unseen[key])
+        return best
+    def result(self) -> list[list[Peak]]:
+        """The peaks of every timeline, once the final piece is added."""
+        return [self._peaks(k) for k in range(len(self.by_jobs))]
+
+    def _peaks(self, k: int) -> list[Peak]:
+        by_job, hi = self.by_jobs[k], self.hi
+        peaks = []
+        for key in sorted(self._found[k], key=gpu_order):
+            g, found = self._gpus[key], self._found[k][key]
+            for (last, job), (ends, later) in found.pending.items():
+                found.bounds[job] = max(found.bounds.get(job, -math.inf),
+                                        ends if last == g.last else later)
+            dated = g.dated and g.peaked
+            best = found.best.get(DATED if dated else GAUGE if g.peaked else USED, {})
+
+            def at_most(job: str, t: int, state: tuple[str, str], g: _Gpu = g,
+                        found: _Found = found, key: GpuKey = key) -> Peak:
+                """No reading is dated inside the job's spans: what the windows say."""
+                bound = max(found.bounds.get(job, -math.inf), 0.0)
+                return self._peak(key, g, bound if math.isfinite(bound) else math.nan, t,
+                                  state, bound, True)
+
+            if not best and not by_job:
+                if dated and found.first is not None and g.first is not None and g.first < hi:
+                    peaks.append(at_most("", *found.first))  # shorter than a scrape
                 continue
-            i = best[key][2]
-            t, v, (job, dag) = times[i], values[i], states[i]
-            upper = None
-            if dated and known:
-                spans = [(lo, hi)] if not by_job else job_spans.get(key, [])
-                bound = max((upper_bound(known, a, b, v) for a, b in spans), default=v)
-                upper = bound if bound > v else None
-            peaks.append(Peak(worker, gpu, uuid, v, _total_at(totals, t), t, job, dag,
-                              names.names.get(job, ""), names.phase(job, dag), upper, dated))
-    return peaks
+            unseen = {}  # jobs that ran with no reading dated inside their spans
+            if dated and by_job:
+                unseen = {job: at_most(job, *start) for job, start in self._starts[k].items()
+                          if job not in best and start[0] < g.last}
+            for job in sorted([*best, *unseen], key=job_order):
+                if job in unseen:
+                    peaks.append(unseen[job])
+                    continue
+                v, t, state = best[job][0], -best[job][1], best[job][2]
+                upper = None
+                if dated:
+                    bound = max(v, found.bounds.get(job, -math.inf))
+                    upper = bound if bound > v else None
+                peaks.append(self._peak(key, g, v, t, state, upper, dated))
+        return peaks
 
-
-def _at_most(worker: str, reading: _Readings, spans: Sequence[tuple[int, int]],
-             state: tuple[str, str], t: int, names: JobNames) -> Peak:
-    """The peak of a GPU in ``spans`` where no reading is dated inside them: the highest
-    its windows may hide there, as a bound (Peak: peak_bytes == upper_bytes)."""
-    assert reading.known is not None
-    bound = max(upper_bound(reading.known, a, b, 0.0) for a, b in spans)
-    job, dag = state
-    return Peak(worker, reading.gpu, reading.uuid, bound if math.isfinite(bound) else math.nan,
-                _total_at(reading.totals, t), t, job, dag, names.names.get(job, ""),
-                names.phase(job, dag), bound)
+    def _peak(self, key: GpuKey, g: _Gpu, value: float, t: int, state: tuple[str, str],
+              upper: float | None, dated: bool) -> Peak:
+        job, dag = state
+        return Peak(self.worker, key[0], key[1], value, _total_at(g.totals, t), t, job, dag,
+                    self.names.names.get(job, ""), self.names.phase(job, dag), upper, dated)
 
 
 def tail_of(windows: Mapping[str, tuple[int, int]], default: int) -> int:
@@ -297,7 +464,9 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
           peak_window: float = DEFAULT_PEAK_WINDOW) -> list[Peak]:
     """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
     worker, GPU and job. The samples of two batches of workers are in memory at a time (the
-    one dated, the next one read; ``progress`` is called as a batch is read). ``cluster``,
+    one dated, the next one read; ``progress`` is called as a batch is read), of a range
+    longer than a ``chunk`` a chunk of it at a time (PeakFold), so that memory holds the
+    same whatever the number of workers and the length of the range. ``cluster``,
     ``replica_labels``, ``any_cluster`` as for ``export.find_workers``; ``peak_window``: the
     peak window (seconds) of exporters that do not say theirs.
 
@@ -321,28 +490,62 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     # the range's jobs (start, end: the GPUs' data, whose dated peaks reach before it)
     job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age, scope))
     per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)
-    batches = range_batches(chosen, per_gpu, start, end, chunk_ms)
+    parts = _parts(begin, until_ms, start, end, max(chunk_ms, tail))
+    whole = len(parts) == 1
+    # a range held whole is read in as few queries as its answers allow; a longer one a
+    # chunk at a time, folded (PeakFold), a batch's chunk in memory whatever the range
+    batches = (range_batches(chosen, per_gpu, start, end, chunk_ms) if whole
+               else worker_batches(chosen, per_gpu))
     firsts = list(accumulate([0, *map(len, batches)]))
+    steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
+    margin = 2 * tail  # what ran around a piece: the spans its windows' stamps lie in
 
-    def fetch(b: int) -> tuple[list[str], dict[str, dict[str, list[Series]]],
-                               dict[str, Timeline]]:
+    def fetch(at: tuple[int, int]) -> tuple[list[str], dict[str, dict[str, list[Series]]],
+                                             dict[str, Timeline]]:
+        b, k = at
         names = [w.name for w in batches[b]]
         if progress:
-            progress(firsts[b], len(chosen), names[0], None)
-        wide = batch_chunk(batches[b], per_gpu, chunk_ms)
-        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, wide, None,
-                                        age, scope),
-                fetch_worker_activity(client, names, timeline, start - age, end, wide, age,
-                                      scope))
+            progress(firsts[b] + len(names) * k / len(parts), len(chosen), names[0], None)
+        if whole:
+            wide = batch_chunk(batches[b], per_gpu, chunk_ms)
+            return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, wide,
+                                            None, age, scope),
+                    fetch_worker_activity(client, names, timeline, start - age, end, wide,
+                                          age, scope))
+        a, z = parts[k]
+        ran = (a - margin - age, z + margin)
+        known = timeline.between(ran[0], lookahead(ran[1], age))
+        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start if k == 0 else a,
+                                        min(end, z + tail), chunk_ms, None, age, scope),
+                fetch_worker_activity(client, names, known, *ran, chunk_ms, age, scope))
 
     found: list[Peak] = []
-    # the next batch is read while this one's peaks are dated: Prometheus and the collector
-    # work at the same time
-    for names, series, activity in prefetched(fetch, range(len(batches))):
+    folds: dict[str, PeakFold] = {}
+    # the next batch (or chunk) is read while this one's peaks are dated: Prometheus and
+    # the collector work at the same time
+    for (_, k), (names, series, activity) in zip(steps, prefetched(fetch, steps),
+                                                 strict=True):
         for name in names:
-            found += gpu_peaks(name, series[name], activity[name], age, by_job=by == "job",
-                               since=begin, until=until_ms, names=job_names,
-                               **window_keywords(windows.get(name, default)))
+            fold = folds.setdefault(name, PeakFold(
+                name, [by == "job"], age, since=begin, until=until_ms, names=job_names,
+                **window_keywords(windows.get(name, default))))
+            fold.add(series[name], [activity[name]], *parts[k],
+                     margin=None if whole else margin, final=k == len(parts) - 1)
+            if k == len(parts) - 1:
+                found += folds.pop(name).result()[0]
     if progress:
         progress(len(chosen), len(chosen), "", None)
     return found
+
+
+def _parts(begin: int, until: int, start: int, end: int, length: int
+           ) -> list[tuple[int, int]]:
+    """PeakFold's pieces of [begin, until] (ms), each from its start to the next one's
+    (the last to until + 1): chunks of ``length`` where the data (read from ``start`` to
+    ``end``) lies, a short last one riding with the one before (pieces.pieces)."""
+    lo = min(max(begin, start), until)
+    cut = [(p.lo, p.hi + 1) for p in pieces(lo, max(min(until, end), lo), start, end,
+                                             length, 0)]
+    cut[0] = (begin, cut[0][1])
+    cut[-1] = (cut[-1][0], until + 1)
+    return cut

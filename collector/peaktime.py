@@ -142,10 +142,12 @@ def cover(metrics: Mapping[str, Samples], reach: list[int],
     for t, v, d, r, after, when in zip(times, values, dates, reach, nexts, next_dates,
                                        strict=True):
         if d is not None and after is not None and when and math.isfinite(when):
-            out.append(((t - r, d, v, d), (d, t, after, round(when * 1000))))
-            # (t - r, d] and (d, t], either empty where the stamp lies outside the window
-            lows.append(t - r if t - r < d else d)
-            highs.append(t if d < t else d)
+            # (t - r, d] and (d, t]: a stamp outside the window (another host's clock) splits
+            # it at its edge, so that no stretch reaches beyond the window it was read of
+            cut = min(max(d, t - r), t)
+            out.append(((t - r, cut, v, d), (cut, t, after, round(when * 1000))))
+            lows.append(t - r)
+            highs.append(t)
             tops.append(max(v, after))
         else:
             out.append(((t - r, t, v, d),))
@@ -157,29 +159,36 @@ def cover(metrics: Mapping[str, Samples], reach: list[int],
     return Cover(times, reach, out, max(reach, default=0), lows, highs, tops, numbers)
 
 
-def upper_bound(known: Cover, lo: int, hi: int, found: float) -> float:
+def upper_bound(known: Cover, lo: int, hi: int, found: float,
+                data: tuple[int, int] | None = None,
+                moments: tuple[int, int] | None = None) -> float:
     """How high the memory of one GPU may have been in [lo, hi] (ms), given that it was
     ``found`` at most: ``found`` when every moment lies in a stretch whose maximum is dated
     inside the range, else the largest stretch maximum that may hide a moment,
     ``math.inf`` where a moment lies in no stretch (see ``cover``). The range is first
-    narrowed to the GPU's data (from its first window's start to its last scrape): before
-    and after, nothing claims to know it."""
+    narrowed to the GPU's data (``data``: from its first window's start to its last
+    scrape, those of ``known`` where not given): before and after, nothing claims to know
+    it. ``moments``: only the moments of the range within (a, b) are asked, whose
+    stretches ``known`` holds (a piece of a longer range: the answer over the whole range
+    is the largest of its pieces')."""
     times, reach = known.times, known.reach
-    if not times:
+    if not times and data is None:
         return math.inf
-    lo, hi = max(lo, times[0] - reach[0]), min(hi, times[-1])
-    if lo >= hi:
+    first, last = data if data is not None else (times[0] - reach[0], times[-1])
+    lo, hi = max(lo, first), min(hi, last)
+    a, b = (lo, hi) if moments is None else (max(lo, moments[0]), min(hi, moments[1]))
+    if a >= b:
         return found
     # the scrapes whose windows can reach into the range: a job's span costs its own scrapes
-    first, last = bisect_left(times, lo), bisect_right(times, hi + known.longest)
+    first, last = bisect_left(times, a), bisect_right(times, b + known.longest)
     if known.numbers and max(known.tops[first:last], default=-math.inf) <= found:
         # no stretch above it (nor one outside the range): only a hole says more
         covered = _covered(zip(known.lows[first:last], known.highs[first:last], strict=True),
-                           lo, hi)
+                           a, b)
         return found if covered else math.inf
-    spans = [(max(a, lo), min(b, hi), v, d is not None and lo <= d <= hi)
-             for stretches in known.stretches[first:last] for a, b, v, d in stretches]
-    return _swept([x for x in spans if x[0] < x[1]], lo, hi, found)
+    spans = [(max(x, a), min(y, b), v, d is not None and lo <= d <= hi)
+             for stretches in known.stretches[first:last] for x, y, v, d in stretches]
+    return _swept([x for x in spans if x[0] < x[1]], a, b, found)
 
 
 Span = tuple[int, int, float, bool]

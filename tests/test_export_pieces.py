@@ -99,3 +99,23 @@ def test_the_monitors_gpu_time_per_prefix_in_pieces_is_the_whole_ranges(
         mine = rows(chunk)
         assert [{k: v if isinstance(v, str) or v is None else pytest.approx(v, rel=1e-12)
                  for k, v in r.items()} for r in whole] == mine, chunk
+
+
+@pytest.mark.parametrize("by", ["gpu", "job"])
+def test_peaks_folded_a_chunk_at_a_time_are_the_peaks_read_whole(
+        fleet: tuple[PrometheusServer, int], by: str) -> None:
+    """peaks over a range of many peak windows, read and folded a chunk at a time
+    (peaks.PeakFold): the same peaks, bounds, times and jobs as the range read whole, with
+    each piece's activity read around it alone. The fleet's stamps all say its first second,
+    so every bound is asked of the windows, across the pieces' edges."""
+    from dask_metrics.collector.peaks import peaks
+
+    server, t0 = fleet
+    since, until = t0 + 101.3, t0 + 1497.9
+    with PrometheusClient(ConnectionSettings(server.url)) as client:
+        whole = peaks(client, since, until, by=by, chunk=WHOLE, cluster=fleet_data.CLUSTER)
+        assert len({p.job for p in whole}) == (3 if by == "job" else 1)
+        assert any(p.upper_bytes is not None for p in whole)
+        for chunk in (60.0, 47.0):
+            assert peaks(client, since, until, by=by, chunk=chunk,
+                         cluster=fleet_data.CLUSTER) == whole, chunk
