@@ -490,12 +490,16 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     # the range's jobs (start, end: the GPUs' data, whose dated peaks reach before it)
     job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age, scope))
     per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)
-    parts = _parts(begin, until_ms, start, end, max(chunk_ms, tail))
+    # a range is folded (PeakFold) a piece at a time, as many chunks long as one worker's
+    # answer holds (the fewer pieces, the less read twice around their edges), a batch's
+    # piece in memory whatever the range; a range of one piece is read whole, in as few
+    # queries as its answers allow
+    widest = max(chosen, key=lambda w: len(w.gpus), default=None)
+    length = batch_chunk([widest], per_gpu, chunk_ms) if widest else chunk_ms
+    parts = _parts(begin, until_ms, start, end, max(length, tail))
     whole = len(parts) == 1
-    # a range held whole is read in as few queries as its answers allow; a longer one a
-    # chunk at a time, folded (PeakFold), a batch's chunk in memory whatever the range
     batches = (range_batches(chosen, per_gpu, start, end, chunk_ms) if whole
-               else worker_batches(chosen, per_gpu))
+               else worker_batches(chosen, per_gpu * length / chunk_ms))
     firsts = list(accumulate([0, *map(len, batches)]))
     steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
     margin = 2 * tail  # what ran around a piece: the spans its windows' stamps lie in
@@ -516,8 +520,8 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
         ran = (a - margin - age, z + margin)
         known = timeline.between(ran[0], lookahead(ran[1], age))
         return (names, fetch_gpu_series(client, names, PEAK_METRICS, start if k == 0 else a,
-                                        min(end, z + tail), chunk_ms, None, age, scope),
-                fetch_worker_activity(client, names, known, *ran, chunk_ms, age, scope))
+                                        min(end, z + tail), length, None, age, scope),
+                fetch_worker_activity(client, names, known, *ran, length, age, scope))
 
     found: list[Peak] = []
     folds: dict[str, PeakFold] = {}

@@ -104,7 +104,7 @@ def test_the_monitors_gpu_time_per_prefix_in_pieces_is_the_whole_ranges(
 @pytest.mark.parametrize("by", ["gpu", "job"])
 def test_peaks_folded_a_chunk_at_a_time_are_the_peaks_read_whole(
         fleet: tuple[PrometheusServer, int], by: str) -> None:
-    """peaks over a range of many peak windows, read and folded a chunk at a time
+    """peaks over a range of many peak windows, read and folded a piece at a time
     (peaks.PeakFold): the same peaks, bounds, times and jobs as the range read whole, with
     each piece's activity read around it alone. The fleet's stamps all say its first second,
     so every bound is asked of the windows, across the pieces' edges."""
@@ -116,6 +116,8 @@ def test_peaks_folded_a_chunk_at_a_time_are_the_peaks_read_whole(
         whole = peaks(client, since, until, by=by, chunk=WHOLE, cluster=fleet_data.CLUSTER)
         assert len({p.job for p in whole}) == (3 if by == "job" else 1)
         assert any(p.upper_bytes is not None for p in whole)
-        for chunk in (60.0, 47.0):
+        # a piece is as many chunks as one worker's answer holds (at most 24): pieces of
+        # 96 s and 216 s, their edges between samples
+        for chunk in (4.0, 9.0):
             assert peaks(client, since, until, by=by, chunk=chunk,
                          cluster=fleet_data.CLUSTER) == whole, chunk
