@@ -374,8 +374,10 @@ class PeakFold:
 
             def at_most(job: str, t: int, state: tuple[str, str], g: _Gpu = g,
                         found: _Found = found, key: GpuKey = key) -> Peak:
-                """No reading is dated inside the job's spans: what the windows say."""
-                bound = max(found.bounds.get(job, -math.inf), 0.0)
+                """No reading is dated inside the job's spans: what the windows say; where
+                no moment of them lies in the GPU's data (it had none then), unknown."""
+                bound = found.bounds.get(job, -math.inf)
+                bound = max(bound, 0.0) if bound > -math.inf else math.inf
                 return self._peak(key, g, bound if math.isfinite(bound) else math.nan, t,
                                   state, bound, True)
 

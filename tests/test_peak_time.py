@@ -276,3 +276,21 @@ def test_a_sample_count_that_is_no_number_is_as_good_as_none(bad):
                                                [rounds.values[k] for k in kept])]}
     for a, b in ((0, 300), (50, 150), (110, 140), (190, 240)):
         assert session_peak(mangled, a, b, window=30) == session_peak(missing, a, b, window=30)
+
+
+def test_a_job_before_the_gpus_first_sample_has_an_unknown_peak_not_zero():
+    """The sidecar's first scrape comes after job 0 ran: no window covers any of its time,
+    so its peak is unknown (no number, no bound), not "at most 0"; job 1, in the data, has
+    its own."""
+    memory = steps((160, 161, 5))
+    held = scrape(memory, 5, window=30, end=300, phase=0.25)
+    late = {m: [Series(s.labels, [t for t in s.times if t >= ms(150)],
+                       [v for t, v in zip(s.times, s.values, strict=True) if t >= ms(150)])
+                for s in found] for m, found in held.items()}
+    timeline = Timeline([ms(t) for t in (100, 105, 140, 145, 150, 155, 160, 165)],
+                        [("0", "0")] * 2 + [("1", "0")] * 6)
+    found = {p.job: p for p in gpu_peaks("w", late, timeline, 10_000, by_job=True,
+                                          since=ms(100), until=ms(200), peak_window=30_500,
+                                          sample_interval=500)}
+    assert math.isnan(found["0"].peak_bytes) and found["0"].upper_bytes == math.inf
+    assert found["1"].peak_bytes == 5 * GiB and found["1"].exact
