@@ -265,6 +265,8 @@ ACCOUNTS: dict[str, Account] = {
     "60c331b --before 85c79ce": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 --rounds 2 --commands report --at "
     "60c331b --before 85c79ce": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 3 --hours 168 --rounds 1 --commands peaks "
+    "--at 4ef4655 --before b1b7d39": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 3 --commands peaks "
     "--at 4ef4655 --before b1b7d39": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
