@@ -169,7 +169,7 @@ DATED, GAUGE, USED = "dated", "gauge", "used"
 """The rules a GPU's readings follow: dated peak samples and used memory (peaktime), the
 undated gauge (``_sources``), used memory alone (no peak gauge at all)."""
 NO_COVER = Cover([], [], [], 0, [], [], [], True)
-LATER = 2**62  # a GPU's last scrape, where it has more after the piece
+LATER = 2**62  # ms past any time: an open range's edge, a GPU's last scrape with more to come
 
 
 class _Gpu:
@@ -231,8 +231,8 @@ class PeakFold:
                  names: JobNames = NO_NAMES) -> None:
         self.worker, self.by_jobs, self.max_age, self.names = worker, by_jobs, max_age, names
         self.since, self.peak_window, self.sample_interval = since, peak_window, sample_interval
-        self.lo = -(2**62) if since is None else since
-        self.hi = 2**62 if until is None else until
+        self.lo = -LATER if since is None else since
+        self.hi = LATER if until is None else until
         self._gpus: dict[GpuKey, _Gpu] = {}
         self._found: list[dict[GpuKey, _Found]] = [{} for _ in by_jobs]
         self._starts: list[dict[str, tuple[int, tuple[str, str]]]] = [{} for _ in by_jobs]
