@@ -45,6 +45,7 @@ from dask_metrics.collector.fetch import (
     fetch_cluster,
     fetch_gpu_series,
     fetch_jobs,
+    fetch_worker_activity,
     lookahead,
     present,
     read_span,
@@ -82,9 +83,9 @@ from dask_metrics.collector.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.session_window import SCRAPE_GAP
 from dask_metrics.collector.staging import files_written, staged
 from dask_metrics.collector.summaries import activity_table
-from dask_metrics.collector.tables import WorkerTable, worker_table
+from dask_metrics.collector.tables import worker_table
 from dask_metrics.collector.timespec import format_rfc3339, to_ms
-from dask_metrics.collector.worker_fetch import WorkerData, fetch_piece
+from dask_metrics.collector.worker_fetch import Visit, VisitPart, WorkerData, fetch_piece
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,
@@ -94,10 +95,6 @@ from dask_metrics.contract import (
     JOBS_CSV,
     REPLICA_LABELS,
 )
-
-Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
-"""Called with each worker's fetched series, activity and table as it is written: what the
-session report computes from the very data of the export."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +119,27 @@ def summary_lines(rows: Iterable[Mapping[str, Any]], header: Sequence[str]) -> I
     for row in rows:
         yield csv_line(v if isinstance(v, str) else format_value(v)
                        for v in (row[k] for k in header))
+
+
+def _visit_part(piece: Piece, first: bool, last: bool, end: int, margin: int) -> VisitPart:
+    """A visit's part of the range: the whole of it, or a piece's moments, from its window's
+    start to the next one's (the last: to the range's end), its activity to be read
+    ``margin`` around them."""
+    if first and last:
+        return VisitPart((piece.window[0], end + 1))
+    return VisitPart((piece.window[0], end + 1 if last else piece.window[1]), first, last,
+                     margin)
+
+
+def _own_times(visited: Mapping[str, list[Series]], piece: Piece, first: bool, last: bool
+               ) -> list[int]:
+    """The sample times of a visited piece that are its own: inside it, with the samples
+    before the range in the first piece and past it in the last (a piece's series reach into
+    the next one's)."""
+    lo = -2**62 if first else piece.lo
+    hi = 2**62 if last else piece.hi
+    return sorted({t for got in visited.values() for one in got for t in one.times
+                   if lo <= t <= hi})
 
 
 # No reference cycles are created; the decoded JSON's many lists would trigger repeated full
@@ -219,34 +237,51 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     outside = [*source_metrics(columns), *visit_metrics]
     per_gpu = samples_per_gpu(client, lo, hi, chunk_ms, len(outside), step_ms, scope)
     # a long range is read, joined and written a chunk at a time (pieces), so that memory
-    # holds one batch's chunk whatever the range; the report's visit sees each worker whole,
-    # and the seed layout's rows have a slot for every GPU the worker had in the range: a
-    # batch's whole range is held then, and sized so
-    whole = visit is not None or layout == "seed"
+    # holds one batch's chunk whatever the range; a visit (the report) folds its workers a
+    # piece at a time too, pieces as long as one worker's answer holds (the fewer, the less
+    # read twice around their edges) and at least its tail; the seed layout's rows have a
+    # slot for every GPU the worker had in the range: a batch's whole range is held then
+    length = chunk_ms
+    if visit is not None and not step_ms and chosen:
+        widest = max(chosen, key=lambda w: len(w.gpus))
+        length = max(batch_chunk([widest], per_gpu, chunk_ms), to_ms(visit_tail))
+    parts = ([Piece(lo, hi, hi, (start, end))] if layout == "seed" or (visit and step_ms)
+             else pieces(lo, hi, start, end, length, age, step_ms))
+    whole = len(parts) == 1 and (visit is not None or layout == "seed")
     batches = (range_batches(chosen, per_gpu, lo, hi, chunk_ms) if whole
-               else worker_batches(chosen, per_gpu))
+               else worker_batches(chosen, per_gpu * length / chunk_ms))
     firsts = list(accumulate([0, *map(len, batches)]))
-    parts = [Piece(lo, hi, hi, (start, end))] if whole else pieces(lo, hi, start, end,
-                                                                 chunk_ms, age, step_ms)
     steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
+    last = len(parts) - 1
+    margin = 2 * to_ms(visit_tail)  # what ran around a visited piece: its stamps' spans
 
-    def fetch(at: tuple[int, int]) -> tuple[Timeline, list[tuple[WorkerData,
-                                                              dict[str, list[Series]]]]]:
+    def fetch(at: tuple[int, int]) -> tuple[Timeline, list[tuple[
+            WorkerData, dict[str, list[Series]], VisitPart]]]:
         b, k = at
         batch, part = [w.name for w in batches[b]], parts[k]
         if progress:  # a batch's chunks done count as fractions of it: a pace for a day
             progress(firsts[b] + len(batch) * k / len(parts), len(chosen), batch[0],
                      rows_written)
-        around = (lo - to_ms(visit_head), tail_end) if visit and step_ms is None else None
+        around = (lo - to_ms(visit_head) if k == 0 else part.lo,
+                  tail_end if k == last else min(tail_end, part.hi + to_ms(visit_tail))
+                  ) if visit and step_ms is None else None
         # a batch's range held whole is read in as few queries as its answers allow
         wide = batch_chunk(batches[b], per_gpu, chunk_ms) if whole and not step_ms \
-            else chunk_ms
+            else length
         known, found = fetch_piece(client, batch, columns, timeline, part, wide, step_ms,
                                    age, scope, executed, visit_metrics, around)
         if around is not None:  # the raw columns' read once over the visit's window too
-            return known, [(found[w], found[w].around or {}) for w in batch]
+            visited = _visit_part(part, k == 0, k == last, end, margin)
+            if visited.margin is None:
+                return known, [(found[w], found[w].around or {}, visited) for w in batch]
+            ran = (visited.moments[0] - margin - age, visited.moments[1] + margin)
+            runs = fetch_worker_activity(client, batch, timeline.between(
+                ran[0], lookahead(ran[1], age)), *ran, wide, age, scope)
+            return known, [(found[w], found[w].around or {}, visited._replace(ran=runs[w]))
+                           for w in batch]
+        whole_part = VisitPart((start, end + 1))
         if tail_end <= hi and not visit_head:
-            return known, [(found[w], found[w].gpu) for w in batch]
+            return known, [(found[w], found[w].gpu, whole_part) for w in batch]
         more = fetch_gpu_series(client, batch, outside, hi, tail_end, wide, None, age,
                                 scope) if tail_end > hi else {}
         head = fetch_gpu_series(client, batch, outside, lo - to_ms(visit_head), lo, wide,
@@ -255,7 +290,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         for w in batch:
             gpu, after, before = found[w].gpu, more.get(w, {}), head.get(w, {})
             out.append((found[w], {m: [*before.get(m, []), *gpu.get(m, []), *after.get(m, [])]
-                                   for m in gpu.keys() | after.keys() | before.keys()}))
+                                   for m in gpu.keys() | after.keys() | before.keys()},
+                        whole_part))
         return known, out
 
     if expect is not None:
@@ -264,21 +300,21 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     missing: list[tuple[str, tuple[int, int]]] = []
     gaps: dict[str, Holes] = {}
-    last = len(parts) - 1
     with staged(target) as stage, files_written() as writer, parquet_files(
             format == "parquet", columns, start) as parquet:
         for (b, k), (known, found) in zip(steps, prefetched(fetch, steps), strict=True):
-            for info, (data, visited) in zip(batches[b], found, strict=True):
+            for info, (data, visited, part) in zip(batches[b], found, strict=True):
                 table = worker_table(data.gpu, columns, known, data.ran, age, data.resources)
                 seen = gaps.setdefault(info.name, Holes(first, final, age))
-                seen.add(sorted({t for got in visited.values() for one in got for t in one.times})
-                         if visit else table.times)  # the report's: with the samples around
+                # the report's: with the samples around the range, each piece's own once
+                seen.add(_own_times(visited, parts[k], k == 0, k == last) if visit
+                         else table.times)
                 if k == last:
                     missing += [(info.name, hole) for hole in gaps.pop(info.name).result()]
                 uses.add_worker(known.times, data.prefixes, data.attribution, data.ran,
                                 parts[k].window)
                 if visit:
-                    visit(info, visited, data.ran, table)
+                    visit(info, visited, data.ran, table, part)
                 rows_written += table.rows
                 if not worker_files:
                     continue

@@ -4,7 +4,7 @@ Monitor's ``activities()`` and ``gpu_by_prefix()``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dask_metrics.collector.activities import ActivityKey, activity_rows, increases
@@ -37,18 +37,13 @@ from dask_metrics.collector.ranges import (
     DEFAULT_MAX_AGE,
     check_range,
 )
-from dask_metrics.collector.series import Series, Timeline, WorkerInfo, plan_chunks
+from dask_metrics.collector.series import plan_chunks
 from dask_metrics.collector.session_window import SCRAPE_GAP
-from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.timespec import to_ms
 from dask_metrics.collector.worker_fetch import fetch_piece
 from dask_metrics.contract import (
     REPLICA_LABELS,
 )
-
-Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
-"""Called with each worker's fetched series, activity and table as it is written: what the
-session report computes from the very data of the export."""
 
 
 def activity_table(client: PrometheusClient, start: int, end: int, age: int, chunk: int,

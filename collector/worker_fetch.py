@@ -35,9 +35,26 @@ from dask_metrics.contract import (
     WORKER_PREFIX_TASKS,
 )
 
-Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable], None]
-"""Called with each worker's fetched series, activity and table as it is written: what the
-session report computes from the very data of the export."""
+
+class VisitPart(NamedTuple):
+    """The part of the range a visit's call holds: the whole range (``first`` and ``last``),
+    or one of the pieces a long range is read in, in order. ``moments``: [a, b) (ms), the
+    range's moments the piece holds (its series reach further: the first piece's from the
+    read start, each to a peak window past b); ``ran``: what the worker ran from ``margin``
+    (and max_age) before a to ``margin`` after b, for what is dated around the piece's edges
+    (None for the whole range: the activity's)."""
+
+    moments: tuple[int, int]
+    first: bool = True
+    last: bool = True
+    margin: int | None = None
+    ran: Timeline | None = None
+
+
+Visit = Callable[[WorkerInfo, Mapping[str, list[Series]], Timeline, WorkerTable, VisitPart],
+                 None]
+"""Called with each worker's fetched series, activity and table as it is written, a piece at
+a time: what the session report computes from the very data of the export."""
 
 
 class WorkerData(NamedTuple):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -121,3 +122,68 @@ def test_peaks_folded_a_chunk_at_a_time_are_the_peaks_read_whole(
         for chunk in (4.0, 9.0):
             assert peaks(client, since, until, by=by, chunk=chunk,
                          cluster=fleet_data.CLUSTER) == whole, chunk
+
+
+def _difference(a: Any, b: Any, at: str = "") -> str | None:
+    """Where ``a`` and ``b`` differ (None: nowhere), floats within the last bits of a sum
+    taken in parts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{at}: keys {sorted(a.keys() ^ b.keys())}"
+        return next((d for k in a if (d := _difference(a[k], b[k], f"{at}.{k}"))), None)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{at}: {len(a)} items, {len(b)}"
+        return next((d for k, (x, y) in enumerate(zip(a, b, strict=True))
+                     if (d := _difference(x, y, f"{at}[{k}]"))), None)
+    if isinstance(a, str) and isinstance(b, str) and a != b:  # the export's CSV numbers
+        try:
+            a, b = float(a), float(b)
+        except ValueError:
+            return f"{at}: {a!r} != {b!r}"
+    if isinstance(a, int | float) and isinstance(b, int | float) and (
+            a == pytest.approx(b, rel=1e-12, abs=1e-9) or abs(a - b) <= _last_digit(a, b)):
+        return None
+    return None if a == b else f"{at}: {a!r} != {b!r}"
+
+
+def _last_digit(*rounded: float) -> float:
+    """One unit of the last decimal the numbers are written with: a rounded figure whose
+    unrounded value lay on a tie (67.275) may fall either way."""
+    places = max(len(repr(float(x)).partition(".")[2].rstrip("0")) for x in rounded)
+    return 1.000001 * 10.0 ** -places if places < 12 else 0.0
+
+
+def _charts(page: str) -> list[str]:
+    return re.findall(r"<svg .*?</svg>", page, flags=re.S)
+
+
+def test_a_report_folded_a_piece_at_a_time_is_the_report_read_whole(
+        fleet: tuple[PrometheusServer, int], tmp_path: Path) -> None:
+    """The session report over a range read in pieces (each worker's use summed with its
+    GPUs' last rows carried, its peaks folded, its chart's rows thinned a piece at a time):
+    every number and word of report.json and the page's charts are those of the range read
+    whole."""
+    from dask_metrics.collector.report.build import make_report
+
+    server, t0 = fleet
+    since, until = t0 + 101.3, t0 + 1497.9
+
+    def report(chunk: float, out: Path) -> tuple[dict[str, Any], str]:
+        with PrometheusClient(ConnectionSettings(server.url)) as client:
+            made = make_report(client, since, until, out, cluster=fleet_data.CLUSTER,
+                               chunk=chunk, plots=WORKERS)
+        assert made.page is not None
+        body = made.report
+        body["session"]["asked"] = body["session"]["asked"] | {"chunk": None}
+        return body, made.page
+
+    whole, page = report(WHOLE, tmp_path / "whole")
+    jobs = {j["job"] for j in whole["jobs"]}
+    assert len(jobs) == 3 and len(whole["plots"]) == WORKERS
+    assert all(j["energy_joules"] for j in whole["jobs"]), whole["jobs"]
+    for chunk in (4.0, 9.0):
+        mine, drawn = report(chunk, tmp_path / str(chunk))
+        assert _difference(mine, whole) is None, (chunk, _difference(mine, whole))
+        # 120 samples per GPU at 15 s: no row to thin, the very charts of the whole
+        assert _charts(drawn) == _charts(page) and len(_charts(page)) >= WORKERS, chunk

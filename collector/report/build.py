@@ -237,7 +237,7 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
     windows = peak_windows(client, to_ms(since), to_ms(until), named)
     kept = _Kept(most=plots if draw else 0)
     gather = Gatherer(REPORT_METRICS, to_ms(max_age), to_ms(since), to_ms(until),
-                      to_ms(peak_window), windows, then=kept)
+                      to_ms(peak_window), windows, then=kept if kept.most else None)
     tail = tail_of(windows, to_ms(peak_window)) / 1000
     with tempfile.TemporaryDirectory(prefix="collector-report-") as tmp:
         data = Path(tmp) / "export"

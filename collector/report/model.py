@@ -21,8 +21,9 @@ from dask_metrics.collector.columns import select
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
 from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.peaks import peaks_over, window_keywords
+from dask_metrics.collector.peaks import LATER, PeakFold, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
+from dask_metrics.collector.report.chart_rows import chart_rows, joined
 from dask_metrics.collector.report.edges import EDGE_COUNTERS, edge_usage
 from dask_metrics.collector.report.figures import (
     PEAK_KEYS,
@@ -36,14 +37,17 @@ from dask_metrics.collector.report.tally import DAG_SEPARATOR, Tally, WorkerFact
 from dask_metrics.collector.report.usage import (
     ENERGY,
     IDLE_PERCENT,
+    Row,
     Usage,
     UsageKey,
     attribute,
     gpu_usage,
+    last_rows,
 )
 from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerInfo, id_key
 from dask_metrics.collector.tables import WorkerTable, gpu_series
 from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.collector.worker_fetch import VisitPart
 
 REPORT_VERSION = 4  # 3: a title in words, the headline figures, a baseline; 4: GPUs listed
 
@@ -74,16 +78,54 @@ def worker_facts(columns: Sequence[str], max_age: int, since: int, until: int,
                  ) -> WorkerFacts:
     """One worker reduced to what the report keeps of it (pure, and a module function so
     that a process of the report's pool runs it): its peaks by DAG, job and GPU (``window``:
-    its exporter's peak reach and sampling interval, ms), its GPU use per job and DAG."""
-    by_dag, whole = peaks_over(
-        info.name, series, [(dag_timeline(activity), True), (activity, False)], max_age,
-        since=since, until=until, **window_keywords(window))
-    energy = list(columns).index(ENERGY) if ENERGY in columns else None
-    metered = frozenset((g.gpu, g.uuid) for g in table.gpus if energy is not None and any(
-        v is not None and v == v for v in g.columns[energy]))
-    usage = gpu_usage(table, columns, max_age, activity)
-    _add_edges(usage, columns, series, activity, since, until, max_age)
-    return WorkerFacts(info, usage, job_peaks(by_dag), by_dag, whole, metered)
+    its exporter's peak reach and sampling interval, ms), its GPU use per job and DAG, its
+    range read whole."""
+    fold = WorkerFold(columns, max_age, since, until, window, info.name)
+    fold.add(series, activity, table, VisitPart((since, until + 1)))
+    return fold.result(info)
+
+
+class WorkerFold:
+    """One worker's WorkerFacts over the pieces of its range (export's VisitPart), in
+    order, each piece's samples let go once added: its peaks folded (peaks.PeakFold), its
+    GPU use summed (each GPU's last row carried to the next piece, whose first interval
+    starts there), the intervals across the range's edges in its first and last piece."""
+
+    def __init__(self, columns: Sequence[str], max_age: int, since: int, until: int,
+                 window: tuple[int, int], worker: str) -> None:
+        self.columns, self.max_age, self.since, self.until = tuple(columns), max_age, since, until
+        self.peaks = PeakFold(worker, [True, False], max_age, since=since, until=until,
+                              **window_keywords(window))
+        self.usage: dict[UsageKey, Usage] = {}
+        self.metered: set[tuple[str, str]] = set()
+        self._rows: dict[tuple[str, str], Row] = {}
+
+    def add(self, series: Mapping[str, list[Series]], activity: Timeline, table: WorkerTable,
+            part: VisitPart) -> None:
+        ran = activity if part.ran is None else part.ran
+        self.peaks.add(series, [dag_timeline(ran), ran], *part.moments, margin=part.margin,
+                       final=part.last)
+        if ENERGY in self.columns:
+            energy = self.columns.index(ENERGY)
+            self.metered.update((g.gpu, g.uuid) for g in table.gpus if any(
+                v is not None and v == v for v in g.columns[energy]))
+        usage = gpu_usage(table, self.columns, self.max_age, activity, self._rows)
+        if part.first or part.last:
+            _add_edges(usage, self.columns, series, activity,
+                       self.since if part.first else -LATER, self.until if part.last else LATER,
+                       self.max_age)
+        if not self.usage:
+            self.usage = usage
+        else:
+            for key, u in usage.items():
+                self.usage.setdefault(key, Usage()).add(u)
+        if not part.last:
+            self._rows.update(last_rows(table))
+
+    def result(self, info: WorkerInfo) -> WorkerFacts:
+        by_dag, whole = self.peaks.result()
+        return WorkerFacts(info, self.usage, job_peaks(by_dag), by_dag, whole,
+                           frozenset(self.metered))
 
 
 def _add_edges(usage: dict[UsageKey, Usage], columns: Sequence[str],
@@ -115,7 +157,12 @@ class Gatherer:
     as they come back, so that the tally is the same as without: ``finish`` folds the last.
     A pool that cannot start a process leaves the rest to this one.
     The reduction is most of a report's own work, and a process of its own lets it run
-    while this one reads and decodes the next workers."""
+    while this one reads and decodes the next workers.
+
+    A range read in pieces is folded a piece at a time here (``WorkerFold``), and ``then``
+    is told the worker's table thinned to what its chart draws (``chart_rows``): what a
+    worker holds between its pieces is its sums, best readings and chart rows, not its
+    samples."""
 
     columns: Sequence[str]
     max_age: int  # ms
@@ -128,6 +175,7 @@ class Gatherer:
     pool: Executor | None = None
     ahead: int = 2
     _pending: deque[tuple[Future[WorkerFacts], WorkerTable]] = field(default_factory=deque)
+    _open: dict[str, tuple[WorkerFold, list[WorkerTable]]] = field(default_factory=dict)
 
     def expect(self, workers: Sequence[WorkerInfo]) -> None:
         """The workers the export will visit: a GPU that several of them see is counted
@@ -135,12 +183,16 @@ class Gatherer:
         self.tally = Tally(shared_devices((w.name, *g) for w in workers for g in w.gpus))
 
     def __call__(self, info: WorkerInfo, series: Mapping[str, list[Series]],
-                 activity: Timeline, table: WorkerTable) -> None:
+                 activity: Timeline, table: WorkerTable, part: VisitPart | None = None
+                 ) -> None:
         if self.tally is None:  # shared GPUs would be counted twice, silently
             raise RuntimeError("Gatherer.expect(workers) must see the export's workers first")
-        args = (tuple(self.columns), self.max_age, self.since, self.until,
-                self.windows.get(info.name, (self.peak_window, 0)), info, series, activity,
-                table)
+        window = self.windows.get(info.name, (self.peak_window, 0))
+        if part is not None and not (part.first and part.last):
+            self._piece(info, series, activity, table, part, window)
+            return
+        args = (tuple(self.columns), self.max_age, self.since, self.until, window, info,
+                series, activity, table)
         if self.pool is not None:
             try:
                 self._pending.append((self.pool.submit(worker_facts, *args), table))
@@ -153,6 +205,19 @@ class Gatherer:
         while self._pending and (len(self._pending) > self.ahead
                                  or self._pending[0][0].done()):
             self._fold(*self._next())
+
+    def _piece(self, info: WorkerInfo, series: Mapping[str, list[Series]],
+               activity: Timeline, table: WorkerTable, part: VisitPart,
+               window: tuple[int, int]) -> None:
+        fold, charts = self._open.setdefault(info.name, (WorkerFold(
+            self.columns, self.max_age, self.since, self.until, window, info.name), []))
+        fold.add(series, activity, table, part)
+        if self.then is not None:
+            charts.append(chart_rows(table, self.columns, self.since, self.until))
+        if part.last:
+            del self._open[info.name]
+            self.finish()  # in the export's order
+            self._fold(fold.result(info), joined(charts))
 
     def finish(self) -> None:
         """Fold the workers still in the pool."""

@@ -36,7 +36,7 @@ from operator import sub
 from typing import NamedTuple, TypeVar
 
 from dask_metrics.collector.series import Timeline
-from dask_metrics.collector.tables import WorkerTable
+from dask_metrics.collector.tables import GpuKey, WorkerTable
 from dask_metrics.collector.worker_runs import Changes
 
 IDLE_PERCENT = 5.0
@@ -94,10 +94,24 @@ def larger(a: _N | None, b: _N | None) -> _N | None:
     return b if a is None else a if b is None else max(a, b)
 
 
+Row = tuple[int, list[float | None], tuple[str, str]]
+"""A GPU's row: its time, its values (in the table's column order), the worker's state."""
+
+
+def last_rows(table: WorkerTable) -> dict[GpuKey, Row]:
+    """Each GPU's last row: where its next piece's first interval starts."""
+    state_at = dict(zip(table.times, table.worker, strict=True))
+    return {(g.gpu, g.uuid): (g.times[-1], [c[-1] for c in g.columns], state_at[g.times[-1]])
+            for g in table.gpus if g.times}
+
+
 def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
-              activity: Timeline | None = None) -> dict[UsageKey, Usage]:
+              activity: Timeline | None = None, before: Mapping[GpuKey, Row] | None = None
+              ) -> dict[UsageKey, Usage]:
     """{(job, dag, gpu, uuid): Usage} of one worker's table (``columns``: its column names,
-    in the table's order; ``compute-util`` in %, ``energy`` in J).
+    in the table's order; ``compute-util`` in %, ``energy`` in J). ``before``: the GPUs'
+    last rows before the table's (``last_rows`` of the piece before it), whose intervals to
+    the table's first rows are the table's: a range read in pieces adds up to the whole.
 
     With an ``exact`` ``activity`` (the scheduler's own times, see worker_runs) an interval
     belongs to what ran from its start on, and one in which that changed is split at the
@@ -120,7 +134,11 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
         else:
             state_at = dict(zip(table.times, table.worker, strict=True))
             states = [state_at[t] for t in times]
-        cols = _Columns(*(g.columns[at[n]] if n in at else None
+        values = g.columns
+        if before and (row := before.get((g.gpu, g.uuid))) is not None:
+            times, states = [row[0], *times], [row[2], *states]
+            values = [[v, *col] for v, col in zip(row[1], values, strict=True)]
+        cols = _Columns(*(values[at[n]] if n in at else None
                           for n in (UTIL, ENERGY, BUSY, SM, TENSOR, RMM_USED, RMM_POOL)))
         split: list[int] = []
         if exact:  # interval i (ending at times[i]) ran what ran at its start

@@ -1,0 +1,96 @@
+"""A worker's table thinned to what its chart draws (report/chart_rows.py), a piece at a
+time: every bucket's lowest and highest value of each drawn column, the holes in them, the
+phases of what ran and each GPU's capacity are those of the whole table."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dask_metrics.collector.report.chart_rows import DRAWN, chart_rows, joined
+from dask_metrics.collector.tables import GpuTable, WorkerTable
+from dask_metrics.collector.worker_traces import phases, trace_of_table
+
+COLUMNS = ("compute-util", "total-mem", "mem-util", "peak-mem", "energy")
+LO, HI, BUCKETS = 0, 600_000, 20
+
+
+def _table(rng: random.Random, start: int, end: int) -> WorkerTable:
+    """Two GPUs scraped every 1-5 s in [start, end), values missing now and then, a job
+    that changes every few minutes."""
+    times = sorted(rng.sample(range(start, end, 1000), (end - start) // 1200))
+    jobs = [("", ""), ("a", "1"), ("b", "2")]
+    worker = [jobs[(t // 97_000) % 3] for t in times]
+    gpus = []
+    for gpu in ("0", "1"):
+        columns = []
+        for name in COLUMNS:
+            cut = rng.random() < 0.5  # a stretch without values
+            columns.append([None if (cut and 200_000 < t < 260_000) or rng.random() < 0.002
+                            else (0.0 if name == "mem-util" and rng.random() < 0.3
+                                  else round(rng.uniform(0, 100), 1)) for t in times])
+        gpus.append(GpuTable(gpu, f"GPU-{gpu}", list(times), columns))
+    return WorkerTable(gpus, times, [("", "")] * len(times), worker)
+
+
+def _extremes(table: WorkerTable) -> dict[tuple[str, str, int], tuple[float, float]]:
+    width = (HI - LO) / BUCKETS
+    found: dict[tuple[str, str, int], tuple[float, float]] = {}
+    for g in table.gpus:
+        for k, name in enumerate(COLUMNS):
+            if name not in DRAWN:
+                continue
+            for t, v in zip(g.times, g.columns[k], strict=True):
+                if v is None:
+                    continue
+                key = (g.gpu, name, min(int((t - LO) // width), BUCKETS - 1))
+                low, high = found.get(key, (v, v))
+                found[key] = (min(low, v), max(high, v))
+    return found
+
+
+def _holes(table: WorkerTable) -> list[list[tuple[int, int]]]:
+    """Each GPU and drawn column's stretches of consecutive rows with values, by their
+    times."""
+    out = []
+    for g in table.gpus:
+        for name, col in zip(COLUMNS, g.columns, strict=True):
+            if name not in DRAWN:
+                continue
+            runs, begin = [], None
+            for i, v in enumerate(col):
+                if v is not None and begin is None:
+                    begin = i
+                if v is None and begin is not None:
+                    runs.append((g.times[begin], g.times[i - 1]))
+                    begin = None
+            if begin is not None:
+                runs.append((g.times[begin], g.times[-1]))
+            out.append(runs)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_thinned_pieces_draw_what_the_whole_table_draws(seed: int) -> None:
+    rng = random.Random(seed)
+    whole = _table(rng, LO, HI)
+    cuts = sorted(rng.sample(range(LO + 1000, HI, 1000), 3))
+    pieces = []
+    for a, b in zip([LO, *cuts], [*cuts, HI], strict=True):
+        rows = [i for i, t in enumerate(whole.times) if a <= t < b]
+        pieces.append(WorkerTable(
+            [GpuTable(g.gpu, g.uuid, [g.times[i] for i in rows],
+                      [[c[i] for i in rows] for c in g.columns]) for g in whole.gpus],
+            [whole.times[i] for i in rows], [whole.cluster[i] for i in rows],
+            [whole.worker[i] for i in rows]))
+    thin = joined(chart_rows(p, COLUMNS, LO, HI, BUCKETS) for p in pieces)
+    assert thin.rows < whole.rows / 2  # thinned
+    assert _extremes(thin) == _extremes(whole)
+    assert _holes(thin) == _holes(whole)
+    assert phases(zip(thin.times, *zip(*thin.worker, strict=True), strict=True)) == \
+        phases(zip(whole.times, *zip(*whole.worker, strict=True), strict=True))
+    mine, theirs = (trace_of_table("w", "w", t, COLUMNS, LO) for t in (thin, whole))
+    assert [g.capacity() for g in mine.gpus] == [g.capacity() for g in theirs.gpus]
+    assert [(g.times[0], g.times[-1]) for g in mine.gpus] == \
+        [(g.times[0], g.times[-1]) for g in theirs.gpus]
