@@ -161,18 +161,18 @@ def _charts(page: str) -> list[str]:
 def test_a_report_folded_a_piece_at_a_time_is_the_report_read_whole(
         fleet: tuple[PrometheusServer, int], tmp_path: Path) -> None:
     """The session report over a range read in pieces (each worker's use summed with its
-    GPUs' last rows carried, its peaks folded, its chart's rows thinned a piece at a time):
-    every number and word of report.json and the page's charts are those of the range read
-    whole."""
+    GPUs' last rows carried, its peaks folded, its chart's rows thinned a piece at a time,
+    in this process or the pool's): every number and word of report.json and the page's
+    charts are those of the range read whole."""
     from dask_metrics.collector.report.build import make_report
 
     server, t0 = fleet
     since, until = t0 + 101.3, t0 + 1497.9
 
-    def report(chunk: float, out: Path) -> tuple[dict[str, Any], str]:
+    def report(chunk: float, out: Path, processes: int = 0) -> tuple[dict[str, Any], str]:
         with PrometheusClient(ConnectionSettings(server.url)) as client:
             made = make_report(client, since, until, out, cluster=fleet_data.CLUSTER,
-                               chunk=chunk, plots=WORKERS)
+                               chunk=chunk, plots=WORKERS, processes=processes)
         assert made.page is not None
         body = made.report
         body["session"]["asked"] = body["session"]["asked"] | {"chunk": None}
@@ -182,8 +182,9 @@ def test_a_report_folded_a_piece_at_a_time_is_the_report_read_whole(
     jobs = {j["job"] for j in whole["jobs"]}
     assert len(jobs) == 3 and len(whole["plots"]) == WORKERS
     assert all(j["energy_joules"] for j in whole["jobs"]), whole["jobs"]
-    for chunk in (4.0, 9.0):
-        mine, drawn = report(chunk, tmp_path / str(chunk))
+    # pieces of 96 s and 216 s, folded here and in a process of the pool
+    for chunk, processes in ((4.0, 0), (9.0, 1), (4.0, 2)):
+        mine, drawn = report(chunk, tmp_path / f"{chunk}-{processes}", processes)
         assert _difference(mine, whole) is None, (chunk, _difference(mine, whole))
         # 120 samples per GPU at 15 s: no row to thin, the very charts of the whole
         assert _charts(drawn) == _charts(page) and len(_charts(page)) >= WORKERS, chunk

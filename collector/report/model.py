@@ -1,9 +1,9 @@
 """The session report as data (pure): every number on the page, in report.json's shape.
 
-``Gatherer`` is the export's ``visit``: it takes per worker (``worker_facts``) the GPU use per
-job and DAG (``usage.gpu_usage``) and the peaks of ``peaks.gpu_peaks`` (the function
-``collector peaks`` uses) on the same fetched series, and folds them into a ``tally.Tally``
-as it goes by (in a pool of processes where one is given).
+``Gatherer`` is the export's ``visit``: it takes per worker (``WorkerFold``, a piece of its
+range at a time) the GPU use per job and DAG (``usage.gpu_usage``) and its peaks
+(``peaks.PeakFold``, what ``collector peaks`` folds) on the same fetched series, and folds
+them into a ``tally.Tally`` as it goes by (in a pool of processes where one is given).
 ``build`` turns that, the export's jobs.csv rows and the optional "where the time went"
 rows into the report's dict.
 """
@@ -72,17 +72,15 @@ def job_peaks(dag_peaks: Iterable[Peak]) -> list[Peak]:
     return [replace(p, job=job) for (_, _, job), p in best.items()]
 
 
-def worker_facts(columns: Sequence[str], max_age: int, since: int, until: int,
-                 window: tuple[int, int], info: WorkerInfo,
-                 series: Mapping[str, list[Series]], activity: Timeline, table: WorkerTable
-                 ) -> WorkerFacts:
-    """One worker reduced to what the report keeps of it (pure, and a module function so
-    that a process of the report's pool runs it): its peaks by DAG, job and GPU (``window``:
-    its exporter's peak reach and sampling interval, ms), its GPU use per job and DAG, its
-    range read whole."""
-    fold = WorkerFold(columns, max_age, since, until, window, info.name)
-    fold.add(series, activity, table, VisitPart((since, until + 1)))
-    return fold.result(info)
+def fold_piece(fold: WorkerFold, info: WorkerInfo, series: Mapping[str, list[Series]],
+               activity: Timeline, table: WorkerTable, part: VisitPart, chart: bool
+               ) -> tuple[WorkerFold | WorkerFacts, WorkerTable | None]:
+    """One piece of a worker's range folded into ``fold`` (pure, and a module function so
+    that a process of the report's pool runs it): the fold, or after the last piece the
+    worker's facts, and (``chart``) the piece's rows its chart draws (``chart_rows``)."""
+    fold.add(series, activity, table, part)
+    rows = chart_rows(table, fold.columns, fold.since, fold.until) if chart else None
+    return (fold.result(info) if part.last else fold), rows
 
 
 class WorkerFold:
@@ -149,7 +147,7 @@ Then = Callable[[WorkerFacts, WorkerTable], None]
 
 @dataclass
 class Gatherer:
-    """The export's ``visit``: reduces each worker to its WorkerFacts (``worker_facts``) and
+    """The export's ``visit``: reduces each worker to its WorkerFacts (``fold_piece``) and
     folds them into ``tally`` (``expect`` first: which GPUs several workers see).
 
     With a ``pool`` (concurrent.futures' Executor) the workers are reduced there, up to
@@ -159,10 +157,10 @@ class Gatherer:
     The reduction is most of a report's own work, and a process of its own lets it run
     while this one reads and decodes the next workers.
 
-    A range read in pieces is folded a piece at a time here (``WorkerFold``), and ``then``
-    is told the worker's table thinned to what its chart draws (``chart_rows``): what a
-    worker holds between its pieces is its sums, best readings and chart rows, not its
-    samples."""
+    A range read in pieces is folded a piece at a time (``fold_piece``), each piece in the
+    pool once the one before is back, and ``then`` is told the worker's table thinned to
+    what its chart draws (``chart_rows``): what a worker holds between its pieces is its
+    sums, best readings and chart rows, not its samples."""
 
     columns: Sequence[str]
     max_age: int  # ms
@@ -174,8 +172,14 @@ class Gatherer:
     then: Then | None = None
     pool: Executor | None = None
     ahead: int = 2
-    _pending: deque[tuple[Future[WorkerFacts], WorkerTable]] = field(default_factory=deque)
-    _open: dict[str, tuple[WorkerFold, list[WorkerTable]]] = field(default_factory=dict)
+    # each worker's last piece in the pool, and how its table is made of the piece's rows
+    _pending: deque[tuple[Future[tuple[Any, WorkerTable | None]],
+                          Callable[[WorkerTable | None], WorkerTable]]] = field(
+        default_factory=deque)
+    # a worker read in pieces: its fold (in the pool: the future of its last piece's), the
+    # chart rows of its pieces so far
+    _open: dict[str, tuple[WorkerFold | Future[tuple[Any, WorkerTable | None]],
+                           list[WorkerTable | None]]] = field(default_factory=dict)
 
     def expect(self, workers: Sequence[WorkerInfo]) -> None:
         """The workers the export will visit: a GPU that several of them see is counted
@@ -187,37 +191,37 @@ class Gatherer:
                  ) -> None:
         if self.tally is None:  # shared GPUs would be counted twice, silently
             raise RuntimeError("Gatherer.expect(workers) must see the export's workers first")
-        window = self.windows.get(info.name, (self.peak_window, 0))
-        if part is not None and not (part.first and part.last):
-            self._piece(info, series, activity, table, part, window)
+        part = part or VisitPart((self.since, self.until + 1))
+        whole = part.first and part.last
+        fold, charts = self._open.pop(info.name, (None, []))
+        if fold is None:
+            fold = WorkerFold(self.columns, self.max_age, self.since, self.until,
+                              self.windows.get(info.name, (self.peak_window, 0)), info.name)
+        elif isinstance(fold, Future):  # the piece before, in the pool
+            fold, rows = self._result(fold)
+            charts.append(rows)
+        job = self._run(fold, info, series, activity, table, part,
+                        self.then is not None and not whole)
+        if not part.last:
+            self._open[info.name] = (job, charts)
             return
-        args = (tuple(self.columns), self.max_age, self.since, self.until, window, info,
-                series, activity, table)
-        if self.pool is not None:
-            try:
-                self._pending.append((self.pool.submit(worker_facts, *args), table))
-            except OSError:  # no process could be started (a limit on processes)
-                self.finish()
-                self.pool = None  # the same numbers, computed here
-        if self.pool is None:
-            self._fold(worker_facts(*args), table)
-            return
+        self._pending.append((job, (lambda _: table) if whole else (
+            lambda rows: joined(r for r in [*charts, rows] if r is not None))))
         while self._pending and (len(self._pending) > self.ahead
                                  or self._pending[0][0].done()):
             self._fold(*self._next())
 
-    def _piece(self, info: WorkerInfo, series: Mapping[str, list[Series]],
-               activity: Timeline, table: WorkerTable, part: VisitPart,
-               window: tuple[int, int]) -> None:
-        fold, charts = self._open.setdefault(info.name, (WorkerFold(
-            self.columns, self.max_age, self.since, self.until, window, info.name), []))
-        fold.add(series, activity, table, part)
-        if self.then is not None:
-            charts.append(chart_rows(table, self.columns, self.since, self.until))
-        if part.last:
-            del self._open[info.name]
-            self.finish()  # in the export's order
-            self._fold(fold.result(info), joined(charts))
+    def _run(self, *args: Any) -> Future[tuple[Any, WorkerTable | None]]:
+        """``fold_piece`` in the pool, or here where there is none (or it cannot start a
+        process: the same numbers, computed here)."""
+        if self.pool is not None:
+            try:
+                return self.pool.submit(fold_piece, *args)
+            except OSError:  # no process could be started (a limit on processes)
+                self.pool = None
+        done: Future[tuple[Any, WorkerTable | None]] = Future()
+        done.set_result(fold_piece(*args))
+        return done
 
     def finish(self) -> None:
         """Fold the workers still in the pool."""
@@ -225,9 +229,14 @@ class Gatherer:
             self._fold(*self._next())
 
     def _next(self) -> tuple[WorkerFacts, WorkerTable]:
-        done, table = self._pending.popleft()
+        done, table_of = self._pending.popleft()
+        facts, rows = self._result(done)
+        return facts, table_of(rows)
+
+    @staticmethod
+    def _result(done: Future[tuple[Any, WorkerTable | None]]) -> tuple[Any, Any]:
         try:
-            return done.result(), table
+            return done.result()
         except BrokenExecutor as e:  # the process died: out of memory, or killed
             raise CollectorError("a process of the report's pool ended abruptly (out of "
                                  "memory, or killed): --processes 0 computes the report in "
