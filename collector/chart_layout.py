@@ -12,9 +12,12 @@ from typing import Any
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.worker_traces import Phase
 
+GAP_FACTOR = 3.0
+"""Samples that stop for more than this many times their usual interval: a gap."""
+
 
 def break_gaps(times: Sequence[float], values: Sequence[float],
-               factor: float = 3.0) -> tuple[list[float], list[float]]:
+               factor: float = GAP_FACTOR) -> tuple[list[float], list[float]]:
     """Insert a NaN point where samples stop for more than ``factor`` times their usual
     interval (a worker restarting, scrapes failing), so that no line is drawn across a gap."""
     import numpy as np

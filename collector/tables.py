@@ -55,6 +55,9 @@ class WorkerTable:
     times: list[int]
     cluster: list[tuple[str, str]]
     worker: list[tuple[str, str]]
+    # rows picked for a chart (report.chart_rows): each stop in the samples is a row
+    # without values, where a chart drawn from every row finds the stops itself
+    thinned: bool = False
 
     @property
     def rows(self) -> int:

@@ -67,6 +67,7 @@ class WorkerTrace:
     gpus: list[GpuTrace]
     phases: list[Phase]  # worker_job / worker_dag
     cluster_phases: list[Phase]  # job / dag, cluster-wide
+    gaps_marked: bool = False  # its rows thinned, a stop in its samples a row without values
 
     def mean(self, metric: str) -> tuple[list[float], list[float | None]]:
         """The metric averaged over the worker's GPUs at each sample time (GPUs without a
@@ -184,7 +185,8 @@ def trace_of_table(worker: str, stem: str, table: WorkerTable, metrics: Sequence
     return WorkerTrace(worker, stem, format_rfc3339(start) if table.times else "",
                        list(metrics), gpus,
                        phases((t, *s) for t, s in zip(at, table.worker, strict=True)),
-                       phases((t, *s) for t, s in zip(at, table.cluster, strict=True)))
+                       phases((t, *s) for t, s in zip(at, table.cluster, strict=True)),
+                       table.thinned)
 
 
 def _gpu_key(gpu: str) -> tuple[int, str]:

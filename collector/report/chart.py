@@ -103,9 +103,12 @@ class _Panel:
 
 
 def _line(panel: _Panel, times: Sequence[float], values: Sequence[float | None], scale: float,
-          colour: str, dash: str, steps: bool = False) -> str:
-    """The envelope of a series per pixel column (every spike stays), broken at gaps."""
-    t, v = break_gaps(times, [math.nan if x is None else x * scale for x in values])
+          colour: str, dash: str, steps: bool = False, marked: bool = False) -> str:
+    """The envelope of a series per pixel column (every spike stays), broken at gaps (found
+    here, or ``marked`` by a row without a value)."""
+    t, v = times, [math.nan if x is None else x * scale for x in values]
+    if not marked:
+        t, v = break_gaps(t, v)
     t, v = envelope(t, v, 0.0, panel.span, int(panel.width))
     if steps:
         t, v = _steps(t, v)
@@ -219,7 +222,7 @@ def worker_chart(trace: WorkerTrace, names: JobNames, simulated: bool = False) -
                 (mem, "peak-mem", 1 / GIB, "dotted", "peak (between scrapes too)")):
             if metric in g.values:
                 body.append(_line(panel, g.times, g.values[metric], scale, colour, dash,
-                                  steps=metric == "peak-mem"))
+                                  steps=metric == "peak-mem", marked=trace.gaps_marked))
                 legend.append((f"GPU {g.gpu} {what}", colour, dash))
     known = {round(c / 2**20) for c in capacities if c}
     if len(known) == 1:

@@ -7,37 +7,46 @@ lowest and the highest sample of each column, a line broken where values are mis
 samples stop, and the job/DAG phases. Kept: in each of ``buckets`` equal parts of the range
 (more than the chart's columns), per GPU the first and the last row and those with the lowest
 and the highest value of each drawn column; the rows on both sides of a value that appears
-or vanishes and of a change of what the worker ran; each GPU's first row that tells its
-capacity. The picture is the whole table's up to a pixel column (a stop in the samples
-shorter than a bucket is not drawn)."""
+or vanishes and of a change of what ran on the worker or the cluster; each GPU's first row
+that tells its capacity. Kept rows are far apart where the samples are not, so the stops in
+the samples (``chart_layout.break_gaps``: longer than GAP_FACTOR times the GPU's usual
+interval in the piece, or the piece before's where it has few) are found before thinning
+and marked by a row without values (the table is ``thinned``: a chart finds no stops of its
+own in it). The picture is the whole table's up to a pixel column."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
 
-from dask_metrics.collector.tables import GpuTable, WorkerTable
+from dask_metrics.collector.chart_layout import GAP_FACTOR
+from dask_metrics.collector.tables import GpuKey, GpuTable, WorkerTable
 
 CHART_BUCKETS = 2048
 """Parts of the range thinned alike: over twice the chart's pixel columns (chart.WIDTH)."""
 DRAWN = ("compute-util", "mem-bw-util", "total-mem", "peak-mem")
 CAPACITY = ("total-mem", "mem-util")  # a row with both tells the GPU's capacity
+FEW = 16  # intervals of a piece that tell its usual one; fewer: the piece before's
 
 
 def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
-               buckets: int = CHART_BUCKETS) -> WorkerTable:
+               before: Carried | None = None, buckets: int = CHART_BUCKETS) -> WorkerTable:
     """The rows of ``table`` (``columns``: its column names) a chart of [lo, hi] (ms)
-    draws."""
+    draws; ``before``: ``carried`` of the pieces before (a stop in the samples across the
+    pieces' edge is this piece's)."""
     import numpy as np
 
     state_at = dict(zip(table.times, table.worker, strict=True))
+    cluster_at = dict(zip(table.times, table.cluster, strict=True))
     width = max(hi - lo, 1) / buckets
-    gpus = []
+    gpus: list[GpuTable] = []
+    stops: dict[GpuKey, list[int]] = {}
     for g in table.gpus:
         n = len(g.times)
         if not n:
             continue
-        where = np.clip(((np.asarray(g.times, dtype=float) - lo) // width).astype(np.int64),
-                        0, buckets - 1)
+        times = np.asarray(g.times, dtype=float)
+        where = np.clip(((times - lo) // width).astype(np.int64), 0, buckets - 1)
         edge = np.flatnonzero(where[1:] != where[:-1])
         keep = [np.r_[0, edge, edge + 1, n - 1]]
         values = {name: np.array([np.nan if v is None else v for v in g.columns[k]], dtype=float)
@@ -59,15 +68,73 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
             used, percent = values[CAPACITY[0]], values[CAPACITY[1]]
             told = np.flatnonzero(~np.isnan(used) & ~np.isnan(percent) & (percent != 0))
             keep.append(told[:1])
-        states = [state_at[t] for t in g.times]
-        changes = [i for i in range(1, n) if states[i] != states[i - 1]]
+        changes = [i for i in range(1, n) if state_at[g.times[i]] != state_at[g.times[i - 1]]
+                   or cluster_at[g.times[i]] != cluster_at[g.times[i - 1]]]
         keep.append(np.array([*changes, *(i - 1 for i in changes)], dtype=np.int64))
+        last, usual = (before or {}).get((g.gpu, g.uuid), (None, None))
+        steps = np.diff(np.r_[times[:1] if last is None else float(last), times])
+        usual = _usual(times, usual)
+        # a row without values in the middle of each stop (one across the pieces' edge:
+        # just before the piece's first row, which tells what ran then)
+        gap = np.flatnonzero(steps > GAP_FACTOR * usual) if usual is not None else []
+        stops[g.gpu, g.uuid] = [(g.times[i - 1] + g.times[i]) // 2 if i else g.times[0] - 1
+                                for i in gap.tolist()]
         rows = np.unique(np.concatenate(keep)).tolist()
         gpus.append(GpuTable(g.gpu, g.uuid, [g.times[i] for i in rows],
                              [[col[i] for i in rows] for col in g.columns]))
+    gpus = [_marked(g, stops[g.gpu, g.uuid]) for g in gpus]
     times = sorted({t for g in gpus for t in g.times})
-    cluster_at = dict(zip(table.times, table.cluster, strict=True))
-    return WorkerTable(gpus, times, [cluster_at[t] for t in times], [state_at[t] for t in times])
+    inside = table.times
+
+    def at(t: int, states: Mapping[int, tuple[str, str]]) -> tuple[str, str]:
+        """What ran at a row's time; a stop's row: at the sample before it (before the
+        piece: at its first), so that the phases are the samples'."""
+        found = states.get(t)
+        return found if found is not None else states[
+            inside[max(bisect_right(inside, t) - 1, 0)]]
+
+    return WorkerTable(gpus, times, [at(t, cluster_at) for t in times],
+                       [at(t, state_at) for t in times], thinned=True)
+
+
+def _marked(g: GpuTable, stops: Sequence[int]) -> GpuTable:
+    """``g``'s rows with a row without values at each of ``stops`` (ms)."""
+    if not stops:
+        return g
+    times, columns = list(g.times), [list(c) for c in g.columns]
+    for t in sorted(stops, reverse=True):
+        i = bisect_right(times, t)
+        times.insert(i, t)
+        for col in columns:
+            col.insert(i, None)
+    return GpuTable(g.gpu, g.uuid, times, columns)
+
+
+Carried = Mapping[GpuKey, tuple[int, float | None]]
+"""Each GPU's last sample time in the pieces before, and its usual interval (ms)."""
+
+
+def carried(table: WorkerTable, before: Carried | None = None) -> dict[GpuKey, tuple[int,
+                                                                                    float | None]]:
+    """What the next piece's ``chart_rows`` needs of this one and those ``before``: each
+    GPU's last sample time (where a stop across the edge starts) and usual interval."""
+    out = dict(before or {})
+    for g in table.gpus:
+        if g.times:
+            usual = (before or {}).get((g.gpu, g.uuid), (None, None))[1]
+            out[g.gpu, g.uuid] = (g.times[-1], _usual(g.times, usual))
+    return out
+
+
+def _usual(times: Sequence[float], before: float | None) -> float | None:
+    """The GPU's usual interval between samples (``break_gaps``' median): the piece's, where
+    it has a few, else the one before it."""
+    import numpy as np
+
+    steps = np.diff(np.asarray(times, dtype=float))
+    steps = steps[steps > 0]
+    return float(np.median(steps)) if len(steps) >= FEW or (before is None and len(steps)) \
+        else before
 
 
 def joined(tables: Iterable[WorkerTable]) -> WorkerTable:
@@ -77,6 +144,7 @@ def joined(tables: Iterable[WorkerTable]) -> WorkerTable:
     times: list[int] = []
     cluster: list[tuple[str, str]] = []
     worker: list[tuple[str, str]] = []
+    thinned = False
     for table in tables:
         for g in table.gpus:
             found = gpus.setdefault((g.gpu, g.uuid), GpuTable(g.gpu, g.uuid, [],
@@ -87,4 +155,5 @@ def joined(tables: Iterable[WorkerTable]) -> WorkerTable:
         times += table.times
         cluster += table.cluster
         worker += table.worker
-    return WorkerTable(list(gpus.values()), times, cluster, worker)
+        thinned = thinned or table.thinned
+    return WorkerTable(list(gpus.values()), times, cluster, worker, thinned)

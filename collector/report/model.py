@@ -23,7 +23,7 @@ from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qual
 from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.peaks import LATER, PeakFold, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
-from dask_metrics.collector.report.chart_rows import chart_rows, joined
+from dask_metrics.collector.report.chart_rows import Carried, carried, chart_rows, joined
 from dask_metrics.collector.report.edges import EDGE_COUNTERS, edge_usage
 from dask_metrics.collector.report.figures import (
     PEAK_KEYS,
@@ -79,7 +79,10 @@ def fold_piece(fold: WorkerFold, info: WorkerInfo, series: Mapping[str, list[Ser
     that a process of the report's pool runs it): the fold, or after the last piece the
     worker's facts, and (``chart``) the piece's rows its chart draws (``chart_rows``)."""
     fold.add(series, activity, table, part)
-    rows = chart_rows(table, fold.columns, fold.since, fold.until) if chart else None
+    rows = None
+    if chart:
+        rows = chart_rows(table, fold.columns, fold.since, fold.until, fold.charted)
+        fold.charted = carried(table, fold.charted)
     return (fold.result(info) if part.last else fold), rows
 
 
@@ -97,6 +100,7 @@ class WorkerFold:
         self.usage: dict[UsageKey, Usage] = {}
         self.metered: set[tuple[str, str]] = set()
         self._rows: dict[tuple[str, str], Row] = {}
+        self.charted: Carried = {}  # what its chart's rows carry from piece to piece
 
     def add(self, series: Mapping[str, list[Series]], activity: Timeline, table: WorkerTable,
             part: VisitPart) -> None:
