@@ -40,25 +40,71 @@ def increase(times: Sequence[int], values: Sequence[float], start: int) -> float
     an infinite digest as +Inf). Computed at C speed: the last value minus the baseline,
     plus the value before each drop.
     """
-    if not all(map(math.isfinite, values)):
-        kept = [(t, v) for t, v in zip(times, values, strict=True) if math.isfinite(v)]
-        times, values = [t for t, _ in kept], [v for _, v in kept]
+    times, values = _finite(times, values)
     i = bisect_right(times, start)
     points = list(values[i - 1:]) if i else [0.0, *values]
+    return points[-1] - points[0] + _drops(points)
+
+
+def _finite(times: Sequence[int], values: Sequence[float]
+            ) -> tuple[Sequence[int], Sequence[float]]:
+    if all(map(math.isfinite, values)):
+        return times, values
+    kept = [(t, v) for t, v in zip(times, values, strict=True) if math.isfinite(v)]
+    return [t for t, _ in kept], [v for _, v in kept]
+
+
+def _drops(points: Sequence[float]) -> float:
+    """The value before each drop (a reset), summed."""
     before, after = points[:-1], points[1:]
-    return points[-1] - points[0] + sum(compress(before, map(gt, before, after)))
+    return sum(compress(before, map(gt, before, after)))
 
 
-def increases(series: Iterable[Series], start: int) -> dict[ActivityKey, float]:
-    """The increase of every (job, dag, prefix, activity, unit) after ``start``: the pieces
-    of one key (other instance labels: a moved scheduler) add up."""
-    out: dict[ActivityKey, float] = {}
-    for s in series:
-        labels = s.labels
-        key = (job_key(labels), labels.get(DAG_ID, ""), labels.get(PREFIX, ""),
-               labels.get(ACTIVITY, ""), unit_of(labels.get("__name__", "")))
-        out[key] = out.get(key, 0.0) + increase(s.times, s.values, start)
-    return out
+class Increases:
+    """The increase of every (job, dag, prefix, activity, unit) after ``start``, its
+    counters told a piece of the range at a time, in time order (each piece's series: their
+    samples after the pieces before): what a job's counters over a long range are read in,
+    a few chunks at a time. Each counter carries its baseline, last value and drops, so
+    the increases are ``increase``'s over the whole range, to the bit; the pieces of one key
+    (other instance labels: a moved scheduler) add up."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        # a series' identity: [its key, baseline, last time, last value, drops so far]
+        self._counters: dict[tuple[tuple[str, str], ...], list[Any]] = {}
+
+    def add(self, series: Iterable[Series]) -> None:
+        for s in series:
+            times, values = _finite(s.times, s.values)
+            if not times:
+                continue
+            ident = tuple(sorted(s.labels.items()))
+            found = self._counters.get(ident)
+            if found is None:
+                i = bisect_right(times, self.start)
+                points = list(values[i - 1:]) if i else [0.0, *values]
+                labels = s.labels
+                key = (job_key(labels), labels.get(DAG_ID, ""), labels.get(PREFIX, ""),
+                       labels.get(ACTIVITY, ""), unit_of(labels.get("__name__", "")))
+                found = self._counters[ident] = [key, points[0], times[-1], points[-1], 0]
+            else:
+                i = bisect_right(times, found[2])
+                j = bisect_right(times, self.start, i)
+                if j > i:  # still at or before the start: the baseline moves on
+                    found[1] = values[j - 1]
+                    points = list(values[j - 1:])
+                else:
+                    points = [found[3], *values[i:]]
+                found[2], found[3] = max(found[2], times[-1]), points[-1]
+            before, after = points[:-1], points[1:]
+            for dropped in compress(before, map(gt, before, after)):  # in order, as
+                found[4] += dropped  # ``increase`` adds them
+
+    def result(self) -> dict[ActivityKey, float]:
+        out: dict[ActivityKey, float] = {}
+        for key, baseline, _, last, drops in self._counters.values():
+            out[key] = out.get(key, 0.0) + (last - baseline + drops)
+        return out
 
 
 def activity_rows(totals: Mapping[ActivityKey, float], names: Mapping[str, str]

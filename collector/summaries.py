@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dask_metrics.collector.activities import ActivityKey, activity_rows, increases
+from dask_metrics.collector.activities import ActivityKey, Increases, activity_rows
 from dask_metrics.collector.batches import (
     SAMPLES_PER_QUERY,
     batches_of,
@@ -52,10 +52,11 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
     """activities.csv's rows of [start, end] (ms), jobs named by ``names``.
 
     A fleet's jobs have millions of activity samples in an hour: they are read a batch of
-    jobs at a time (each job's series whole over the range, as one query would return
-    them; ``limit``: the samples of a batch), each batch reduced to its increases before
-    the next is read, and only from the chunks that hold its jobs' samples (and the last:
-    one batch reads every job, those that began since they were counted too)."""
+    jobs at a time (``limit``: the samples of a batch), a few chunks of a batch at a time
+    (as many as hold ``limit`` samples) folded into its increases (``Increases``, the whole
+    range's to the bit) before the next are read, and only from the chunks that hold its
+    jobs' samples (and the last: one batch reads every job, those that began since they
+    were counted too)."""
     # the counters' samples from where they begin: the same samples as from start - age
     span = span_of(client, selector([ACTIVITY_SERIES], scope=scope), start - age, end, chunk)
     if span is None:
@@ -66,10 +67,16 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
     last = len(plan_chunks(begin - age, end, chunk)) - 1
     totals: dict[ActivityKey, float] = {}
     for jobs in batches:
-        only = {last}.union(*(counted[job].chunks for job in jobs))
-        totals.update(increases(fetch_activities(client, begin, end, age, chunk, scope,
-                                                 jobs if len(batches) > 1 else None, only),
-                                start))
+        only = sorted({last}.union(*(counted[job].chunks for job in jobs)))
+        # a batch's chunks a few at a time, as many as hold ``limit`` samples: a job that
+        # runs all week is not held whole
+        per_chunk = sum(counted[job].samples / max(len(counted[job].chunks), 1) for job in jobs)
+        group = max(1, int(limit // max(per_chunk, 1.0)))
+        fold = Increases(start)
+        for k in range(0, len(only), group):
+            fold.add(fetch_activities(client, begin, end, age, chunk, scope,
+                                      jobs if len(batches) > 1 else None, only[k:k + group]))
+        totals.update(fold.result())
     return activity_rows(totals, names)
 
 

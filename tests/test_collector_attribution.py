@@ -12,9 +12,9 @@ import random
 import pytest
 
 from dask_metrics.collector.activities import (
+    Increases,
     activity_rows,
     increase,
-    increases,
     unit_of,
 )
 from dask_metrics.collector.columns import select, source_metrics, worker_metrics
@@ -22,7 +22,7 @@ from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_b
 from dask_metrics.collector.layouts import seed_lines, tidy_lines
 from dask_metrics.collector.prefix_scrapes import attribute, prefix_timeline
 from dask_metrics.collector.prefix_use import PrefixUse, increments
-from dask_metrics.collector.series import Series, WorkerInfo, cluster_timeline
+from dask_metrics.collector.series import Series, WorkerInfo, clip, cluster_timeline
 from dask_metrics.collector.tables import as_of, joined_by_metric, worker_table
 from dask_metrics.collector.worker_runs import span_timeline, worker_timeline
 from dask_metrics.contract import (
@@ -64,6 +64,34 @@ def test_infinite_samples_are_skipped_not_turned_into_nan() -> None:
     assert increase([0, 1, 2, 3], [1.0, math.inf, 3.0, -math.inf], 0) == 2.0
 
 
+@pytest.mark.parametrize("seed", range(100))
+def test_increases_told_a_piece_at_a_time_are_the_whole_ranges_to_the_bit(seed: int) -> None:
+    """Counters that reset, skip NaN and infinite samples, start before, at or after the
+    start, or only in a later piece: folded in random pieces of the range (the chunks an
+    export reads a few at a time), each counter's increase is ``increase``'s over the whole
+    range, bit for bit."""
+    rng = random.Random(seed)
+    start = 50 * S
+    series = []
+    for k in range(6):
+        times = sorted(rng.sample(range(rng.choice([0, 40, 60]) * S, 400 * S, S),
+                              rng.randrange(1, 60)))
+        value, values = rng.uniform(0, 10), []
+        for _ in times:
+            value = rng.uniform(0, 3) if rng.random() < 0.1 else value + rng.uniform(0, 7)
+            values.append(rng.choice([math.nan, math.inf]) if rng.random() < 0.05 else value)
+        series.append(Series({"__name__": "dask_job_activity_seconds_total", "job_id": "1",
+                              "dag_id": str(k), "prefix": "p", "activity": "a"},
+                             times, values))
+    cuts = sorted(rng.sample(range(1, 400), rng.randrange(0, 6)))
+    fold = Increases(start)
+    for lo, hi in zip([0, *cuts], [*cuts, 400], strict=True):
+        fold.add(clip(series, lo * S, hi * S - 1, True))
+    assert {k[1]: v for k, v in fold.result().items()} == {
+        s.labels["dag_id"]: increase(s.times, s.values, start) for s in series
+        if any(map(math.isfinite, s.values))}
+
+
 def test_activity_rows_add_pieces_drop_zeros_and_sort() -> None:
     seconds, custom = activity_spec("seconds").name, activity_spec("Flops/s").name
     assert unit_of(custom) == "flops_s"
@@ -76,7 +104,9 @@ def test_activity_rows_add_pieces_drop_zeros_and_sort() -> None:
         _s({**base, "job_id": "2", "activity": "idle"}, {0: 1.0, 2 * S: 1.0}),  # no growth
         _s({**base, "__name__": custom, "job_id": "2", "dag_id": ""}, {2 * S: 0.5}),
     ]
-    totals = increases(series, S)
+    fold = Increases(S)
+    fold.add(series)
+    totals = fold.result()
     rows = activity_rows(totals, {"2": "etl"})
     assert [tuple(r[c] for c in ACTIVITY_COLUMNS) for r in rows] == [
         ("2", "etl", "", "load", "thread-cpu", "flops_s", 0.5, ""),
