@@ -339,9 +339,9 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         jobs = fetch_jobs(client, start, end, chunk_ms, age, scope)
         writer.write(side / JOBS_CSV, JOBS_COLUMNS, map(csv_line, jobs_csv_rows(jobs, start)))
         names_of_jobs = JobNames.from_rows(jobs).names  # as jobs.csv names them
-        writer.write(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, summary_lines(
-            activity_table(client, start, end, age, chunk_ms, scope, names_of_jobs),
-            ACTIVITY_COLUMNS))
+        writer.write_pieces(side / ACTIVITIES_CSV, ACTIVITY_COLUMNS, (
+            summary_lines(rows, ACTIVITY_COLUMNS) for rows in
+            activity_table(client, start, end, age, chunk_ms, scope, names_of_jobs)))
         writer.write(side / GPU_BY_PREFIX_CSV, GPU_BY_PREFIX_COLUMNS,
                      summary_lines(prefix_rows(uses.result(), names_of_jobs),
                                    GPU_BY_PREFIX_COLUMNS))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
-from dask_metrics.collector.lifetimes import restarts
+from dask_metrics.collector.lifetimes import job_key, restarts
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import (
     Series,
@@ -46,6 +46,7 @@ from dask_metrics.contract import (
     JOB_ID,
     MEMORY_USED,
     REPLICA_LABELS,
+    SCHEDULER_START,
     WORKER,
     WORKER_DAG_START,
     WORKER_PREFIX_TASKS,
@@ -429,7 +430,7 @@ class JobSamples(NamedTuple):
 
 def activity_samples(client: PrometheusClient, start: int, end: int, max_age: int, chunk: int,
                      scope: Scope = UNSCOPED) -> dict[str, JobSamples]:
-    """{job id: its samples and chunks} of the activity counters that ``fetch_activities``
+    """{job key: its samples and chunks} of the activity counters that ``fetch_activities``
     reads, counted by the store (instant queries per unit family and time chunk, no sample
     sent): what a fleet's activities are read in batches of jobs by, each batch only where
     its jobs have samples (a job of ten minutes in a day: one or two chunks of 24). A sample
@@ -442,9 +443,10 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
                                     "__name__", start - max_age, end, chunk)):
         sel = selector([name], scope=scope)
         for k, s in _per_chunk(
-                client, lambda rng, sel=sel: f"sum by ({JOB_ID}) (count_over_time({sel}{rng}))",
+                client, lambda rng, sel=sel: (f"sum by ({JOB_ID}, {SCHEDULER_START}) "
+                                          f"(count_over_time({sel}{rng}))"),
                 start - max_age, end, chunk):
-            job, n = s.labels.get(JOB_ID, ""), s.values[-1] if s.values else 0.0
+            job, n = job_key(s.labels), s.values[-1] if s.values else 0.0
             counts[job] = counts.get(job, 0.0) + n
             if n > 0:
                 chunks.setdefault(job, set()).add(k)

@@ -57,6 +57,18 @@ class FileWriter:
         self._pending = Background(partial(write_text, append=header is None, last=last),
                                    (path, text))
 
+    def write_pieces(self, path: Path, header: Sequence[str],
+                     pieces: Iterable[Iterable[str]]) -> None:
+        """A CSV file of ``pieces`` of lines, each written while the next is made: what a
+        file too big to hold at once is written in."""
+        first, held = True, None
+        for piece in pieces:
+            if held is not None:
+                self.write(path, header if first else None, held, last=False)
+                first = False
+            held = list(piece)
+        self.write(path, header if first else None, held or [], last=True)
+
     def wait(self) -> None:
         """Until the file in flight is on disk; raises its error."""
         pending, self._pending = self._pending, None

@@ -4,10 +4,10 @@ Monitor's ``activities()`` and ``gpu_by_prefix()``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from dask_metrics.collector.activities import ActivityKey, Increases, activity_rows
+from dask_metrics.collector.activities import Increases, activity_rows
 from dask_metrics.collector.batches import (
     SAMPLES_PER_QUERY,
     batches_of,
@@ -30,6 +30,7 @@ from dask_metrics.collector.fetch import (
 )
 from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
 from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.lifetimes import job_order, plain
 from dask_metrics.collector.pieces import pieces
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import (
@@ -48,36 +49,42 @@ from dask_metrics.contract import (
 
 def activity_table(client: PrometheusClient, start: int, end: int, age: int, chunk: int,
                    scope: Scope, names: Mapping[str, str], limit: float = SAMPLES_PER_QUERY
-                   ) -> list[dict[str, Any]]:
-    """activities.csv's rows of [start, end] (ms), jobs named by ``names``.
+                   ) -> Iterator[list[dict[str, Any]]]:
+    """activities.csv's rows of [start, end] (ms), jobs named by ``names``, a batch of jobs'
+    rows at a time, in the file's order.
 
     A fleet's jobs have millions of activity samples in an hour: they are read a batch of
-    jobs at a time (``limit``: the samples of a batch), a few chunks of a batch at a time
-    (as many as hold ``limit`` samples) folded into its increases (``Increases``, the whole
-    range's to the bit) before the next are read, and only from the chunks that hold its
-    jobs' samples (and the last: one batch reads every job, those that began since they
-    were counted too)."""
+    jobs at a time (``limit``: the samples of a batch; jobs in the file's order, each job of
+    a scheduler's life in one batch), a few chunks of a batch at a time (as many as hold
+    ``limit`` samples) folded into its increases (``Increases``, the whole range's to the
+    bit) before the next are read, and only from the chunks that hold its jobs' samples
+    (and the last: one batch reads every job, those that began since they were counted
+    too). What is held is a batch's samples and rows, whatever the range."""
     # the counters' samples from where they begin: the same samples as from start - age
     span = span_of(client, selector([ACTIVITY_SERIES], scope=scope), start - age, end, chunk)
     if span is None:
-        return []
+        return
     begin, end = span[0] + age, span[1]
     counted = activity_samples(client, begin, end, age, chunk, scope)
-    batches = batches_of(sorted((job, found.samples) for job, found in counted.items()), limit)
+    batches = batches_of(sorted(((job, found.samples) for job, found in counted.items()),
+                                key=lambda item: job_order(item[0])), limit)
     last = len(plan_chunks(begin - age, end, chunk)) - 1
-    totals: dict[ActivityKey, float] = {}
     for jobs in batches:
         only = sorted({last}.union(*(counted[job].chunks for job in jobs)))
         # a batch's chunks a few at a time, as many as hold ``limit`` samples: a job that
         # runs all week is not held whole
         per_chunk = sum(counted[job].samples / max(len(counted[job].chunks), 1) for job in jobs)
         group = max(1, int(limit // max(per_chunk, 1.0)))
+        ids = sorted({plain(job) for job in jobs}) if len(batches) > 1 else None
         fold = Increases(start)
         for k in range(0, len(only), group):
-            fold.add(fetch_activities(client, begin, end, age, chunk, scope,
-                                      jobs if len(batches) > 1 else None, only[k:k + group]))
-        totals.update(fold.result())
-    return activity_rows(totals, names)
+            fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
+                                      only[k:k + group]))
+        totals = fold.result()
+        if ids is not None:  # another life of a job id is another batch's
+            mine = set(jobs)
+            totals = {key: v for key, v in totals.items() if key[0] in mine}
+        yield activity_rows(totals, names)
 
 
 def job_names(client: PrometheusClient, start: int, end: int, chunk: int, age: int,
@@ -96,8 +103,9 @@ def read_activities(client: PrometheusClient, since: float, until: float, *,
     check_range(since, until)
     start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
     scope = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    return activity_table(client, start, end, age, chunk_ms, scope,
-                          job_names(client, start, end, chunk_ms, age, scope))
+    return [row for rows in activity_table(client, start, end, age, chunk_ms, scope,
+                                           job_names(client, start, end, chunk_ms, age, scope))
+            for row in rows]
 
 
 def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,

@@ -158,11 +158,13 @@ def test_activities_read_a_job_at_a_time_are_those_read_at_once(
         prom: PrometheusServer, lab: LabDataset) -> None:
     """A fleet's activity counters are read in batches of jobs: batches of one job give the
     rows of one query for them all, the HA pair's copies and the reset counter included;
-    in chunks of 50 s, a batch read from its jobs' chunks only, the same rows."""
+    in chunks of 50 s, a batch read from its jobs' chunks only, a chunk at a time (a limit
+    of one sample), the same rows."""
     start, end = ((lab.base + t) * 1000 for t in LAB_RANGE)
     with PrometheusClient(ConnectionSettings(prom.url)) as client:
-        rows = {(limit, chunk): activity_table(client, start, end, 120_000, chunk,
-                                               Scope("lab", REPLICA_LABELS), {}, limit)
+        rows = {(limit, chunk): [row for rows in activity_table(
+            client, start, end, 120_000, chunk, Scope("lab", REPLICA_LABELS), {}, limit)
+                                 for row in rows]
                 for limit in (1, 10**9) for chunk in (50_000, 3_600_000)}
     assert rows[1, 50_000] == rows[10**9, 50_000] == rows[1, 3_600_000] == rows[10**9, 3_600_000]
     rows = {limit: rows[limit, 3_600_000] for limit in (1, 10**9)}
