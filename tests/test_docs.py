@@ -275,6 +275,8 @@ ACCOUNTS: dict[str, Account] = {
     "report --at ef7224b --before f3420af": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands report "
     "--at 02f7ad4 --before 39c2f03": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 3 --hours 168 --rounds 1 --commands report "
+    "--at 02f7ad4 --before 39c2f03": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 --rounds 3 --commands report --at 2a439f3 "
     "--before fd7c03a": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
