@@ -70,7 +70,8 @@ class _RecordingProxy:
                     head = conn.recv(4096)
                 except OSError:
                     head = b""
-                self.lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                if head:  # a socket Chromium opened ahead and closed unused asks nothing
+                    self.lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
 
     def close(self) -> None:
         self.sock.close()
