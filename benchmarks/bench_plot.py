@@ -5,8 +5,8 @@
 The data is bench_collector.py's fixture (the same cached TSDB blocks), exported once with
 the real CLI the way ``collector plot`` exports it (``--metrics`` its PLOT_METRICS); the
 pictures are then drawn from that folder. Each round runs in a fresh subprocess, which
-reads the export (``read_export`` and ``read_provenance``), draws every worker's picture
-(``worker_figure`` + PNG into memory, the work ``plot_export`` does per worker), the cluster
+reads the export (a piece at a time, as ``plot_export`` does; older code: ``read_export``),
+draws every worker's picture (``worker_figure`` + PNG into memory), the cluster
 overview of all workers and of the first 4 (what the session report drew with its default
 ``--plots 4`` until its charts became SVG of its own), and one worker and the overview as
 SVG. ``--before REF`` alternates rounds with the code of git revision REF (its
@@ -70,19 +70,23 @@ def draw(folder: Path) -> dict[str, list[float]]:
         return since(began)
 
     began = [c() for c in clock]
-    traces, provenance = worker_traces.read_export(folder), read_provenance(folder)
+    provenance = read_provenance(folder)
+    if hasattr(worker_traces, "open_worker_file"):  # a piece at a time, as plot_export reads
+        opened = list(map(worker_traces.open_worker_file, worker_traces.export_files(folder)))
+        span = max(f.last or 0 for f in opened) / 1000
+        read = [plot._read(f, span) for f in opened]
+        traces, overviews = [t for t, _ in read], [fold.overview(t) for t, fold in read]
+    else:  # the cluster page draws each worker's overview (older code: the traces themselves)
+        traces = worker_traces.read_export(folder)
+        overviews = list(map(getattr(worker_traces, "overview_of", lambda t: t), traces))
     out["read"] = since(began)
     each = [timed(lambda t=t: plot.worker_figure(t, provenance)) for t in traces]
     out["worker"] = [statistics.median(x) for x in zip(*each, strict=True)]
     out["workers"] = [sum(x) for x in zip(*each, strict=True)]
-    # the cluster page draws each worker's overview (older code: the traces themselves)
-    overview = getattr(worker_traces, "overview_of", lambda t: t)
-    out["cluster"] = timed(lambda: plot.cluster_figure(list(map(overview, traces)), provenance))
-    out["cluster-small"] = timed(lambda: plot.cluster_figure(
-        list(map(overview, traces[:SMALL])), provenance))
+    out["cluster"] = timed(lambda: plot.cluster_figure(overviews, provenance))
+    out["cluster-small"] = timed(lambda: plot.cluster_figure(overviews[:SMALL], provenance))
     out["worker-svg"] = timed(lambda: plot.worker_figure(traces[0], provenance), "svg")
-    out["cluster-svg"] = timed(lambda: plot.cluster_figure(list(map(overview, traces)),
-                                                           provenance), "svg")
+    out["cluster-svg"] = timed(lambda: plot.cluster_figure(overviews, provenance), "svg")
     out["plot"] = [sum(x) for x in zip(*(out[k] for k in ("import", "read", "workers",
                                                            "cluster")), strict=True)]
     return out

@@ -24,15 +24,17 @@ from dask_metrics.collector.chart_layout import (
 )
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.overviews import MEMORY, UTIL, Overview, OverviewFold, Spread
 from dask_metrics.collector.provenance import UNKNOWN, Provenance, read_provenance
+from dask_metrics.collector.report.chart_rows import carried, chart_rows
 from dask_metrics.collector.staging import fixed_names, staged
+from dask_metrics.collector.tables import joined
 from dask_metrics.collector.worker_traces import (
-    Overview,
     Phase,
+    WorkerFile,
     WorkerTrace,
     export_files,
-    overview_of,
-    read_worker_file,
+    open_worker_file,
 )
 
 FORMATS = ("png", "svg")
@@ -47,6 +49,7 @@ MIB = 2**20
 CLUSTER = "cluster"  # the overview's file name; a worker of that name is "worker-cluster"
 MAX_LEGEND = 16
 MAX_ROWS = 40  # workers named on the "ran on" rows of the cluster page; more: rows only
+MAX_LINES = 40  # workers drawn a line each on the cluster page; more: their spread
 CHARS_PER_AXIS = 150  # 7-point characters across an axes of the figure (a little under)
 LABEL_ROW = 0.07  # height of a row of phase labels above an axes, in axes fractions
 PLOT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "mem-bw-util")
@@ -72,12 +75,14 @@ def _nan(values: Sequence[float | None], scale: float = 1.0) -> list[float]:
 
 
 def _line(ax: Any, times: Sequence[float], values: Sequence[float | None], span: float,
-          scale: float = 1.0, unit: float = 1.0, **style: Any) -> None:
-    """A line that breaks where a value is missing or samples stop for a while, drawn as
-    the envelope of its samples over buckets no wider than a pixel column of the figure
-    (every spike stays); ``span``: seconds the time axis shows, ``unit``: seconds per unit
-    of the time axis."""
-    t, v = break_gaps([x / unit for x in times], _nan(values, scale))
+          scale: float = 1.0, unit: float = 1.0, marked: bool = False, **style: Any) -> None:
+    """A line that breaks where a value is missing or samples stop for a while (``marked``:
+    the stops are already values missing), drawn as the envelope of its samples over
+    buckets no wider than a pixel column of the figure (every spike stays); ``span``:
+    seconds the time axis shows, ``unit``: seconds per unit of the time axis."""
+    t, v = [x / unit for x in times], _nan(values, scale)
+    if not marked:
+        t, v = break_gaps(t, v)
     t, v = envelope(t, v, 0.0, span / unit, BUCKETS)
     ax.plot(t, v, **style)
 
@@ -180,20 +185,21 @@ def worker_figure(trace: WorkerTrace, provenance: Provenance = UNKNOWN) -> Any:
     util, mem = fig.subplots(2, 1, sharex=True)
     span = _span([trace])
     unit = time_unit(span)
+    marked = trace.gaps_marked
     for i, gpu in enumerate(trace.gpus):
         colour, name = f"C{i % 10}", f"GPU {gpu.gpu}"
         if "compute-util" in gpu.values:
-            _line(util, gpu.times, gpu.values["compute-util"], span, unit=unit[0], color=colour,
-                  label=f"{name} compute")
+            _line(util, gpu.times, gpu.values["compute-util"], span, unit=unit[0],
+                  marked=marked, color=colour, label=f"{name} compute")
         if "mem-bw-util" in gpu.values:
-            _line(util, gpu.times, gpu.values["mem-bw-util"], span, unit=unit[0], color=colour,
-                  linestyle="--", label=f"{name} memory bandwidth")
+            _line(util, gpu.times, gpu.values["mem-bw-util"], span, unit=unit[0],
+                  marked=marked, color=colour, linestyle="--", label=f"{name} memory bandwidth")
         if "total-mem" in gpu.values:
-            _line(mem, gpu.times, gpu.values["total-mem"], span, 1 / GIB, unit[0], color=colour,
-                  label=f"{name} used")
+            _line(mem, gpu.times, gpu.values["total-mem"], span, 1 / GIB, unit[0],
+                  marked=marked, color=colour, label=f"{name} used")
         if "peak-mem" in gpu.values:
-            _line(mem, gpu.times, gpu.values["peak-mem"], span, 1 / GIB, unit[0], color=colour,
-                  linestyle=":", drawstyle="steps-post",
+            _line(mem, gpu.times, gpu.values["peak-mem"], span, 1 / GIB, unit[0],
+                  marked=marked, color=colour, linestyle=":", drawstyle="steps-post",
                   label=f"{name} peak (between scrapes too)")
     _capacity(mem, [(g.capacity(), f"C{i % 10}") for i, g in enumerate(trace.gpus)], "")
     _shade((util, mem), trace.phases, provenance.names, unit[0], job_colours(trace.phases))
@@ -221,21 +227,43 @@ def _where(ax: Any, workers: Sequence[Overview], names: JobNames, unit: float,
                   title="job", title_fontsize=7)
 
 
-def cluster_figure(workers: Sequence[Overview], provenance: Provenance = UNKNOWN) -> Any:
-    """The cluster page from each worker's ``Overview``."""
+def _spread(ax: Any, spread: Spread, metric: str, workers: int, unit: float,
+            scale: float = 1.0) -> None:
+    """The workers' spread of ``metric``: a band from the lowest to the highest and a line
+    for the mean, per pixel column."""
+    found = spread.of(metric)
+    if found is None:
+        return
+    middle, low, mean, high = found
+    ax.fill_between(middle / unit, low * scale, high * scale, color="C0", alpha=0.25,
+                    linewidth=0, label=f"lowest to highest of {workers} workers")
+    ax.plot(middle / unit, mean * scale, color="C0", linewidth=1, label="mean of the workers")
+
+
+def cluster_figure(workers: Sequence[Overview], provenance: Provenance = UNKNOWN,
+                   spread: Spread | None = None) -> Any:
+    """The cluster page from each worker's ``Overview``: a line per worker, or with
+    ``spread`` the workers' spread."""
     fig = _figure()
     rows = min(0.3 + 0.12 * len(workers), 1.6)
     where, util, mem = fig.subplots(3, 1, sharex=True, height_ratios=[rows, 2, 2])
     span = max((w.last for w in workers), default=0.0)
     unit = time_unit(span)
+    if spread is not None:
+        _spread(util, spread, UTIL, len(workers), unit[0])
+        _spread(mem, spread, MEMORY, len(workers), unit[0], 1 / GIB)
     for i, w in enumerate(workers):
         style = {"color": f"C{i % 10}", "label": w.worker, "linewidth": 1}
         if w.util is not None:
-            _line(util, w.util[0].tolist(), w.util[1].tolist(), span, unit=unit[0], **style)
+            _line(util, w.util[0].tolist(), w.util[1].tolist(), span, unit=unit[0],
+                  marked=True, **style)
         if w.memory is not None:
             _line(mem, w.memory[0].tolist(), w.memory[1].tolist(), span, 1 / GIB, unit[0],
-                  **style)
-    _capacity(mem, [(w.capacity, f"C{i % 10}") for i, w in enumerate(workers)], " of a worker")
+                  marked=True, **style)
+    capacities = [(w.capacity, f"C{i % 10}") for i, w in enumerate(workers)]
+    if spread is not None:  # a dashed line per worker would be a line per worker again
+        capacities = [(c, "0.4") for c in {w.capacity for w in workers}]
+    _capacity(mem, capacities, " of a worker")
     busiest = max(workers, key=lambda w: w.samples)
     colours = job_colours([p for w in workers for p in (*w.phases, *w.cluster_phases)])
     _where(where, workers, provenance.names, unit[0], colours)
@@ -244,10 +272,12 @@ def cluster_figure(workers: Sequence[Overview], provenance: Provenance = UNKNOWN
     gpus = len({u or (w.worker, i) for w in workers for i, u in enumerate(w.devices)})
     fake = [w.worker for w in workers if w.worker in provenance.simulated]
     simulated = (f"SIMULATED GPUs on {len(fake)} of {len(workers)} worker(s)" if fake else "")
+    below = ("the workers' lowest to highest and mean"
+             if spread is not None else "mean utilisation and memory used per worker")
     _finish(fig, util, mem, f"cluster: {len(workers)} worker(s), {gpus} GPU(s)\ntop: what ran "
-            "on each worker; below: mean utilisation and memory used per worker, shaded: the "
-            "cluster's oldest unfinished job/DAG", unit, busiest.start,
-            legend=len(workers) <= MAX_LEGEND, simulated=simulated)
+            f"on each worker; below: {below}, shaded: the cluster's oldest unfinished job/DAG",
+            unit, busiest.start, legend=len(workers) <= MAX_LEGEND or spread is not None,
+            simulated=simulated)
     return fig
 
 
@@ -278,24 +308,41 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                          f"{', '.join(FORMATS)})")
     require_matplotlib()
     provenance = read_provenance(folder)
-    files = export_files(folder)
+    chosen = [f for f in map(open_worker_file, export_files(folder))
+              if not workers or any(fnmatch.fnmatchcase(f.worker, w) for w in workers)]
+    if not chosen:
+        raise CollectorError(f"no worker in {folder} matches {', '.join(workers or [])}")
+    # the page's time axis, known before any file is read: each file's last row
+    span = max(f.last or 0 for f in chosen) / 1000
+    spread = Spread(span, BUCKETS) if overview and len(chosen) > MAX_LINES else None
     target = Path(out)
     written: list[Path] = []
     overviews: list[Overview] = []
-    matched = 0
     with staged(target, manifest="", earlier=fixed_names) as stage:  # all pictures or none
-        for path in files:  # one worker's samples at a time: a fleet's do not fit at once
-            trace = provenance.own(read_worker_file(path))
-            if workers and not any(fnmatch.fnmatchcase(trace.worker, w) for w in workers):
-                continue
+        for found in chosen:  # a piece of one worker's file at a time
+            trace, fold = _read(found, span)
+            trace = provenance.own(trace)
             if pictures is None or trace.worker in pictures:
                 stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
                 written += _save(worker_figure(trace, provenance), stage / stem, formats)
-            matched += 1
             if overview:
-                overviews.append(overview_of(trace))
-        if not matched:
-            raise CollectorError(f"no worker in {folder} matches {', '.join(workers or [])}")
+                overviews.append(fold.overview(trace, lines=spread is None))
+                if spread is not None:
+                    spread.add(fold)
         if overview:
-            written += _save(cluster_figure(overviews, provenance), stage / CLUSTER, formats)
+            written += _save(cluster_figure(overviews, provenance, spread), stage / CLUSTER,
+                             formats)
     return [target / path.name for path in written]
+
+
+def _read(found: WorkerFile, span: float) -> tuple[WorkerTrace, OverviewFold]:
+    """A worker file read a piece at a time: the rows its picture draws (``chart_rows``,
+    its stops marked) and its overview on a time axis of ``span`` seconds."""
+    fold = OverviewFold(span, BUCKETS)
+    rows = []
+    before = None
+    for piece in found.pieces():
+        rows.append(chart_rows(piece, found.metrics, 0, found.last or 0, before))
+        before = carried(piece, before)
+        fold.add(piece, found.metrics)
+    return found.trace(joined(rows)), fold

@@ -64,6 +64,28 @@ class WorkerTable:
         return sum(len(g.times) for g in self.gpus)
 
 
+def joined(tables: Iterable[WorkerTable]) -> WorkerTable:
+    """Consecutive pieces' tables as one: each GPU's rows in order (a GPU missing from a
+    piece has none there)."""
+    gpus: dict[tuple[str, str], GpuTable] = {}
+    times: list[int] = []
+    cluster: list[tuple[str, str]] = []
+    worker: list[tuple[str, str]] = []
+    thinned = False
+    for table in tables:
+        for g in table.gpus:
+            found = gpus.setdefault((g.gpu, g.uuid), GpuTable(g.gpu, g.uuid, [],
+                                                              [[] for _ in g.columns]))
+            found.times.extend(g.times)
+            for mine, more in zip(found.columns, g.columns, strict=True):
+                mine.extend(more)
+        times += table.times
+        cluster += table.cluster
+        worker += table.worker
+        thinned = thinned or table.thinned
+    return WorkerTable(list(gpus.values()), times, cluster, worker, thinned)
+
+
 def _union(lists: Sequence[list[int]]) -> list[int]:
     """The sorted union of sorted lists; the first list itself when they are all equal."""
     if not lists:

@@ -12,13 +12,12 @@ import csv
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.tables import WorkerTable
+from dask_metrics.collector.tables import GpuTable, WorkerTable, joined
 from dask_metrics.collector.timespec import format_rfc3339, parse_rfc3339
 from dask_metrics.contract import JOBS_CSV
 
@@ -69,42 +68,6 @@ class WorkerTrace:
     cluster_phases: list[Phase]  # job / dag, cluster-wide
     gaps_marked: bool = False  # its rows thinned, a stop in its samples a row without values
 
-    def mean(self, metric: str) -> tuple[list[float], list[float | None]]:
-        """The metric averaged over the worker's GPUs at each sample time (GPUs without a
-        value at that time are left out)."""
-        return _combine(self.gpus, metric, average=True)
-
-    def total(self, metric: str) -> tuple[list[float], list[float | None]]:
-        """The metric summed over the worker's GPUs at each sample time."""
-        return _combine(self.gpus, metric, average=False)
-
-
-def _combine(gpus: Sequence[GpuTrace], metric: str,
-             average: bool) -> tuple[list[float], list[float | None]]:
-    """The GPUs' values of ``metric`` summed (or averaged) per sample time, with numpy (the
-    cluster page combines every worker's GPUs: half the time of a dict of lists by time)."""
-    import numpy as np  # comes with matplotlib; the collector's other commands do without it
-
-    pairs = [(g.times, g.values[metric]) for g in gpus if g.values.get(metric)]
-    if not pairs:
-        return [], []
-    times = np.concatenate([np.asarray(t[: len(v)], dtype=float) for t, v in pairs])
-    values = np.concatenate([_floats(v[: len(t)]) for t, v in pairs])
-    found, slot = np.unique(times, return_inverse=True)
-    known = ~np.isnan(values)
-    total = np.bincount(slot, weights=np.where(known, values, 0.0), minlength=len(found))
-    count = np.bincount(slot, weights=known, minlength=len(found))
-    out = total / np.where(count > 0, count, 1) if average else total
-    return found.tolist(), [x if n else None for x, n in zip(out.tolist(), count.tolist(),
-                                                             strict=True)]
-
-
-def _floats(values: Sequence[float | None]) -> Any:
-    """A float array of ``values``, NaN where one is missing."""
-    import numpy as np
-
-    return np.array([math.nan if v is None else v for v in values], dtype=float)
-
 
 def phases(samples: Iterable[tuple[float, str, str]]) -> list[Phase]:
     """Stretches of consecutive samples (time, job, dag) with the same non-empty job/DAG.
@@ -131,8 +94,94 @@ def _number(text: str) -> float | None:
     return float(text) if text else None
 
 
-def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
-    """One tidy CSV file; CollectorError when it is not one."""
+PIECE_ROWS = 20_000
+"""Rows of a worker file read at a time (``WorkerFile.pieces``): a fleet's day is drawn a
+piece at a time, not held whole."""
+
+
+@dataclass(frozen=True)
+class WorkerFile:
+    """A tidy worker file of ``collector export``, opened: its metric columns, its first
+    row's worker and the export's start, and its last row's time, read without the rows
+    between (a picture's time axis is known before its rows are read)."""
+
+    path: Path
+    worker: str
+    start: str  # RFC 3339 ("" when the file has no rows)
+    metrics: list[str]
+    last: int | None  # ms since the export's start of its last row; None: no rows
+
+    def pieces(self, rows: int = PIECE_ROWS) -> Iterator[WorkerTable]:
+        """The file's rows as tables of about ``rows`` rows each, cut between sample times
+        (times in ms since the export's start); CollectorError at a row that is not one of
+        a tidy file or goes back in time."""
+        uuids: dict[str, str] = {}  # a GPU keeps its first row's UUID, as it always did
+        held: list[Row] = []
+        previous = -math.inf
+        width = len(FIXED) + len(self.metrics)
+        with open(self.path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            next(reader, None)
+            for row in reader:
+                t, values = _parsed(self.path, f"line {reader.line_num}", row, width)
+                if t < previous:
+                    raise CollectorError(f"{self.path}, line {reader.line_num}: the rows go "
+                                         "back in time (a tidy file is oldest first)")
+                if t != previous and len(held) >= rows:
+                    yield _piece(held, uuids, len(self.metrics))
+                    held = []
+                previous = t
+                held.append((t, row, values))
+        if held:
+            yield _piece(held, uuids, len(self.metrics))
+
+    def trace(self, table: WorkerTable) -> WorkerTrace:
+        """The trace of the file's rows in ``table`` (all of ``pieces`` joined, or the rows
+        a chart draws of them)."""
+        return _trace(self.worker, self.path.stem, self.start, table, self.metrics, 0)
+
+
+Row = tuple[int, list[str], list[float | None]]
+"""A tidy row: its time in ms since the export's start, its fields, its metrics' values."""
+
+
+def _parsed(path: Path, where: str, row: list[str], width: int) -> tuple[int, list[float | None]]:
+    """A row's time (ms since the export's start) and metric values; CollectorError when it
+    is no tidy row."""
+    try:
+        if len(row) != width:
+            raise ValueError(f"{len(row)} fields where the header has {width}")
+        return round(float(row[0]) * 1000), [_number(text) for text in row[len(FIXED):]]
+    except ValueError as exc:
+        raise CollectorError(f"{path}, {where}: not a row of a tidy CSV file ({exc})"
+                             ) from None
+
+
+def _piece(rows: Sequence[Row], uuids: dict[str, str], metrics: int) -> WorkerTable:
+    """Rows of a tidy file as a table: GPUs in the order they appear,
+    each time's job/DAG states its first row's."""
+    gpus: dict[str, GpuTable] = {}
+    times: list[int] = []
+    cluster: list[tuple[str, str]] = []
+    worker: list[tuple[str, str]] = []
+    for t, row, values in rows:
+        if not times or times[-1] != t:
+            times.append(t)
+            cluster.append((row[5], row[6]))
+            worker.append((row[7], row[8]))
+        gpu = gpus.get(row[3])
+        if gpu is None:
+            gpu = gpus[row[3]] = GpuTable(row[3], uuids.setdefault(row[3], row[4]), [],
+                                          [[] for _ in range(metrics)])
+        gpu.times.append(t)
+        for column, value in zip(gpu.columns, values, strict=True):
+            column.append(value)
+    return WorkerTable(list(gpus.values()), times, cluster, worker)
+
+
+def open_worker_file(path: str | os.PathLike[str]) -> WorkerFile:
+    """A tidy worker file's header, first row and last row; CollectorError when it is not
+    one."""
     path = Path(path)
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
@@ -140,26 +189,36 @@ def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
         if header is None or tuple(header[: len(FIXED)]) != FIXED:
             raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' "
                                  f"(expected the columns {', '.join(FIXED)} first)")
-        metrics = header[len(FIXED):]
-        gpus: dict[str, GpuTrace] = {}
-        mine: list[tuple[float, str, str]] = []
-        cluster: list[tuple[float, str, str]] = []
-        worker = start = ""
-        for row in reader:
-            t = float(row[0])
-            # the export's start, which every timestamp counts from (not this worker's first)
-            worker, start = worker or row[2], start or _start_of(row[1], t)
-            trace = gpus.get(row[3])
-            if trace is None:
-                trace = gpus[row[3]] = GpuTrace(row[3], row[4], [], {m: [] for m in metrics})
-            trace.times.append(t)
-            for name, text in zip(metrics, row[len(FIXED):], strict=True):
-                trace.values[name].append(_number(text))
-            cluster.append((t, row[5], row[6]))
-            mine.append((t, row[7], row[8]))
-    return WorkerTrace(worker or path.stem, path.stem, start, metrics,
-                       sorted(gpus.values(), key=lambda g: _gpu_key(g.gpu)),
-                       phases(mine), phases(cluster))
+        first = next(reader, None)
+    metrics = header[len(FIXED):]
+    if first is None:
+        return WorkerFile(path, path.stem, "", metrics, None)
+    width = len(header)
+    t = _parsed(path, "line 2", first, width)[0]
+    last = _last_row(path)
+    return WorkerFile(path, first[2] or path.stem, _start_of(first[1], t / 1000), metrics,
+                      _parsed(path, "last line", last, width)[0] if last else t)
+
+
+def _last_row(path: Path, block: int = 8192) -> list[str] | None:
+    """The last non-empty line of a file, parsed as CSV, read from its end."""
+    with open(path, "rb") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0:
+            size = min(block, end)
+            end = fh.seek(end - size)
+            tail = fh.read(size) + tail
+            lines = tail.rstrip(b"\r\n").splitlines()
+            if len(lines) > 1 or (end == 0 and lines):
+                return next(csv.reader([lines[-1].decode("utf-8")]), None)
+    return None
+
+
+def read_worker_file(path: str | os.PathLike[str]) -> WorkerTrace:
+    """One tidy CSV file, whole; CollectorError when it is not one."""
+    found = open_worker_file(path)
+    return found.trace(joined(found.pieces()))
 
 
 def _start_of(time: str, timestamp: float) -> str:
@@ -176,14 +235,20 @@ def trace_of_table(worker: str, stem: str, table: WorkerTable, metrics: Sequence
     (``metrics``: the table's column names, ``start``: the export's start in ms): the same
     numbers ``read_worker_file`` reads back from that file, without formatting and parsing
     them (the session report draws from memory)."""
+    return _trace(worker, stem, format_rfc3339(start) if table.times else "", table, metrics,
+                  start)
+
+
+def _trace(worker: str, stem: str, start: str, table: WorkerTable, metrics: Sequence[str],
+           origin: int) -> WorkerTrace:
+    """``table`` as a trace, its times in seconds since ``origin`` (ms)."""
     def seconds(times: Sequence[int]) -> list[float]:
-        return [(t - start) / 1000 for t in times]
+        return [(t - origin) / 1000 for t in times]
 
     at = seconds(table.times)
     gpus = [GpuTrace(g.gpu, g.uuid, seconds(g.times), dict(zip(metrics, g.columns, strict=True)))
             for g in sorted(table.gpus, key=lambda g: _gpu_key(g.gpu))]
-    return WorkerTrace(worker, stem, format_rfc3339(start) if table.times else "",
-                       list(metrics), gpus,
+    return WorkerTrace(worker, stem, start, list(metrics), gpus,
                        phases((t, *s) for t, s in zip(at, table.worker, strict=True)),
                        phases((t, *s) for t, s in zip(at, table.cluster, strict=True)),
                        table.thinned)
@@ -225,41 +290,6 @@ def export_files(folder: str | os.PathLike[str]) -> list[Path]:
 def read_export(folder: str | os.PathLike[str]) -> list[WorkerTrace]:
     """Every worker file of an export folder (``export_files``), read."""
     return [read_worker_file(p) for p in export_files(folder)]
-
-
-@dataclass(frozen=True)
-class Overview:
-    """What the cluster picture draws of one worker: its GPUs' mean utilisation and total
-    memory used per sample time (float arrays, NaN where no GPU has a value), its capacity
-    and phases; a few bytes per sample time instead of every GPU's columns, so that a
-    fleet's export is drawn a worker at a time."""
-
-    worker: str
-    start: str
-    devices: tuple[str, ...]  # its GPUs' UUIDs ("": unknown), one per GPU
-    samples: int  # of all its GPUs
-    last: float  # its last sample's time (seconds since the start)
-    capacity: float | None
-    util: tuple[Any, Any] | None  # (times, values), None: no compute-util column
-    memory: tuple[Any, Any] | None  # (times, bytes), None: no total-mem column
-    phases: list[Phase]
-    cluster_phases: list[Phase]
-
-
-def overview_of(trace: WorkerTrace) -> Overview:
-    import numpy as np
-
-    def arrays(found: tuple[list[float], list[float | None]]) -> tuple[Any, Any]:
-        return np.asarray(found[0], dtype=float), _floats(found[1])
-
-    return Overview(trace.worker, trace.start, tuple(g.uuid for g in trace.gpus),
-                    sum(len(g.times) for g in trace.gpus),
-                    max((g.times[-1] for g in trace.gpus if g.times), default=0.0),
-                    worker_capacity(trace),
-                    arrays(trace.mean("compute-util")) if "compute-util" in trace.metrics
-                    else None,
-                    arrays(trace.total("total-mem")) if "total-mem" in trace.metrics else None,
-                    trace.phases, trace.cluster_phases)
 
 
 def worker_capacity(trace: WorkerTrace) -> float | None:

@@ -10,8 +10,8 @@ from bisect import bisect_left
 import pytest
 
 from dask_metrics.collector.chart_layout import break_gaps
-from dask_metrics.collector.report.chart_rows import DRAWN, carried, chart_rows, joined
-from dask_metrics.collector.tables import GpuTable, WorkerTable
+from dask_metrics.collector.report.chart_rows import DRAWN, carried, chart_rows
+from dask_metrics.collector.tables import GpuTable, WorkerTable, joined
 from dask_metrics.collector.worker_traces import phases, trace_of_table
 
 COLUMNS = ("compute-util", "total-mem", "mem-util", "peak-mem", "energy")

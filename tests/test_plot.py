@@ -10,17 +10,20 @@ import csv
 import itertools
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
 
 from dask_metrics.collector.chart_layout import break_gaps, envelope, place_labels, time_unit
 from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.overviews import OverviewFold, combine
 from dask_metrics.collector.provenance import UNKNOWN, read_provenance
+from dask_metrics.collector.tables import WorkerTable, joined
 from dask_metrics.collector.worker_traces import (
     FIXED,
     Phase,
-    overview_of,
+    open_worker_file,
     phases,
     read_export,
     read_worker_file,
@@ -127,12 +130,32 @@ def test_read_worker_file(export_dir):
     assert a.gpus[0].times == list(range(14))
     assert a.gpus[0].capacity() == pytest.approx(16 * GiB)
     assert a.phases == [Phase(2, 4, "0", "0"), Phase(4, 8, "0", "1"), Phase(8, 10, "0", "2")]
-    times, total = a.total("total-mem")
-    assert times[3] == 3 and total[3] == 8 * GiB  # two GPUs of 4 GiB each
+    times, total = combine(whole(export_dir / "a.csv"), HEADER.index("total-mem") - len(FIXED),
+                           average=False)
+    assert times[3] == 3000 and total[3] == 8 * GiB  # two GPUs of 4 GiB each
     b = read_worker_file(export_dir / "b.csv")
     assert b.phases == [] and b.cluster_phases[0] == Phase(2, 4, "0", "0")
-    times, mean = b.mean("compute-util")
-    assert mean[times.index(5)] is None and mean[0] == 20
+    times, mean = combine(whole(export_dir / "b.csv"), HEADER.index("compute-util") - len(FIXED),
+                          average=True)
+    assert mean[times.index(5000)] is None and mean[0] == 20
+
+
+def whole(path: Path) -> WorkerTable:
+    return joined(open_worker_file(path).pieces())
+
+
+@pytest.mark.parametrize(("rows", "needle"), [
+    ([row(2, "a", 0), row(1, "a", 0)], "line 3: the rows go back in time"),
+    ([row(1, "a", 0)[:-1]], "line 2: not a row of a tidy CSV file (12 fields where the header "
+                            "has 13)"),
+    ([row(1, "a", 0), row(2, "a", 0, util="busy"), row(3, "a", 0)],
+     "line 3: not a row of a tidy CSV file"),
+    ([row(1, "a", 0), ["x"]], "last line: not a row of a tidy CSV file"),
+])
+def test_a_worker_file_that_is_not_tidy_says_where(tmp_path, rows, needle):
+    folder = write_export(tmp_path / "bad", {"a": rows})
+    with pytest.raises(CollectorError, match=re.escape(needle)):
+        read_worker_file(folder / "a.csv")
 
 
 def test_a_worker_that_joined_late_counts_from_the_exports_start(tmp_path):
@@ -187,23 +210,34 @@ def test_provenance_names_jobs_and_marks_simulated_workers(tmp_path, export_dir)
 
 
 def test_the_cluster_page_draws_each_workers_overview_as_its_samples_say(export_dir):
-    """`collector plot` reads a worker at a time and keeps of each only what the cluster
-    page draws: its GPUs' mean utilisation and total memory per sample time (NaN where no
-    GPU has one), its capacity, phases, last sample and sample count."""
+    """`collector plot` reads a worker a piece at a time and keeps of each only what the
+    cluster page draws: its GPUs' mean utilisation and total memory per sample time (NaN
+    where no GPU has one) as a line no finer than a pixel column, its capacity, phases,
+    last sample and sample count."""
     for name in ("a", "b"):
+        found = open_worker_file(export_dir / f"{name}.csv")
+        fold = OverviewFold(13.0, 1200)
+        for piece in found.pieces(rows=3):
+            fold.add(piece, found.metrics)
         trace = read_worker_file(export_dir / f"{name}.csv")
-        found = overview_of(trace)
-        for kept, (times, values) in ((found.util, trace.mean("compute-util")),
-                                      (found.memory, trace.total("total-mem"))):
-            assert kept is not None and kept[0].tolist() == times
-            assert [None if math.isnan(v) else v for v in kept[1].tolist()] == values
-        assert (found.worker, found.start, found.devices, found.capacity) == (
+        overview = fold.overview(trace)
+        for kept, metric, average in ((overview.util, "compute-util", True),
+                                      (overview.memory, "total-mem", False)):
+            times, values = combine(whole(found.path), found.metrics.index(metric), average)
+            drawn = envelope(*break_gaps([t / 1000 for t in times],
+                                         [math.nan if v is None else v for v in values]),
+                             0.0, 13.0, 1200)  # the page's line of the whole file
+            assert kept is not None and kept[0].tolist() == drawn[0].tolist()
+            assert str(kept[1].tolist()) == str(drawn[1].tolist())  # nan == nan
+        assert (overview.worker, overview.start, overview.devices, overview.capacity) == (
             trace.worker, trace.start, tuple(g.uuid for g in trace.gpus),
             worker_capacity(trace))
-        assert (found.phases, found.cluster_phases) == (trace.phases, trace.cluster_phases)
-        assert found.samples == sum(len(g.times) for g in trace.gpus) and found.last == 13
-    b = overview_of(read_worker_file(export_dir / "b.csv"))
-    assert b.util is not None and math.isnan(b.util[1][b.util[0].tolist().index(5.0)])
+        assert (overview.phases, overview.cluster_phases) == (trace.phases, trace.cluster_phases)
+        assert overview.samples == sum(len(g.times) for g in trace.gpus) and overview.last == 13
+        assert fold.overview(trace, lines=False).util is None
+    b = fold.overview(read_worker_file(export_dir / "b.csv"))  # no value at 5, none 6-8
+    assert b.util is not None and b.util[0].tolist()[4:7] == [4.0, 6.5, 9.0]
+    assert math.isnan(b.util[1][5])
 
 
 def test_worker_capacity_sums_its_gpus(export_dir):
@@ -295,3 +329,22 @@ def test_plot_export_draws_the_pictures_and_overview_asked_for(export_dir, tmp_p
     assert sorted(p.name for p in written) == ["b.png", "cluster.png"]
     written = plot_export(export_dir, tmp_path / "two", overview=False)  # the report's child
     assert sorted(p.name for p in written) == ["a.png", "b.png"]
+
+
+def test_a_fleets_cluster_page_shows_the_workers_spread_not_a_line_each(tmp_path):
+    """More workers than lines can tell apart: the page draws their lowest, mean and highest
+    per pixel column and one capacity line per capacity, and names them in its legend."""
+    from dask_metrics.collector.plot import MAX_LINES, plot_export
+
+    count = MAX_LINES + 1
+    folder = write_export(tmp_path / "fleet", {
+        f"w{i:02d}": [row(t, f"w{i:02d}", 0, util=i) for t in range(6)] for i in range(count)})
+    plot_export(folder, tmp_path / "out", ["svg"], pictures=())
+    page = (tmp_path / "out" / "cluster.svg").read_text()
+    assert f"lowest to highest of {count} workers" in page and "mean of the workers" in page
+    assert "the workers' lowest to highest and mean" in page
+    assert "capacity of a worker (16 GiB)" in page and "w07" not in page.split("ran on")[-1]
+    few = write_export(tmp_path / "few", {f"w{i}": [row(t, f"w{i}", 0) for t in range(6)]
+                                          for i in range(3)})
+    plot_export(few, tmp_path / "few-out", ["svg"], pictures=())
+    assert "mean of the workers" not in (tmp_path / "few-out" / "cluster.svg").read_text()

@@ -17,7 +17,7 @@ own in it). The picture is the whole table's up to a pixel column."""
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from dask_metrics.collector.chart_layout import GAP_FACTOR
 from dask_metrics.collector.tables import GpuKey, GpuTable, WorkerTable
@@ -71,14 +71,8 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
         changes = [i for i in range(1, n) if state_at[g.times[i]] != state_at[g.times[i - 1]]
                    or cluster_at[g.times[i]] != cluster_at[g.times[i - 1]]]
         keep.append(np.array([*changes, *(i - 1 for i in changes)], dtype=np.int64))
-        last, usual = (before or {}).get((g.gpu, g.uuid), (None, None))
-        steps = np.diff(np.r_[times[:1] if last is None else float(last), times])
-        usual = _usual(times, usual)
-        # a row without values in the middle of each stop (one across the pieces' edge:
-        # just before the piece's first row, which tells what ran then)
-        gap = np.flatnonzero(steps > GAP_FACTOR * usual) if usual is not None else []
-        stops[g.gpu, g.uuid] = [(g.times[i - 1] + g.times[i]) // 2 if i else g.times[0] - 1
-                                for i in gap.tolist()]
+        stops[g.gpu, g.uuid] = stops_in(g.times, *(before or {}).get((g.gpu, g.uuid),
+                                                                    (None, None)))
         rows = np.unique(np.concatenate(keep)).tolist()
         gpus.append(GpuTable(g.gpu, g.uuid, [g.times[i] for i in rows],
                              [[col[i] for i in rows] for col in g.columns]))
@@ -95,6 +89,24 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
 
     return WorkerTable(gpus, times, [at(t, cluster_at) for t in times],
                        [at(t, state_at) for t in times], thinned=True)
+
+
+def stops_in(times: Sequence[int], last: int | None, usual: float | None) -> list[int]:
+    """Where samples ``times`` (ms) stop for more than GAP_FACTOR times their usual interval
+    (``usual_interval``, ``usual`` that of the pieces before, ``last`` their last sample):
+    a time in the middle of each stop, where a row without values goes (one across the
+    pieces' edge: just before the piece's first row, which tells what ran then)."""
+    import numpy as np
+
+    if not len(times):
+        return []
+    at = np.asarray(times, dtype=float)
+    usual = usual_interval(at, usual)
+    if usual is None:
+        return []
+    steps = np.diff(np.r_[at[:1] if last is None else float(last), at])
+    return [(times[i - 1] + times[i]) // 2 if i else times[0] - 1
+            for i in np.flatnonzero(steps > GAP_FACTOR * usual).tolist()]
 
 
 def _marked(g: GpuTable, stops: Sequence[int]) -> GpuTable:
@@ -122,11 +134,11 @@ def carried(table: WorkerTable, before: Carried | None = None) -> dict[GpuKey, t
     for g in table.gpus:
         if g.times:
             usual = (before or {}).get((g.gpu, g.uuid), (None, None))[1]
-            out[g.gpu, g.uuid] = (g.times[-1], _usual(g.times, usual))
+            out[g.gpu, g.uuid] = (g.times[-1], usual_interval(g.times, usual))
     return out
 
 
-def _usual(times: Sequence[float], before: float | None) -> float | None:
+def usual_interval(times: Sequence[float], before: float | None) -> float | None:
     """The GPU's usual interval between samples (``break_gaps``' median): the piece's, where
     it has a few, else the one before it."""
     import numpy as np
@@ -135,25 +147,3 @@ def _usual(times: Sequence[float], before: float | None) -> float | None:
     steps = steps[steps > 0]
     return float(np.median(steps)) if len(steps) >= FEW or (before is None and len(steps)) \
         else before
-
-
-def joined(tables: Iterable[WorkerTable]) -> WorkerTable:
-    """Consecutive pieces' tables as one: each GPU's rows in order (a GPU missing from a
-    piece has none there)."""
-    gpus: dict[tuple[str, str], GpuTable] = {}
-    times: list[int] = []
-    cluster: list[tuple[str, str]] = []
-    worker: list[tuple[str, str]] = []
-    thinned = False
-    for table in tables:
-        for g in table.gpus:
-            found = gpus.setdefault((g.gpu, g.uuid), GpuTable(g.gpu, g.uuid, [],
-                                                              [[] for _ in g.columns]))
-            found.times.extend(g.times)
-            for mine, more in zip(found.columns, g.columns, strict=True):
-                mine.extend(more)
-        times += table.times
-        cluster += table.cluster
-        worker += table.worker
-        thinned = thinned or table.thinned
-    return WorkerTable(list(gpus.values()), times, cluster, worker, thinned)

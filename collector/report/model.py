@@ -23,7 +23,7 @@ from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qual
 from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.peaks import LATER, PeakFold, window_keywords
 from dask_metrics.collector.report.advice import GpuModel, recommendations
-from dask_metrics.collector.report.chart_rows import Carried, carried, chart_rows, joined
+from dask_metrics.collector.report.chart_rows import Carried, carried, chart_rows
 from dask_metrics.collector.report.edges import EDGE_COUNTERS, edge_usage
 from dask_metrics.collector.report.figures import (
     PEAK_KEYS,
@@ -45,7 +45,7 @@ from dask_metrics.collector.report.usage import (
     last_rows,
 )
 from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerInfo, id_key
-from dask_metrics.collector.tables import WorkerTable, gpu_series
+from dask_metrics.collector.tables import WorkerTable, gpu_series, joined
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.collector.worker_fetch import VisitPart
 
