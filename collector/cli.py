@@ -128,7 +128,8 @@ def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[st
 
 def _plot_files(folder: str | Path, args: argparse.Namespace, workers: list[str] | None,
                 ui: Terminal) -> int:
-    written = plot_export(folder, args.out, words(args.format) or [], workers)
+    written = plot_export(folder, args.out, words(args.format) or [], workers,
+                          progress=ui.progress)
     ui.info(f"wrote {len(written)} picture(s) into {args.out}")
     return 0
 

@@ -22,6 +22,7 @@ from dask_metrics.collector.chart_layout import (
     place_labels,
     time_unit,
 )
+from dask_metrics.collector.discovery import Progress
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.overviews import MEMORY, UTIL, Overview, OverviewFold, Spread
@@ -261,8 +262,9 @@ def cluster_figure(workers: Sequence[Overview], provenance: Provenance = UNKNOWN
             _line(mem, w.memory[0].tolist(), w.memory[1].tolist(), span, 1 / GIB, unit[0],
                   marked=True, **style)
     capacities = [(w.capacity, f"C{i % 10}") for i, w in enumerate(workers)]
-    if spread is not None:  # a dashed line per worker would be a line per worker again
-        capacities = [(c, "0.4") for c in {w.capacity for w in workers}]
+    if spread is not None:  # a line per capacity (to the MiB), not one per worker again
+        capacities = [(c, "0.4") for c in {round(w.capacity / MIB): w.capacity
+                                           for w in workers if w.capacity}.values()]
     _capacity(mem, capacities, " of a worker")
     busiest = max(workers, key=lambda w: w.samples)
     colours = job_colours([p for w in workers for p in (*w.phases, *w.cluster_phases)])
@@ -298,10 +300,12 @@ def _save(fig: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
 def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                 formats: Sequence[str] = ("png",),
                 workers: Sequence[str] | None = None, *,
-                pictures: Collection[str] | None = None, overview: bool = True) -> list[Path]:
+                pictures: Collection[str] | None = None, overview: bool = True,
+                progress: Progress | None = None) -> list[Path]:
     """Plot a tidy export folder into ``out``: one picture per worker and format (only of
     the workers named in ``pictures`` when given), and the cluster overview (``overview``).
-    They appear together or not at all (staging.staged); returns their paths."""
+    They appear together or not at all (staging.staged); returns their paths.
+    ``progress(done, total, worker, None)`` is called before each worker is read."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise UsageError(f"--format: {', '.join(unknown) or 'none given'} (known: "
@@ -319,7 +323,9 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     written: list[Path] = []
     overviews: list[Overview] = []
     with staged(target, manifest="", earlier=fixed_names) as stage:  # all pictures or none
-        for found in chosen:  # a piece of one worker's file at a time
+        for done, found in enumerate(chosen):  # a piece of one worker's file at a time
+            if progress:
+                progress(done, len(chosen), found.worker, None)
             trace, fold = _read(found, span)
             trace = provenance.own(trace)
             if pictures is None or trace.worker in pictures:
@@ -329,6 +335,8 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                 overviews.append(fold.overview(trace, lines=spread is None))
                 if spread is not None:
                     spread.add(fold)
+        if progress:
+            progress(len(chosen), len(chosen), "", None)
         if overview:
             written += _save(cluster_figure(overviews, provenance, spread), stage / CLUSTER,
                              formats)

@@ -325,10 +325,13 @@ def test_plot_errors_are_one_line(export_dir, tmp_path, args, code, needle):
 def test_plot_export_draws_the_pictures_and_overview_asked_for(export_dir, tmp_path):
     from dask_metrics.collector.plot import plot_export
 
-    written = plot_export(export_dir, tmp_path / "one", pictures=["b"])  # the report's parent
+    written = plot_export(export_dir, tmp_path / "one", pictures=["b"])
     assert sorted(p.name for p in written) == ["b.png", "cluster.png"]
-    written = plot_export(export_dir, tmp_path / "two", overview=False)  # the report's child
+    told: list[tuple[float, int, str, int | None]] = []
+    written = plot_export(export_dir, tmp_path / "two", overview=False,
+                          progress=lambda *said: told.append(said))
     assert sorted(p.name for p in written) == ["a.png", "b.png"]
+    assert told == [(0, 2, "a", None), (1, 2, "b", None), (2, 2, "", None)]  # a line a worker
 
 
 def test_a_fleets_cluster_page_shows_the_workers_spread_not_a_line_each(tmp_path):
@@ -344,6 +347,16 @@ def test_a_fleets_cluster_page_shows_the_workers_spread_not_a_line_each(tmp_path
     assert f"lowest to highest of {count} workers" in page and "mean of the workers" in page
     assert "the workers' lowest to highest and mean" in page
     assert "capacity of a worker (16 GiB)" in page and "w07" not in page.split("ran on")[-1]
+    def sized(r: list[object], capacity: float) -> list[object]:  # mem-util of that capacity
+        return [*r[:10], float(r[9]) / capacity * 100, *r[11:]]  # type: ignore[arg-type]
+
+    mixed = write_export(tmp_path / "mixed", {  # capacities of 16 and 32 GiB, 1e-9 apart
+        f"w{i:02d}": [sized(row(t, f"w{i:02d}", 0), 16 * GiB * (1 + i % 2) * (1 + 1e-12 * i))
+                      for t in range(6)] for i in range(count)})
+    plot_export(mixed, tmp_path / "mixed-out", ["svg"], pictures=())
+    page = (tmp_path / "mixed-out" / "cluster.svg").read_text()
+    assert page.count("stroke-dasharray") == 3  # two capacities and the legend's sample
+    assert "capacity of a worker (dashed)" in page
     few = write_export(tmp_path / "few", {f"w{i}": [row(t, f"w{i}", 0) for t in range(6)]
                                           for i in range(3)})
     plot_export(few, tmp_path / "few-out", ["svg"], pictures=())
