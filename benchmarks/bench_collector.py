@@ -255,6 +255,7 @@ class Fixture:
     t1: int
     samples: int
     seconds_to_build: float | None  # None when it came from the cache
+    compacted: bool = False  # its blocks are those Prometheus made of promtool's (compact)
 
 
 def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
@@ -274,7 +275,8 @@ def fixture(workers: int, gpus: int, hours: float, cache: Path, promtool: str,
     meta = folder / "meta.json"
     if meta.exists() and (folder / "blocks").is_dir():
         info = json.loads(meta.read_text())
-        return Fixture(folder / "blocks", info["t0"], info["t1"], info["samples"], None)
+        return Fixture(folder / "blocks", info["t0"], info["t1"], info["samples"], None,
+                       info.get("compacted", False))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     began = time.perf_counter()
@@ -544,6 +546,46 @@ def mib(n: float) -> str:
 
 
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "dask-metrics-bench-collector"
+COMPACTION_TIMEOUT = 3600.0  # s: a week of a fleet's 2-hour blocks takes minutes
+
+
+def compact(fix: Fixture, work: Path, run_prometheus: Any) -> None:
+    """Replace the fixture's blocks, promtool's 2-hour ones, by those Prometheus compacts
+    them into (what any Prometheus that ran a while holds), once: otherwise every benchmark
+    on them measures while Prometheus compacts them in the background (minutes of CPU for a
+    day of a fleet). Done when its compaction loop, which runs every minute and compacts
+    until nothing is left to, has started twice."""
+    print("compacting the fixture's blocks once (Prometheus' own compaction)…", file=sys.stderr)
+    with run_prometheus(work, blocks=fix.blocks, extra_args=PROM_ARGS) as prom:
+        deadline = time.monotonic() + COMPACTION_TIMEOUT
+        while _metric(prom.url, "prometheus_tsdb_compactions_triggered_total") < 2:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"Prometheus did not finish compacting {fix.blocks} in "
+                                 f"{COMPACTION_TIMEOUT:.0f} s")
+            time.sleep(5)
+        data = prom.data_dir
+    fresh = fix.blocks.with_name("blocks.compacted")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir()
+    for block in data.iterdir():
+        if (block / "meta.json").exists():
+            shutil.move(block, fresh / block.name)
+    old = fix.blocks.with_name("blocks.2h")
+    shutil.rmtree(old, ignore_errors=True)
+    fix.blocks.rename(old)
+    fresh.rename(fix.blocks)
+    shutil.rmtree(old)
+    meta = fix.blocks.parent / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "compacted": True}))
+
+
+def _metric(url: str, name: str) -> float:
+    """The value of one of Prometheus' own metrics on its /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=READ_TIMEOUT) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
 
 
 @contextlib.contextmanager
@@ -563,6 +605,8 @@ def served_fixture(workers: int, gpus: int, hours: float, cache: str | Path | No
     built = (f"built in {fix.seconds_to_build:.0f} s" if fix.seconds_to_build is not None
              else "from the cache")
     print(f"fixture: {fix.samples:,} samples, {built}: {fix.blocks}", file=sys.stderr)
+    if not fix.compacted:
+        compact(fix, work / "compact", run_prometheus)
     with run_prometheus(work / "prom", blocks=fix.blocks, extra_args=prom_args,
                         ready_timeout=120) as prom:
         yield fix, prom

@@ -71,6 +71,7 @@ from dask_metrics.collector.parquet_output import (
     pyarrow,
     worker_file,
 )
+from dask_metrics.collector.peaks import LATER
 from dask_metrics.collector.pieces import Piece, pieces
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.ranges import (
@@ -136,8 +137,8 @@ def _own_times(visited: Mapping[str, list[Series]], piece: Piece, first: bool, l
     """The sample times of a visited piece that are its own: inside it, with the samples
     before the range in the first piece and past it in the last (a piece's series reach into
     the next one's)."""
-    lo = -2**62 if first else piece.lo
-    hi = 2**62 if last else piece.hi
+    lo = -LATER if first else piece.lo
+    hi = LATER if last else piece.hi
     return sorted({t for got in visited.values() for one in got for t in one.times
                    if lo <= t <= hi})
 

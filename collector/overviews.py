@@ -61,9 +61,9 @@ class Line:
         stops = stops_in(times, self.last, self.usual)
         self.usual, self.last = usual_interval(times, self.usual), times[-1]
         t = np.asarray(times, dtype=float) / 1000
-        v = np.array([np.nan if x is None else x for x in values], dtype=float)
+        v = np.array(values, dtype=float)  # None: NaN
         known = ~np.isnan(v)
-        part = self.part(t[known])
+        part = self._part(t[known])
         np.add.at(self.total, part, v[known])
         self.count += np.bincount(part, minlength=self.buckets)
         np.minimum.at(self.low, part, v[known])
@@ -77,7 +77,7 @@ class Line:
         self.times, self.values = envelope(np.r_[self.times, t], np.r_[self.values, v],
                                            0.0, self.span, self.buckets)
 
-    def part(self, t: Any) -> Any:
+    def _part(self, t: Any) -> Any:
         """The part of [0, span] each of the times ``t`` (seconds) falls in."""
         import numpy as np
 
@@ -126,8 +126,7 @@ def combine(table: WorkerTable, column: int, average: bool
     if not pairs:
         return [], []
     times = np.concatenate([np.asarray(t, dtype=np.int64) for t, _ in pairs])
-    values = np.concatenate([np.array([np.nan if v is None else v for v in c], dtype=float)
-                             for _, c in pairs])
+    values = np.concatenate([np.array(c, dtype=float) for _, c in pairs])  # None: NaN
     found, slot = np.unique(times, return_inverse=True)
     known = ~np.isnan(values)
     total = np.bincount(slot, weights=np.where(known, values, 0.0), minlength=len(found))

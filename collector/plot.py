@@ -49,6 +49,7 @@ GIB = 2**30
 MIB = 2**20
 CLUSTER = "cluster"  # the overview's file name; a worker of that name is "worker-cluster"
 MAX_LEGEND = 16
+LEGEND_ROWS = 20  # entries a panel's legend holds beside it without squeezing the panels
 MAX_ROWS = 40  # workers named on the "ran on" rows of the cluster page; more: rows only
 MAX_LINES = 40  # workers drawn a line each on the cluster page; more: their spread
 CHARS_PER_AXIS = 150  # 7-point characters across an axes of the figure (a little under)
@@ -130,7 +131,8 @@ def _bands(ax: Any, boxes: Iterable[tuple[Phase, float, float]], names: JobNames
            ) -> None:
     """Phases as bands, each (phase, low, high) in ``transform``'s y, one collection per
     job (a patch per phase costs a millisecond or more to add and draw: thousands on the
-    cluster page), each job once in the legend when ``legend``."""
+    cluster page), each job once in the legend when ``legend``, as many as it has rows
+    left (a week of jobs would push the panels off the picture; the rest are counted)."""
     from matplotlib.collections import PolyCollection
 
     by_job: dict[str, list[list[tuple[float, float]]]] = {}
@@ -138,10 +140,14 @@ def _bands(ax: Any, boxes: Iterable[tuple[Phase, float, float]], names: JobNames
         start, end = p.start / unit, p.end / unit
         by_job.setdefault(p.job, []).append([(start, low), (start, high), (end, high),
                                              (end, low)])
-    for job, verts in by_job.items():
+    rows = LEGEND_ROWS - len(ax.get_legend_handles_labels()[1])
+    named = len(by_job) if len(by_job) <= rows else max(rows - 1, 1)
+    for i, (job, verts) in enumerate(by_job.items()):
         ax.add_collection(PolyCollection(verts, color=colours[job], transform=transform,
-                                         label=names.job(job) if legend else None, **style),
-                          autolim=False)
+                                         label=names.job(job) if legend and i < named
+                                         else None, **style), autolim=False)
+    if legend and len(by_job) > named:
+        ax.plot([], [], " ", label=f"and {len(by_job) - named} more jobs")
 
 
 def _capacity(ax: Any, capacities: Sequence[tuple[float | None, str]], what: str) -> None:
@@ -350,7 +356,7 @@ def _read(found: WorkerFile, span: float) -> tuple[WorkerTrace, OverviewFold]:
     rows = []
     before = None
     for piece in found.pieces():
-        rows.append(chart_rows(piece, found.metrics, 0, found.last or 0, before))
+        rows.append(chart_rows(piece, found.metrics, 0, found.last or 0, before, BUCKETS))
         before = carried(piece, before)
         fold.add(piece, found.metrics)
     return found.trace(joined(rows)), fold

@@ -90,10 +90,6 @@ def phases(samples: Iterable[tuple[float, str, str]]) -> list[Phase]:
     return found
 
 
-def _number(text: str) -> float | None:
-    return float(text) if text else None
-
-
 PIECE_ROWS = 20_000
 """Rows of a worker file read at a time (``WorkerFile.pieces``): a fleet's day is drawn a
 piece at a time, not held whole."""
@@ -115,25 +111,44 @@ class WorkerFile:
         """The file's rows as tables of about ``rows`` rows each, cut between sample times
         (times in ms since the export's start); CollectorError at a row that is not one of
         a tidy file or goes back in time."""
+        width, values = len(FIXED) + len(self.metrics), len(FIXED)
         uuids: dict[str, str] = {}  # a GPU keeps its first row's UUID, as it always did
-        held: list[Row] = []
+        piece, gpus, held = _new_piece(), {}, 0  # the piece's GPUs by number, its rows
         previous = -math.inf
-        width = len(FIXED) + len(self.metrics)
         with open(self.path, newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh)
             next(reader, None)
-            for row in reader:
-                t, values = _parsed(self.path, f"line {reader.line_num}", row, width)
-                if t < previous:
-                    raise CollectorError(f"{self.path}, line {reader.line_num}: the rows go "
-                                         "back in time (a tidy file is oldest first)")
-                if t != previous and len(held) >= rows:
-                    yield _piece(held, uuids, len(self.metrics))
-                    held = []
-                previous = t
-                held.append((t, row, values))
-        if held:
-            yield _piece(held, uuids, len(self.metrics))
+            try:
+                for row in reader:
+                    if len(row) != width:
+                        raise ValueError(f"{len(row)} fields where the header has {width}")
+                    t = round(float(row[0]) * 1000)
+                    if t != previous:
+                        if t < previous:
+                            raise CollectorError(f"{self.path}, line {reader.line_num}: the "
+                                                 "rows go back in time (a tidy file is "
+                                                 "oldest first)")
+                        if held >= rows:
+                            yield piece
+                            piece, gpus, held = _new_piece(), {}, 0
+                        piece.times.append(t)
+                        piece.cluster.append((row[5], row[6]))
+                        piece.worker.append((row[7], row[8]))
+                        previous = t
+                    gpu = gpus.get(row[3])
+                    if gpu is None:
+                        gpu = gpus[row[3]] = GpuTable(row[3], uuids.setdefault(row[3], row[4]),
+                                                      [], [[] for _ in self.metrics])
+                        piece.gpus.append(gpu)
+                    gpu.times.append(t)
+                    held += 1
+                    for column, text in zip(gpu.columns, row[values:], strict=True):
+                        column.append(float(text) if text else None)
+            except ValueError as exc:
+                raise CollectorError(f"{self.path}, line {reader.line_num}: not a row of a "
+                                     f"tidy CSV file ({exc})") from None
+        if piece.times:
+            yield piece
 
     def trace(self, table: WorkerTable) -> WorkerTrace:
         """The trace of the file's rows in ``table`` (all of ``pieces`` joined, or the rows
@@ -141,42 +156,19 @@ class WorkerFile:
         return _trace(self.worker, self.path.stem, self.start, table, self.metrics, 0)
 
 
-Row = tuple[int, list[str], list[float | None]]
-"""A tidy row: its time in ms since the export's start, its fields, its metrics' values."""
+def _new_piece() -> WorkerTable:
+    return WorkerTable([], [], [], [])
 
 
-def _parsed(path: Path, where: str, row: list[str], width: int) -> tuple[int, list[float | None]]:
-    """A row's time (ms since the export's start) and metric values; CollectorError when it
-    is no tidy row."""
+def _row_time(path: Path, where: str, row: list[str], width: int) -> int:
+    """A row's time in ms since the export's start; CollectorError when it is no tidy row."""
     try:
         if len(row) != width:
             raise ValueError(f"{len(row)} fields where the header has {width}")
-        return round(float(row[0]) * 1000), [_number(text) for text in row[len(FIXED):]]
+        return round(float(row[0]) * 1000)
     except ValueError as exc:
         raise CollectorError(f"{path}, {where}: not a row of a tidy CSV file ({exc})"
                              ) from None
-
-
-def _piece(rows: Sequence[Row], uuids: dict[str, str], metrics: int) -> WorkerTable:
-    """Rows of a tidy file as a table: GPUs in the order they appear,
-    each time's job/DAG states its first row's."""
-    gpus: dict[str, GpuTable] = {}
-    times: list[int] = []
-    cluster: list[tuple[str, str]] = []
-    worker: list[tuple[str, str]] = []
-    for t, row, values in rows:
-        if not times or times[-1] != t:
-            times.append(t)
-            cluster.append((row[5], row[6]))
-            worker.append((row[7], row[8]))
-        gpu = gpus.get(row[3])
-        if gpu is None:
-            gpu = gpus[row[3]] = GpuTable(row[3], uuids.setdefault(row[3], row[4]), [],
-                                          [[] for _ in range(metrics)])
-        gpu.times.append(t)
-        for column, value in zip(gpu.columns, values, strict=True):
-            column.append(value)
-    return WorkerTable(list(gpus.values()), times, cluster, worker)
 
 
 def open_worker_file(path: str | os.PathLike[str]) -> WorkerFile:
@@ -194,10 +186,10 @@ def open_worker_file(path: str | os.PathLike[str]) -> WorkerFile:
     if first is None:
         return WorkerFile(path, path.stem, "", metrics, None)
     width = len(header)
-    t = _parsed(path, "line 2", first, width)[0]
+    t = _row_time(path, "line 2", first, width)
     last = _last_row(path)
     return WorkerFile(path, first[2] or path.stem, _start_of(first[1], t / 1000), metrics,
-                      _parsed(path, "last line", last, width)[0] if last else t)
+                      _row_time(path, "last line", last, width) if last else t)
 
 
 def _last_row(path: Path, block: int = 8192) -> list[str] | None:

@@ -361,3 +361,20 @@ def test_a_fleets_cluster_page_shows_the_workers_spread_not_a_line_each(tmp_path
                                           for i in range(3)})
     plot_export(few, tmp_path / "few-out", ["svg"], pictures=())
     assert "mean of the workers" not in (tmp_path / "few-out" / "cluster.svg").read_text()
+
+
+def test_a_worker_of_many_jobs_names_what_its_legend_holds_and_counts_the_rest(tmp_path):
+    """Eight GPUs' lines and a week's jobs would push the panels off the picture: the legend
+    names as many jobs as it has rows left and counts the others."""
+    import warnings
+
+    from dask_metrics.collector.plot import plot_export
+
+    folder = write_export(tmp_path / "many", {
+        "a": [row(t, "a", g, str(t // 2), "0") for t in range(60) for g in range(8)]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "constrained_layout not applied"
+        plot_export(folder, tmp_path / "out", ["svg"], overview=False)
+    page = (tmp_path / "out" / "a.svg").read_text()
+    assert "<!-- job 10 -->" in page and "<!-- job 11 -->" not in page  # 8 GPU lines, 11 jobs
+    assert "and 19 more jobs" in page

@@ -38,6 +38,11 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
 
     state_at = dict(zip(table.times, table.worker, strict=True))
     cluster_at = dict(zip(table.times, table.cluster, strict=True))
+    # what ran at each of the table's times, numbered: a change is where the number does
+    states: dict[tuple[tuple[str, str], tuple[str, str]], int] = {}
+    ran = np.array([states.setdefault(s, len(states))
+                    for s in zip(table.worker, table.cluster, strict=True)], dtype=np.int64)
+    stamps = np.asarray(table.times, dtype=np.int64)
     width = max(hi - lo, 1) / buckets
     gpus: list[GpuTable] = []
     stops: dict[GpuKey, list[int]] = {}
@@ -49,7 +54,7 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
         where = np.clip(((times - lo) // width).astype(np.int64), 0, buckets - 1)
         edge = np.flatnonzero(where[1:] != where[:-1])
         keep = [np.r_[0, edge, edge + 1, n - 1]]
-        values = {name: np.array([np.nan if v is None else v for v in g.columns[k]], dtype=float)
+        values = {name: np.array(g.columns[k], dtype=float)  # None: NaN
                   for k, name in enumerate(columns) if name in DRAWN or name in CAPACITY}
         for name, v in values.items():
             known = ~np.isnan(v)
@@ -68,9 +73,9 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
             used, percent = values[CAPACITY[0]], values[CAPACITY[1]]
             told = np.flatnonzero(~np.isnan(used) & ~np.isnan(percent) & (percent != 0))
             keep.append(told[:1])
-        changes = [i for i in range(1, n) if state_at[g.times[i]] != state_at[g.times[i - 1]]
-                   or cluster_at[g.times[i]] != cluster_at[g.times[i - 1]]]
-        keep.append(np.array([*changes, *(i - 1 for i in changes)], dtype=np.int64))
+        mine = ran[np.searchsorted(stamps, g.times)]  # a GPU's times are among the table's
+        changes = np.flatnonzero(mine[1:] != mine[:-1])
+        keep.append(np.r_[changes, changes + 1])
         stops[g.gpu, g.uuid] = stops_in(g.times, *(before or {}).get((g.gpu, g.uuid),
                                                                     (None, None)))
         rows = np.unique(np.concatenate(keep)).tolist()
