@@ -225,6 +225,10 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5": Parsed(),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
     "83a2cb5": Parsed(),
+    "python benchmarks/bench_plot_fleet.py --workers 300 1000 --hours 1 --before f143e99":
+        Parsed(),
+    "python benchmarks/bench_plot_fleet.py --workers 10 --hours 24 168 --before f143e99":
+        Parsed(),
     "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
     "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg": Parsed(),
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
