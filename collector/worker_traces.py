@@ -120,6 +120,8 @@ class WorkerFile:
             next(reader, None)
             try:
                 for row in reader:
+                    if not row:  # a blank line, as an editor may leave at the end
+                        continue
                     if len(row) != width:
                         raise ValueError(f"{len(row)} fields where the header has {width}")
                     t = round(float(row[0]) * 1000)
@@ -181,7 +183,7 @@ def open_worker_file(path: str | os.PathLike[str]) -> WorkerFile:
         if header is None or tuple(header[: len(FIXED)]) != FIXED:
             raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' "
                                  f"(expected the columns {', '.join(FIXED)} first)")
-        first = next(reader, None)
+        first = next((row for row in reader if row), None)  # blank lines are no rows
     metrics = header[len(FIXED):]
     if first is None:
         return WorkerFile(path, path.stem, "", metrics, None)

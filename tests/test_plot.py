@@ -144,6 +144,14 @@ def whole(path: Path) -> WorkerTable:
     return joined(open_worker_file(path).pieces())
 
 
+def test_blank_lines_in_a_worker_file_are_no_rows(tmp_path, export_dir):
+    text = (export_dir / "a.csv").read_text()
+    header, body = text.split("\n", 1)
+    (tmp_path / "a.csv").write_text(f"{header}\n\n{body}\n\n\n")
+    assert repr(read_worker_file(tmp_path / "a.csv")) == repr(
+        read_worker_file(export_dir / "a.csv")).replace(str(export_dir), str(tmp_path))
+
+
 @pytest.mark.parametrize(("rows", "needle"), [
     ([row(2, "a", 0), row(1, "a", 0)], "line 3: the rows go back in time"),
     ([row(1, "a", 0)[:-1]], "line 2: not a row of a tidy CSV file (12 fields where the header "
