@@ -225,6 +225,8 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5": Parsed(),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
     "83a2cb5": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands report "
+    "--at d3e27d4 --before 02f7ad4": Parsed(),
     "python benchmarks/bench_plot_fleet.py --workers 300 1000 --hours 1 --before f143e99":
         Parsed(),
     "python benchmarks/bench_plot_fleet.py --workers 10 --hours 24 168 --before f143e99":
