@@ -90,6 +90,9 @@ def phases(samples: Iterable[tuple[float, str, str]]) -> list[Phase]:
     return found
 
 
+NOT_TIDY = (ValueError, OverflowError, csv.Error)
+"""What reading a file that is no tidy CSV raises: a field that is no number (or infinite,
+as a time), bytes that are no UTF-8, a NUL in a line."""
 PIECE_ROWS = 20_000
 """Rows of a worker file read at a time (``WorkerFile.pieces``): a fleet's day is drawn a
 piece at a time, not held whole."""
@@ -146,7 +149,7 @@ class WorkerFile:
                     held += 1
                     for column, text in zip(gpu.columns, row[values:], strict=True):
                         column.append(float(text) if text else None)
-            except ValueError as exc:
+            except NOT_TIDY as exc:
                 raise CollectorError(f"{self.path}, line {reader.line_num}: not a row of a "
                                      f"tidy CSV file ({exc})") from None
         if piece.times:
@@ -168,7 +171,7 @@ def _row_time(path: Path, where: str, row: list[str], width: int) -> int:
         if len(row) != width:
             raise ValueError(f"{len(row)} fields where the header has {width}")
         return round(float(row[0]) * 1000)
-    except ValueError as exc:
+    except NOT_TIDY as exc:
         raise CollectorError(f"{path}, {where}: not a row of a tidy CSV file ({exc})"
                              ) from None
 
@@ -177,21 +180,27 @@ def open_worker_file(path: str | os.PathLike[str]) -> WorkerFile:
     """A tidy worker file's header, first row and last row; CollectorError when it is not
     one."""
     path = Path(path)
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or tuple(header[: len(FIXED)]) != FIXED:
-            raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' "
-                                 f"(expected the columns {', '.join(FIXED)} first)")
-        first = next((row for row in reader if row), None)  # blank lines are no rows
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            first = next((row for row in reader if row), None)  # blank lines are no rows
+        last = _last_row(path) if first is not None else None
+    except NOT_TIDY as exc:
+        raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' ({exc})"
+                             ) from None
+    except OSError as exc:  # not an output that cannot be written, as the CLI takes OSError
+        raise CollectorError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if header is None or tuple(header[: len(FIXED)]) != FIXED:
+        raise CollectorError(f"{path} is not a tidy CSV file of 'collector export' "
+                             f"(expected the columns {', '.join(FIXED)} first)")
     metrics = header[len(FIXED):]
     if first is None:
         return WorkerFile(path, path.stem, "", metrics, None)
     width = len(header)
-    t = _row_time(path, "line 2", first, width)
-    last = _last_row(path)
+    t = _row_time(path, "its first row", first, width)
     return WorkerFile(path, first[2] or path.stem, _start_of(first[1], t / 1000), metrics,
-                      _row_time(path, "last line", last, width) if last else t)
+                      _row_time(path, "its last line", last, width) if last else t)
 
 
 def _last_row(path: Path, block: int = 8192) -> list[str] | None:

@@ -144,6 +144,14 @@ def whole(path: Path) -> WorkerTable:
     return joined(open_worker_file(path).pieces())
 
 
+def test_a_file_of_bytes_that_are_no_utf_8_is_no_tidy_file(tmp_path):
+    (tmp_path / "a.csv").write_bytes(b"\xb7\xff" * 100)
+    with pytest.raises(CollectorError, match=re.escape("a.csv is not a tidy CSV file")):
+        read_worker_file(tmp_path / "a.csv")
+    with pytest.raises(CollectorError, match=r"cannot read .*gone\.csv: No such file"):
+        read_worker_file(tmp_path / "gone.csv")
+
+
 def test_blank_lines_in_a_worker_file_are_no_rows(tmp_path, export_dir):
     text = (export_dir / "a.csv").read_text()
     header, body = text.split("\n", 1)
@@ -154,11 +162,13 @@ def test_blank_lines_in_a_worker_file_are_no_rows(tmp_path, export_dir):
 
 @pytest.mark.parametrize(("rows", "needle"), [
     ([row(2, "a", 0), row(1, "a", 0)], "line 3: the rows go back in time"),
-    ([row(1, "a", 0)[:-1]], "line 2: not a row of a tidy CSV file (12 fields where the header "
-                            "has 13)"),
+    ([row(1, "a", 0)[:-1]], "its first row: not a row of a tidy CSV file (12 fields where "
+                            "the header has 13)"),
     ([row(1, "a", 0), row(2, "a", 0, util="busy"), row(3, "a", 0)],
      "line 3: not a row of a tidy CSV file"),
-    ([row(1, "a", 0), ["x"]], "last line: not a row of a tidy CSV file"),
+    ([row(1, "a", 0), ["x"]], "its last line: not a row of a tidy CSV file"),
+    ([row(1, "a", 0), ["inf", *row(2, "a", 0)[1:]], row(3, "a", 0)],
+     "line 3: not a row of a tidy CSV file (cannot convert float infinity to integer)"),
 ])
 def test_a_worker_file_that_is_not_tidy_says_where(tmp_path, rows, needle):
     folder = write_export(tmp_path / "bad", {"a": rows})
