@@ -50,8 +50,7 @@ def envelope(times: Sequence[float], values: Sequence[float], lo: float, hi: flo
     t, v = t[~hole], v[~hole]
     if not len(t):
         return t, v
-    width = (hi - lo) / buckets if hi > lo else 1.0
-    key = run * buckets + np.clip(((t - lo) // width).astype(np.int64), 0, buckets - 1)
+    key = run * buckets + bucket_of(t, lo, bucket_width(lo, hi, buckets), buckets)
     order = np.lexsort((v, key))  # by bucket, then value: each bucket's min first, max last
     key = key[order]
     first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
@@ -60,6 +59,19 @@ def envelope(times: Sequence[float], values: Sequence[float], lo: float, hi: flo
     t, v, run = t[keep], v[keep], run[keep]
     cut = np.flatnonzero(run[1:] != run[:-1]) + 1
     return (np.insert(t, cut, (t[cut - 1] + t[cut]) / 2), np.insert(v, cut, np.nan))
+
+
+def bucket_width(lo: float, hi: float, buckets: int) -> float:
+    """The width of each of ``buckets`` equal parts of [lo, hi] (1 for an empty range)."""
+    return (hi - lo) / buckets if hi > lo else 1.0
+
+
+def bucket_of(times: Any, lo: float, width: float, buckets: int) -> Any:
+    """The part of a range cut from ``lo`` in ``buckets`` parts of ``width`` each of the
+    times (a float array) falls in, those outside it in the first or the last."""
+    import numpy as np
+
+    return np.clip(((times - lo) // width).astype(np.int64), 0, buckets - 1)
 
 
 TIME_UNITS = ((15 * 60, 1.0, "seconds"), (10 * 3600, 60.0, "minutes"),

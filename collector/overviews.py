@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dask_metrics.collector.chart_layout import break_gaps, envelope
+from dask_metrics.collector.chart_layout import break_gaps, bucket_of, bucket_width, envelope
 from dask_metrics.collector.report.chart_rows import stops_in, usual_interval
 from dask_metrics.collector.tables import WorkerTable
 from dask_metrics.collector.worker_traces import Phase, WorkerTrace, worker_capacity
@@ -63,7 +63,8 @@ class Line:
         t = np.asarray(times, dtype=float) / 1000
         v = np.array(values, dtype=float)  # None: NaN
         known = ~np.isnan(v)
-        part = self._part(t[known])
+        part = bucket_of(t[known], 0.0, bucket_width(0.0, self.span, self.buckets),
+                         self.buckets)
         np.add.at(self.total, part, v[known])
         self.count += np.bincount(part, minlength=self.buckets)
         np.minimum.at(self.low, part, v[known])
@@ -76,13 +77,6 @@ class Line:
         self.hole = bool(np.isnan(v[-1]))
         self.times, self.values = envelope(np.r_[self.times, t], np.r_[self.values, v],
                                            0.0, self.span, self.buckets)
-
-    def _part(self, t: Any) -> Any:
-        """The part of [0, span] each of the times ``t`` (seconds) falls in."""
-        import numpy as np
-
-        width = self.span / self.buckets if self.span > 0 else 1.0
-        return np.clip((t // width).astype(np.int64), 0, self.buckets - 1)
 
 
 @dataclass
@@ -169,7 +163,7 @@ class Spread:
             return None
         low, high, total, workers = self.parts[metric]
         seen = workers > 0
-        width = self.span / self.buckets if self.span > 0 else 1.0
+        width = bucket_width(0.0, self.span, self.buckets)
         middle = ((np.flatnonzero(seen) + 0.5) * width).tolist()
         found = [break_gaps(middle, values[seen].tolist())
                  for values in (low, total / np.where(seen, workers, 1), high)]

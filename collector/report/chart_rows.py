@@ -19,7 +19,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
-from dask_metrics.collector.chart_layout import GAP_FACTOR
+from dask_metrics.collector.chart_layout import GAP_FACTOR, bucket_of
 from dask_metrics.collector.tables import GpuKey, GpuTable, WorkerTable
 
 CHART_BUCKETS = 2048
@@ -51,7 +51,7 @@ def chart_rows(table: WorkerTable, columns: Sequence[str], lo: int, hi: int,
         if not n:
             continue
         times = np.asarray(g.times, dtype=float)
-        where = np.clip(((times - lo) // width).astype(np.int64), 0, buckets - 1)
+        where = bucket_of(times, lo, width, buckets)
         edge = np.flatnonzero(where[1:] != where[:-1])
         keep = [np.r_[0, edge, edge + 1, n - 1]]
         values = {name: np.array(g.columns[k], dtype=float)  # None: NaN
