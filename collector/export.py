@@ -226,7 +226,8 @@ def export(client: PrometheusClient, since: float, until: float, out: str | os.P
         found = present(client, [c.metric for c in WHEN_PRESENT], lo - age, hi, scope)
         columns = select([*DEFAULT_NAMES, *(c.name for c in WHEN_PRESENT if c.metric in found)])
     timeline = fetch_cluster(client, lo - age, lookahead(hi, age), chunk_ms, scope)
-    executed = executing_workers(client, lo, hi, chunk_ms, age, scope)
+    executed = executing_workers(client, lo, hi, chunk_ms, age, [w.name for w in chosen],
+                                 scope)
     names = ({w.name: worker_file(w.name) for w in chosen} if format == "parquet"
              else safe_file_names([w.name for w in chosen], layout))
 

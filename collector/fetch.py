@@ -4,7 +4,9 @@ Raw samples come from range-selector instant queries (``metric[Δ]`` evaluated a
 of each chunk), or where ``read_api`` asks for it and the store serves it from Prometheus'
 remote-read API or VictoriaMetrics' export API (``PrometheusClient.read_raw``): the
 timestamps are the real scrape times and nothing is filled in. A chunk the query engine
-finds too big (timeout, too many samples) is split in halves and asked again.
+finds too big (timeout, too many samples) is split in halves and asked again; a batch of
+workers it finds too big (too many series, samples or chunks) is asked again as two halves
+of the workers, down to one worker, whose range is then halved.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
 from dask_metrics.collector.lifetimes import job_key, restarts
@@ -56,6 +58,11 @@ MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
 MAX_SPLITS = 8  # a chunk is halved at most this often (1/256 of it) before giving up
 
 Halver = Callable[[int, int], tuple[tuple[int, int], ...] | None]
+_T = TypeVar("_T")
+
+
+def _whole(lo: int, hi: int) -> None:
+    """The halver of a query whose range is not halved here (a batch's: its workers are)."""
 
 
 def label(value: str) -> str:
@@ -160,30 +167,53 @@ def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int,
 
 
 def _chunked(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-             chunk: int, only: Collection[int] | None = None, sel: str | None = None
-             ) -> Iterator[Series]:
+             chunk: int, only: Collection[int] | None = None, sel: str | None = None,
+             halve: bool = True) -> Iterator[Series]:
     """The answers of ``expr`` (see ``_raw_run``, and ``sel``) over the chunks of [start,
     end] (those of ``only``, by their place in plan_chunks, if given), a chunk the store
-    refuses halved."""
-    return (s for _, s in _numbered(client, expr, start, end, chunk, only, sel))
+    refuses halved (unless not ``halve``: the refusal is then the caller's)."""
+    return (s for _, s in _numbered(client, expr, start, end, chunk, only, sel, halve))
 
 
 def _numbered(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-              chunk: int, only: Collection[int] | None = None, sel: str | None = None
-              ) -> Iterator[tuple[int, Series]]:
+              chunk: int, only: Collection[int] | None = None, sel: str | None = None,
+              halve: bool = True) -> Iterator[tuple[int, Series]]:
     """``_chunked``'s answers with the place of the chunk each came from."""
     run = _raw_run(client, expr, start, sel)
+    halver = halve_range if halve else _whole
     return ((k, s) for k, (lo, hi) in enumerate(plan_chunks(start, end, chunk))
-            if only is None or k in only for s in _attempt(run, lo, hi, halve_range))
+            if only is None or k in only for s in _attempt(run, lo, hi, halver))
 
 
 def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
-              scope: Scope = UNSCOPED, only: Collection[int] | None = None) -> list[Series]:
+              scope: Scope = UNSCOPED, only: Collection[int] | None = None,
+              halve: bool = True) -> list[Series]:
     """Every raw sample of ``sel`` in [start, end] (ms), each exactly once (HA replicas'
     copies of a series made one by ``scope``'s replica labels); ``only``: of those chunks
-    (``_chunked``), where the samples are known to be."""
-    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk, only, sel),
+    (``_chunked``), where the samples are known to be; ``halve``: whether a chunk the
+    store refuses is halved here."""
+    return merge(_chunked(client, lambda rng: sel + rng, start, end, chunk, only, sel, halve),
                  scope.replica_labels)
+
+
+def by_worker_halves(fetch: Callable[[Sequence[str], bool], dict[str, _T]],
+                     workers: Sequence[str]) -> dict[str, _T]:
+    """``fetch(workers, halve)`` ({worker: its part}), a batch of workers that the store
+    refuses as too big asked again as two halves of them, down to one worker, whose query
+    alone may halve its range (``halve``). A store's limit on the series one query selects
+    (VictoriaMetrics' -search.maxUniqueTimeseries, Mimir's max_fetched_series_per_query,
+    Thanos' series limit) is met only by fewer series, which a shorter range of the same
+    workers need not give; every other limit (samples, chunks, time) as well by fewer
+    workers as by a shorter range."""
+    if len(workers) < 2:
+        return fetch(workers, True)
+    try:
+        return fetch(workers, False)
+    except PrometheusError as exc:
+        if not exc.splittable:
+            raise
+    mid = len(workers) // 2
+    return {**by_worker_halves(fetch, workers[:mid]), **by_worker_halves(fetch, workers[mid:])}
 
 
 def _none_in_long(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
@@ -205,26 +235,28 @@ def fetch_label_sets(client: PrometheusClient, sel: str, start: int, end: int, c
 
 
 def label_values(client: PrometheusClient, sel: str, name: str, start: int, end: int,
-                 chunk: int) -> set[str]:
+                 chunk: int, halve: bool = True) -> set[str]:
     """The values of the label ``name`` of the series of ``sel`` with a sample in [start,
-    end]: one series per value comes back (``count by``), however many series hold it."""
+    end]: one series per value comes back (``count by``), however many series hold it;
+    ``halve``: as for ``fetch_raw``."""
     if _none_in_long(client, sel, start, end, chunk):
         return set()
     return {s.labels.get(name, "") for _, s in _per_chunk(
         client, lambda rng: f"count by ({name}) (last_over_time({sel}{rng}))", start, end,
-        chunk)}
+        chunk, halve)}
 
 
 def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step: int,
-                scope: Scope = UNSCOPED) -> list[Series]:
+                scope: Scope = UNSCOPED, halve: bool = True) -> list[Series]:
     """``expr`` on the grid start + k*step within [start, end], in query_range chunks under
-    the 11,000-points limit."""
+    the 11,000-points limit (``halve``: as for ``fetch_raw``)."""
 
     def run(lo: int, hi: int) -> list[Series]:
         return client.query_range(expr, lo / 1000, hi / 1000, step / 1000)
 
+    halver = grid_halver(step) if halve else _whole
     return merge((s for lo, hi in plan_step_chunks(start, end, step, MAX_POINTS)
-                  for s in _attempt(run, lo, hi, grid_halver(step))), scope.replica_labels)
+                  for s in _attempt(run, lo, hi, halver)), scope.replica_labels)
 
 
 TRIM_ABOVE_CHUNKS = 4
@@ -357,8 +389,8 @@ def fetch_worker_activity(client: PrometheusClient, workers: Sequence[str], clus
                           start: int, end: int, chunk: int, max_age: int,
                           scope: Scope = UNSCOPED) -> dict[str, Timeline]:
     """What each of ``workers`` ran when in [start, end] (worker_runs), in one query."""
-    found = by_worker(fetch_raw(client, selector(RAN_METRICS, workers, scope), start,
-                                lookahead(end, max_age), chunk, scope), workers)
+    found = fetch_worker_series(client, workers, RAN_METRICS, start, lookahead(end, max_age),
+                                chunk, scope)
     return {w: ran_timeline(within(by_metric(series), start, end), cluster.times, end, max_age)
             for w, series in found.items()}
 
@@ -375,14 +407,16 @@ def fetch_gpu_series(client: PrometheusClient, workers: Sequence[str], metrics: 
     whose stale markers are missing (a Prometheus restart, backfilled or downsampled data).
     """
     if step is None:
-        found = by_worker(fetch_raw(client, selector(metrics, workers, scope), start, end,
-                                    chunk, scope), workers)
+        found = fetch_worker_series(client, workers, metrics, start, end, chunk, scope)
         return {w: by_metric(series) for w, series in found.items()}
     out: dict[str, dict[str, list[Series]]] = {w: {} for w in workers}
     for metric in metrics:
-        expr = f"last_over_time({selector([metric], workers, scope)}[{max_age}ms])"
-        for w, series in by_worker(fetch_steps(client, expr, start, end, step, scope),
-                                   workers).items():
+        def grid(names: Sequence[str], halve: bool, metric: str = metric
+                 ) -> dict[str, list[Series]]:
+            expr = f"last_over_time({selector([metric], names, scope)}[{max_age}ms])"
+            return by_worker(fetch_steps(client, expr, start, end, step, scope, halve), names)
+
+        for w, series in by_worker_halves(grid, workers).items():
             out[w][metric] = series
     return out
 
@@ -454,14 +488,14 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
 
 
 def _per_chunk(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-               chunk: int) -> Iterator[tuple[int, Series]]:
+               chunk: int, halve: bool = True) -> Iterator[tuple[int, Series]]:
     """(chunk's place, an answer) of ``expr`` (an aggregate over a window: ``expr`` puts
     the range into the PromQL) at the end of each chunk of [start, end]: the chunks of one
     length in range queries (on a store's compacted blocks, an instant query per chunk
     looks every series of the block up again: counting a week of a fleet's jobs took 50 s
     that way, 4 in one range query), the last, longer one alone; each window a millisecond
     wider, so that a sample on an edge is in both chunks. A store that refuses a range
-    query has those chunks asked one at a time."""
+    query has those chunks asked one at a time (``halve``: as for ``fetch_raw``)."""
     plan = plan_chunks(start, end, chunk)
     even = len(plan) - 1 if len(plan) > 1 else 0  # the last may be longer: alone
     for a in range(0, even, MAX_POINTS):
@@ -472,33 +506,48 @@ def _per_chunk(client: PrometheusClient, expr: Callable[[str], str], start: int,
         except PrometheusError as exc:
             if not exc.splittable:
                 raise
-            yield from _numbered(client, expr, start, end, chunk, range(a, b))
+            yield from _numbered(client, expr, start, end, chunk, range(a, b), halve=halve)
             continue
         for s in found:
             for t, v in zip(s.times, s.values, strict=True):
                 yield a + round((t - plan[a][1]) / chunk), Series(s.labels, [t], [v])
-    yield from _numbered(client, expr, start, end, chunk, range(even, len(plan)))
+    yield from _numbered(client, expr, start, end, chunk, range(even, len(plan)), halve=halve)
 
 
 def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],
                         metrics: Sequence[str], start: int, end: int, chunk: int,
                         scope: Scope = UNSCOPED) -> dict[str, list[Series]]:
     """Raw samples of the series ``metrics`` of each of ``workers`` in [start, end] (their
-    resources, what ran on them), for as-of joins to their GPU samples; one query."""
+    GPUs', resources, what ran on them), one query per chunk for them all
+    (``by_worker_halves``)."""
     if not metrics:
         return {w: [] for w in workers}
-    return by_worker(fetch_raw(client, selector(metrics, workers, scope), start, end, chunk,
-                               scope), workers)
+
+    def raw(names: Sequence[str], halve: bool) -> dict[str, list[Series]]:
+        return by_worker(fetch_raw(client, selector(metrics, names, scope), start, end, chunk,
+                                   scope, halve=halve), names)
+
+    return by_worker_halves(raw, workers)
 
 
 def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int, age: int,
-                      scope: Scope = UNSCOPED) -> set[str]:
-    """The workers the scheduler saw executing tasks in [start, end]: with a sample of
-    dask_job_worker_prefix_tasks or of a DAG's start on them from ``age`` before the start
-    to as much after the end (a DAG that ran just before the end is shown by the next
+                      workers: Collection[str], scope: Scope = UNSCOPED) -> set[str]:
+    """Those of ``workers`` the scheduler saw executing tasks in [start, end]: with a sample
+    of dask_job_worker_prefix_tasks or of a DAG's start on them from ``age`` before the
+    start to as much after the end (a DAG that ran just before the end is shown by the next
     scrape). One cheap cluster-wide query (a sample per series and chunk), so that the
     other workers' prefix tasks and busy counters are not asked for (none with an older
-    scheduler preload)."""
-    return label_values(client, selector([WORKER_PREFIX_TASKS.name, WORKER_DAG_START.name],
-                                         scope=scope), WORKER, start - age,
-                        lookahead(end, age), chunk)
+    scheduler preload). A store that finds it too big even a chunk at a time (a fleet's
+    prefix series over a limit on series, which a shorter range need not meet) has all
+    ``workers`` read: the same files, in more queries."""
+    try:
+        found = label_values(client, selector([WORKER_PREFIX_TASKS.name,
+                                               WORKER_DAG_START.name], scope=scope),
+                             WORKER, start - age, lookahead(end, age), chunk, halve=False)
+    except PrometheusError as exc:
+        if not exc.splittable:
+            raise
+        client.warn(f"the store would not say which workers executed tasks "
+                    f"({str(exc).splitlines()[0]}): every worker's prefix tasks are read")
+        return set(workers)
+    return found & set(workers)

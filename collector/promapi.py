@@ -49,6 +49,9 @@ start down to a multiple of the step (grid points before --since, off since + k*
 ``latency_offset=0``, else instant queries do not see the last 30 s (-search.latencyOffset),
 and a worker or a monitor session that started seconds ago is not found."""
 REMOTE_READ, EXPORT, QUERY = "remote read", "export", "query"  # how raw samples are read
+ERROR_SNIPPET = 300
+"""Characters of a query engine's error kept in a message: VictoriaMetrics echoes the
+query (twice) before the limit it met."""
 PROMQL = "promql"  # Prometheus, Thanos, Mimir, Cortex: one query language, one behaviour
 VICTORIA_METRICS = "victoriametrics"
 VICTORIA_METRICS_NOTE = (
@@ -314,7 +317,8 @@ def decode(resp: Answer, url: str, what: str, retries: int,
                 "too many", "timeout", "timed out", "exceed",
                 "cannot select more than")))  # VictoriaMetrics' -search.maxSamplesPerQuery
         raise PrometheusError(f"Prometheus rejected {one_line(what)} ({error_type}: "
-                              f"{snippet(error)})", status, error_type, splittable)
+                              f"{snippet(error, ERROR_SNIPPET, ends=True)})", status, error_type,
+                              splittable)
     if status == 404 or (status == 400 and ("unsupported path" in resp.text
                                             or "pathPrefix" in resp.text)):
         # VictoriaMetrics answers 400 outside its prefix: "unsupported path requested",

@@ -67,10 +67,16 @@ class Scrubber:
             text = self._secrets.sub("***", text)
         return redact_url(text)
 
-    def snippet(self, text: str, limit: int = SNIPPET) -> str:
+    def snippet(self, text: str, limit: int = SNIPPET, ends: bool = False) -> str:
         """A server's text for a message: masked before it is cut short, so no part of a
-        secret is left at the cut."""
-        return one_line(self(text), limit)
+        secret is left at the cut. ``ends``: a long one keeps its start and, longer, its
+        end, where a Go server's wrapped error (VictoriaMetrics' after the query it echoes)
+        says its cause."""
+        text = " ".join(self(text).split())
+        if not ends or len(text) <= limit:
+            return one_line(text, limit)
+        head = (limit - 3) // 3
+        return f"{text[:head]} … {text[-(limit - 3 - head):]}"
 
 
 def one_line(text: str, limit: int = SNIPPET) -> str:

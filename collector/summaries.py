@@ -122,7 +122,8 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
                                      replica_labels, any_cluster,
                                      to_ms(min(SCRAPE_GAP, max_age)), age)
     timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
-    executed = executing_workers(client, start, end, chunk_ms, age, scope)
+    executed = executing_workers(client, start, end, chunk_ms, age,
+                                 [w.name for w in chosen], scope)
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     ran = [info for info in chosen if info.name in executed]  # the others add nothing
     per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(ATTRIBUTION_METRICS), None,

@@ -563,7 +563,7 @@ def test_a_batch_of_workers_is_each_worker_alone_in_fewer_queries(
                                      False)
         names = [w.name for w in chosen]
         timeline = fetch_cluster(client, start - age, end + age, chunk, scope)
-        executed = executing_workers(client, start, end, chunk, age, scope)
+        executed = executing_workers(client, start, end, chunk, age, names, scope)
         columns = select(None)
         before = client.queries
         together = fetch_workers(client, names, columns, timeline, start, end, chunk, None,

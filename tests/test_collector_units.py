@@ -56,7 +56,7 @@ from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.pieces import Piece, pieces
 from dask_metrics.collector.promapi import decode
 from dask_metrics.collector.ranges import check_step
-from dask_metrics.collector.redaction import redact_url, split_credentials
+from dask_metrics.collector.redaction import Scrubber, redact_url, split_credentials
 from dask_metrics.collector.series import (
     NOTHING_RAN,
     Series,
@@ -670,7 +670,7 @@ ANSWERS = [  # (status, content type, body) -> (data, or the error's words, spli
 ]
 
 
-def snip(text: str, limit: int = 200) -> str:
+def snip(text: str, limit: int = 200, ends: bool = False) -> str:
     return text[:limit]
 
 
@@ -684,6 +684,22 @@ def test_an_answer_is_its_data_or_one_typed_error(status, kind, body, want, spli
         decode(answer, "http://p", "the query up", 3, snip)
     assert want in str(err.value) and err.value.status == status
     assert err.value.splittable is splittable
+
+
+def test_a_long_engine_error_keeps_its_cause_and_masks_what_it_echoes():
+    """VictoriaMetrics echoes the query (twice) before the limit it met: the message keeps
+    the start and the cause at the end; a secret echoed in it is masked before the cut."""
+    echoed = "s3cret-token " + "{__name__=~\\\"dask_gpu_memory_used_bytes\\\"} " * 12
+    body = ('{"status":"error","errorType":"422","error":"error when executing query=\\"'
+            + echoed + '\\": the number of matching timeseries exceeds 100; either narrow '
+            'down the search or increase -search.max* command-line flag values at vmselect"}')
+    answer = Answer(422, "Unprocessable", {"Content-Type": "application/json"}, body.encode())
+    with pytest.raises(PrometheusError) as err:
+        decode(answer, "http://p", "the query up", 3, Scrubber(["s3cret-token"]).snippet)
+    text = str(err.value)
+    assert "matching timeseries exceeds 100" in text and "error when executing" in text
+    assert "s3cret" not in text and " … " in text and err.value.splittable
+    assert len(text) < 400
 
 
 def test_an_answers_warnings_come_back_with_its_data():

@@ -1,0 +1,135 @@
+"""A store's limit on the series one query may select (VictoriaMetrics'
+-search.maxUniqueTimeseries and -search.maxExportSeries, started here with a limit of
+LIMIT; Mimir's max_fetched_series_per_query and Thanos' series limit answer alike): a batch
+of workers over it is read as halves of the batch, and the cluster-wide question of which
+workers executed tasks, over it whatever the range, is answered by reading every worker.
+The files are those of an unlimited Prometheus serving the same samples.
+
+The fleet: WORKERS workers of two GPUs and PREFIXES prefix-task series each, so that every
+GPU's info (80 series) fits the limit, a batch of all the workers (their GPUs' three
+metrics: 240 series) does not, and neither do the prefix tasks of the cluster (120)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dask_metrics.collector.fetch import by_worker_halves
+from dask_metrics.collector.promapi import PrometheusError
+from tests.helpers import collector
+from tests.prometheus_helpers import (
+    OpenMetrics,
+    PrometheusServer,
+    create_blocks,
+    requires_prometheus,
+    requires_victoria_metrics,
+    run_prometheus,
+    run_victoria_metrics,
+)
+
+WORKERS, PREFIXES, LIMIT = 40, 3, 100
+SECONDS, INTERVAL = 600, 15
+CLUSTER = "limited"
+
+
+def fleet(n: int) -> OpenMetrics:
+    om = OpenMetrics()
+    times = [n - SECONDS + s for s in range(0, SECONDS + 1, INTERVAL)]
+    for i in range(WORKERS):
+        worker = f"w-{i}"
+        for gpu in range(2):
+            labels = {"worker": worker, "gpu": str(gpu), "uuid": f"GPU-{i}-{gpu}",
+                      "dask_cluster": CLUSTER, "instance": f"n{i}:9446", "job": "dask-gpu"}
+            om.add("dask_gpu_info", {**labels, "hostname": f"n{i}", "name": "Fake GPU"},
+                   [(t, 1.0) for t in times])
+            om.add("dask_gpu_memory_used_bytes", labels,
+                   [(t, float((i * 7 + gpu) * 2**20 + (t % 600) * 4096)) for t in times])
+            om.add("dask_gpu_memory_total_bytes", labels, [(t, float(16 * 2**30)) for t in times])
+        for k in range(PREFIXES):
+            om.add("dask_job_worker_prefix_tasks",
+                   {"worker": worker, "dask_cluster": CLUSTER, "scheduler_start": "1",
+                    "job_id": "j", "dag_id": "0", "prefix": f"p{k}",
+                    "instance": "scheduler:8787", "job": "dask-scheduler"},
+                   [(t + 7, float(k % 2)) for t in times])
+    return om
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[int, PrometheusServer, PrometheusServer]]:
+    n = int(time.time()) - 30
+    data = fleet(n)
+    work = tmp_path_factory.mktemp("limits")
+    limits = [f"-search.maxUniqueTimeseries={LIMIT}", f"-search.maxExportSeries={LIMIT}"]
+    with run_prometheus(work / "prom", blocks=create_blocks(data, work / "blocks")) as prom, \
+            run_victoria_metrics(work / "vm", data=data, extra_args=limits) as vm:
+        yield n, prom, vm
+
+
+def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
+    args = ["--since", str(n - SECONDS), "--until", str(n), "--prometheus", url, *more]
+    done = (collector("export", "--out", str(out), *args) if what == "export"
+            else collector("peaks", "--json", "--by", "gpu", *args))
+    assert done.code == 0, done.err
+    return done.out, done.err
+
+
+@requires_prometheus
+@requires_victoria_metrics
+@pytest.mark.integration
+@pytest.mark.parametrize("api", ["query", "export"])
+def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
+        stores: tuple[int, PrometheusServer, PrometheusServer], tmp_path: Path, api: str
+) -> None:
+    n, prom, vm = stores
+    run("export", prom.url, n, tmp_path / "prom")
+    _, err = run("export", vm.url, n, tmp_path / "vm", "--read-api", api)
+    assert "every worker's prefix tasks are read" in err
+    assert "matching timeseries exceeds 100" in err and "Traceback" not in err
+    record = json.loads((tmp_path / "vm" / "export.json").read_text())
+    assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
+    assert record["rows"] == WORKERS * 2 * (SECONDS // INTERVAL + 1)
+    for name in [*record["files"], "workers.csv"]:
+        assert (tmp_path / "vm" / name).read_bytes() == (tmp_path / "prom" / name
+                                                         ).read_bytes(), name
+    unlimited, _ = run("peaks", prom.url, n, tmp_path / "p")
+    limited, _ = run("peaks", vm.url, n, tmp_path / "v", "--read-api", api)
+    assert len(json.loads(limited)) == WORKERS * 2
+    assert json.loads(limited) == json.loads(unlimited)
+
+
+def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
+    """by_worker_halves: a batch over the store's limit is halved until each part fits; a
+    worker alone is let halve its range; an error that fewer workers cannot help (a wrong
+    password) is raised at once; a worker alone over the limit is the store's error."""
+    asked: list[tuple[tuple[str, ...], bool]] = []
+
+    def fetch(limit: int) -> object:
+        def answer(names: list[str], halve: bool) -> dict[str, int]:
+            asked.append((tuple(names), halve))
+            if len(names) > limit:
+                raise PrometheusError("too many series", 422, "execution", splittable=True)
+            return {w: len(w) for w in names}
+        return answer
+
+    names = [f"w{i}" for i in range(5)]
+    assert by_worker_halves(fetch(2), names) == {w: 2 for w in names}
+    assert asked == [(tuple(names), False), (("w0", "w1"), False), (("w2", "w3", "w4"), False),
+                     (("w2",), True), (("w3", "w4"), False)]
+    asked.clear()
+    with pytest.raises(PrometheusError, match="too many series"):
+        by_worker_halves(fetch(0), names[:2])
+    assert asked == [(("w0", "w1"), False), (("w0",), True)]
+
+    def refused(names: list[str], halve: bool) -> dict[str, int]:
+        asked.append((tuple(names), halve))
+        raise PrometheusError("refused the credentials", 401)
+
+    asked.clear()
+    with pytest.raises(PrometheusError, match="credentials"):
+        by_worker_halves(refused, names)
+    assert asked == [(tuple(names), False)]
