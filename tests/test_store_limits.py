@@ -81,23 +81,27 @@ def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
 @requires_prometheus
 @requires_victoria_metrics
 @pytest.mark.integration
-@pytest.mark.parametrize("api", ["query", "export"])
+@pytest.mark.parametrize("options", [("--read-api", "query"), ("--read-api", "export"),
+                                     ("--step", "30")], ids=["query", "export", "step"])
 def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
-        stores: tuple[int, PrometheusServer, PrometheusServer], tmp_path: Path, api: str
-) -> None:
+        stores: tuple[int, PrometheusServer, PrometheusServer], tmp_path: Path,
+        options: tuple[str, str]) -> None:
     n, prom, vm = stores
-    run("export", prom.url, n, tmp_path / "prom")
-    _, err = run("export", vm.url, n, tmp_path / "vm", "--read-api", api)
+    run("export", prom.url, n, tmp_path / "prom", *options)
+    _, err = run("export", vm.url, n, tmp_path / "vm", *options)
     assert "every worker's prefix tasks are read" in err
     assert "matching timeseries exceeds 100" in err and "Traceback" not in err
     record = json.loads((tmp_path / "vm" / "export.json").read_text())
     assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
-    assert record["rows"] == WORKERS * 2 * (SECONDS // INTERVAL + 1)
+    rows = SECONDS // (30 if "--step" in options else INTERVAL) + 1
+    assert record["rows"] == WORKERS * 2 * rows
     for name in [*record["files"], "workers.csv"]:
         assert (tmp_path / "vm" / name).read_bytes() == (tmp_path / "prom" / name
                                                          ).read_bytes(), name
+    if "--step" in options:
+        return
     unlimited, _ = run("peaks", prom.url, n, tmp_path / "p")
-    limited, _ = run("peaks", vm.url, n, tmp_path / "v", "--read-api", api)
+    limited, _ = run("peaks", vm.url, n, tmp_path / "v", *options)
     assert len(json.loads(limited)) == WORKERS * 2
     assert json.loads(limited) == json.loads(unlimited)
 
