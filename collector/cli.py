@@ -129,7 +129,7 @@ def _run_peaks(client: PrometheusClient, args: argparse.Namespace, opts: dict[st
 def _plot_files(folder: str | Path, args: argparse.Namespace, workers: list[str] | None,
                 ui: Terminal) -> int:
     written = plot_export(folder, args.out, words(args.format) or [], workers,
-                          progress=ui.progress)
+                          progress=ui.progress, processes=args.processes)
     ui.info(f"wrote {len(written)} picture(s) into {args.out}")
     return 0
 
@@ -154,8 +154,6 @@ def _run_report(client: PrometheusClient, args: argparse.Namespace, opts: dict[s
         raise UsageError(f"--headroom {args.headroom:g}: must be from 1 to {MOST_HEADROOM:g}")
     if args.plots < 0:
         raise UsageError(f"--plots {args.plots}: must be 0 or more")
-    if args.processes is not None and args.processes < 0:
-        raise UsageError(f"--processes {args.processes}: must be 0 or more")
     since, until = _span(client, opts, ui)
     asked = {"since": args.since, "until": args.until, "workers": opts["workers"],
              "cluster": args.cluster, "headroom": args.headroom, "format": args.format,
@@ -190,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = options(args)
         if args.command == "plot" and not (args.csv or args.since):
             raise UsageError("--since WHEN or --csv DIR is required")
+        if getattr(args, "processes", None) is not None and args.processes < 0:
+            raise UsageError(f"--processes {args.processes}: must be 0 or more")
     except UsageError as exc:
         return fail(EXIT_USAGE, exc)
     except CollectorError as exc:

@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="plot this export folder (tidy layout) instead of asking Prometheus")
     plt.add_argument("--format", metavar="FORMAT", nargs="+", default=["png"],
                      help=f"picture formats: {', '.join(FORMATS)} (default png)")
+    _processes(plt, "read and draw the workers' pictures", "as many as the CPUs", "pictures")
 
     rep = commands.add_parser(
         "report", parents=[span, conn], help="one page per session: jobs, peaks, energy, advice",
@@ -144,11 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--plots", metavar="N", type=int, default=DEFAULT_PLOTS,
                      help="plot the N workers with the highest peak memory (default "
                      "%(default)s; 0: none, the fastest report)")
-    rep.add_argument("--processes", metavar="N", type=int,
-                     help="processes that compute the workers' figures while this one reads "
-                     "the next (default: one fewer than the CPUs, at most "
-                     f"{MOST_PROCESSES}, none below {FEWEST_WORKERS} workers; 0: none); the "
-                     "same numbers either way")
+    _processes(rep, "compute the workers' figures while this one reads the next",
+               "one fewer than the CPUs", "numbers")
 
     sched = argparse.ArgumentParser(add_help=False)
     sched.add_argument("--scheduler", metavar="ADDR",
@@ -196,3 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     wat.add_argument("--once", action="store_true",
                      help="export what is pending and exit (exit 1 if that failed)")
     return parser
+
+
+def _processes(parser: argparse.ArgumentParser, what: str, default: str, same: str) -> None:
+    """--processes N of a command whose per-worker work a pool of processes may do."""
+    parser.add_argument("--processes", metavar="N", type=int,
+                        help=f"processes that {what} (default: {default}, at most "
+                        f"{MOST_PROCESSES}, none below {FEWEST_WORKERS} workers; 0: none); "
+                        f"the same {same} either way")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+from collections import deque
 from collections.abc import Collection, Iterable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from dask_metrics.collector.worker_traces import (
     export_files,
     open_worker_file,
 )
+from dask_metrics.collector.workpool import outcome, processes_for, run_in, worker_pool
 
 FORMATS = ("png", "svg")
 # zlib level 1 instead of PIL's 6: 24 ms instead of 57 to compress a worker's picture, for a
@@ -307,11 +310,18 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                 formats: Sequence[str] = ("png",),
                 workers: Sequence[str] | None = None, *,
                 pictures: Collection[str] | None = None, overview: bool = True,
-                progress: Progress | None = None) -> list[Path]:
+                progress: Progress | None = None, processes: int | None = 0
+                ) -> list[Path]:
     """Plot a tidy export folder into ``out``: one picture per worker and format (only of
     the workers named in ``pictures`` when given), and the cluster overview (``overview``).
     They appear together or not at all (staging.staged); returns their paths.
-    ``progress(done, total, worker, None)`` is called before each worker is read."""
+    ``progress(done, total, worker, None)`` is called before each worker is read.
+
+    ``processes``: how many processes read and draw the workers (0: none, this one does;
+    None, as the command line: as many as the CPUs, at most workpool.MOST_PROCESSES, none
+    below workpool.FEWEST_WORKERS workers): a picture is a few tenths of a second of
+    matplotlib. The pictures and the page are the same either way. A script that asks for
+    a pool needs ``if __name__ == "__main__"`` (the pool's processes import it)."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise UsageError(f"--format: {', '.join(unknown) or 'none given'} (known: "
@@ -328,25 +338,57 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     target = Path(out)
     written: list[Path] = []
     overviews: list[Overview] = []
-    with staged(target, manifest="", earlier=fixed_names) as stage:  # all pictures or none
+    asked = processes_for(processes, len(chosen), spare=0)
+    with staged(target, manifest="", earlier=fixed_names) as stage, \
+            worker_pool(asked) as pool:  # all pictures or none
+        pending: deque[Future[Drawn]] = deque()
+
+        def take() -> None:  # the oldest worker's, in the export's order
+            paths, seen, fold = outcome(pending.popleft(), "plot")
+            written.extend(paths)
+            if seen is not None:
+                overviews.append(seen)
+            if spread is not None and fold is not None:
+                spread.add(fold)
+
         for done, found in enumerate(chosen):  # a piece of one worker's file at a time
             if progress:
                 progress(done, len(chosen), found.worker, None)
-            trace, fold = _read(found, span)
-            trace = provenance.own(trace)
-            if pictures is None or trace.worker in pictures:
-                stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
-                written += _save(worker_figure(trace, provenance), stage / stem, formats)
-            if overview:
-                overviews.append(fold.overview(trace, lines=spread is None))
-                if spread is not None:
-                    spread.add(fold)
+            drawn, pool = run_in(pool, _draw_worker, found, span, provenance, pictures,
+                                 stage, formats, overview, spread is None)
+            pending.append(drawn)
+            while pending and (len(pending) > asked or pending[0].done()):
+                take()
+        while pending:
+            take()
         if progress:
             progress(len(chosen), len(chosen), "", None)
         if overview:
             written += _save(cluster_figure(overviews, provenance, spread), stage / CLUSTER,
                              formats)
     return [target / path.name for path in written]
+
+
+Drawn = tuple[list[Path], Overview | None, OverviewFold | None]
+"""A worker's pictures, and what the cluster page draws of it (its overview, its fold for
+the spread)."""
+
+
+def _draw_worker(found: WorkerFile, span: float, provenance: Provenance,
+                 pictures: Collection[str] | None, stage: Path, formats: Sequence[str],
+                 overview: bool, lines: bool) -> Drawn:
+    """One worker read (``_read``), its pictures saved into ``stage`` (if ``pictures``
+    names it), its overview (``lines``: with its own lines) and fold (without) for the
+    cluster page: in a pool's process, or in the collector's."""
+    trace, fold = _read(found, span)
+    trace = provenance.own(trace)
+    paths = []
+    if pictures is None or trace.worker in pictures:
+        stem = f"worker-{CLUSTER}" if trace.stem == CLUSTER else trace.stem
+        paths = _save(worker_figure(trace, provenance), stage / stem, formats)
+    if not overview:
+        return paths, None, None
+    return paths, fold.overview(trace, lines=lines), None if lines else fold
 
 
 def _read(found: WorkerFile, span: float) -> tuple[WorkerTrace, OverviewFold]:

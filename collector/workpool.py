@@ -1,7 +1,8 @@
 """A pool of processes for the collector's per-worker work that is pure computation (the
-session report's reduction of each worker), where it pays: a process takes a few tenths of a
-second to start, a fleet's reduction many seconds, which otherwise share one interpreter
-with the reading and decoding of the next workers' samples."""
+session report's reduction of each worker, a plot's pictures), where it pays: a process
+takes a few tenths of a second to start, a fleet's reduction or drawing many seconds, which
+otherwise share one interpreter with the reading and decoding of the next workers'
+samples."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+from dask_metrics.collector.errors import CollectorError
+
+_T = TypeVar("_T")
 
 FEWEST_WORKERS = 8
 """Below this many Dask workers the reduction is done in the collector's own process."""
@@ -20,15 +26,15 @@ MOST_PROCESSES = 4
 """The most processes chosen by default: beyond it the reading is what takes the time."""
 
 
-def processes_for(asked: int | None, workers: int) -> int:
-    """How many processes reduce the workers: ``asked`` (0: none, in this process), else
-    one fewer than the CPUs this process may use, at most MOST_PROCESSES, and none for
-    fewer than FEWEST_WORKERS workers."""
+def processes_for(asked: int | None, workers: int, spare: int = 1) -> int:
+    """How many processes do the workers' work: ``asked`` (0: none, in this process), else
+    the CPUs this process may use but ``spare`` (the collector's own, where it reads
+    meanwhile), at most MOST_PROCESSES, and none for fewer than FEWEST_WORKERS workers."""
     if asked is not None:
         return asked
     if workers < FEWEST_WORKERS:
         return 0
-    return max(0, min(MOST_PROCESSES, _usable_cpus() - 1))
+    return max(0, min(MOST_PROCESSES, _usable_cpus() - spare))
 
 
 def _usable_cpus() -> int:
@@ -66,6 +72,32 @@ def worker_pool(processes: int) -> Iterator[Executor | None]:
         pool.shutdown(wait=True, cancel_futures=True)
         alive.close()
         watch.close()
+
+
+def run_in(pool: Executor | None, fn: Callable[..., _T], *args: Any
+           ) -> tuple[Future[_T], Executor | None]:
+    """``fn(*args)`` in ``pool``, or here where there is none or it cannot start a process
+    (a limit on processes: the same result, computed here); the pool to use next (None
+    once it could not start one)."""
+    if pool is not None:
+        try:
+            return pool.submit(fn, *args), pool
+        except OSError:
+            pool = None
+    done: Future[_T] = Future()
+    done.set_result(fn(*args))
+    return done, pool
+
+
+def outcome(done: Future[_T], what: str) -> _T:
+    """``done``'s result; a pool process that died (out of memory, killed) is a one-line
+    error naming ``what`` it computed, and how to do without the pool."""
+    try:
+        return done.result()
+    except BrokenExecutor as e:
+        raise CollectorError(f"a process of the {what}'s pool ended abruptly (out of memory, "
+                             f"or killed): --processes 0 computes the {what} in this one"
+                             ) from e
 
 
 def _serve(collector: Connection) -> None:

@@ -396,3 +396,29 @@ def test_a_worker_of_many_jobs_names_what_its_legend_holds_and_counts_the_rest(t
     page = (tmp_path / "out" / "a.svg").read_text()
     assert "<!-- job 10 -->" in page and "<!-- job 11 -->" not in page  # 8 GPU lines, 11 jobs
     assert "and 19 more jobs" in page
+
+
+@pytest.mark.parametrize("count", [5, 41], ids=["lines", "spread"])
+def test_pictures_drawn_in_a_pool_are_those_drawn_here(tmp_path, count):
+    """plot_export's processes read and draw the workers (the page's lines, or its spread
+    beyond MAX_LINES): the same pictures, byte for byte, as one process draws; a file that
+    is no tidy file stops it there with the same one-line error, and no picture is left."""
+    from dask_metrics.collector.plot import plot_export
+
+    folder = write_export(tmp_path / "fleet", {
+        f"w{i:02d}": [row(t, f"w{i:02d}", g, str(t // 8), "0", util=(i * 7 + t) % 100,
+                          used=(1 + (i + t) % 5) * GiB) for t in range(30) for g in (0, 1)]
+        for i in range(count)})
+    drawn = None if count < 10 else ["w03", "w40"]  # the spread's page, two workers' own
+    made = {n: sorted(plot_export(folder, tmp_path / f"out{n}", pictures=drawn, processes=n))
+            for n in (0, 2)}
+    assert [p.name for p in made[0]] == [p.name for p in made[2]]
+    assert len(made[0]) == (count if drawn is None else len(drawn)) + 1
+    for here, pooled in zip(made[0], made[2], strict=True):
+        assert here.read_bytes() == pooled.read_bytes(), here.name
+    lines = (folder / "w02.csv").read_text().splitlines(keepends=True)
+    (folder / "w02.csv").write_text("".join([*lines[:29], "not,a,row\n", *lines[29:]]))
+    for n in (0, 2):
+        with pytest.raises(CollectorError, match=r"w02\.csv, line 30: not a row"):
+            plot_export(folder, tmp_path / f"bad{n}", pictures=(), processes=n)
+        assert not (tmp_path / f"bad{n}").exists()

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import BrokenExecutor, Executor, Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from dask_metrics.collector.columns import select
-from dask_metrics.collector.errors import CollectorError
 from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
 from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.peaks import LATER, PeakFold, window_keywords
@@ -48,6 +47,7 @@ from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerI
 from dask_metrics.collector.tables import WorkerTable, gpu_series, joined
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.collector.worker_fetch import VisitPart
+from dask_metrics.collector.workpool import outcome, run_in
 
 REPORT_VERSION = 4  # 3: a title in words, the headline figures, a baseline; 4: GPUs listed
 
@@ -216,15 +216,8 @@ class Gatherer:
             self._fold(*self._next())
 
     def _run(self, *args: Any) -> Future[tuple[Any, WorkerTable | None]]:
-        """``fold_piece`` in the pool, or here where there is none (or it cannot start a
-        process: the same numbers, computed here)."""
-        if self.pool is not None:
-            try:
-                return self.pool.submit(fold_piece, *args)
-            except OSError:  # no process could be started (a limit on processes)
-                self.pool = None
-        done: Future[tuple[Any, WorkerTable | None]] = Future()
-        done.set_result(fold_piece(*args))
+        """``fold_piece`` in the pool, or here (workpool.run_in)."""
+        done, self.pool = run_in(self.pool, fold_piece, *args)
         return done
 
     def finish(self) -> None:
@@ -239,12 +232,7 @@ class Gatherer:
 
     @staticmethod
     def _result(done: Future[tuple[Any, WorkerTable | None]]) -> tuple[Any, Any]:
-        try:
-            return done.result()
-        except BrokenExecutor as e:  # the process died: out of memory, or killed
-            raise CollectorError("a process of the report's pool ended abruptly (out of "
-                                 "memory, or killed): --processes 0 computes the report in "
-                                 "this one") from e
+        return outcome(done, "report")
 
     def _fold(self, facts: WorkerFacts, table: WorkerTable) -> None:
         assert self.tally is not None
