@@ -17,7 +17,6 @@ exporter or Prometheus was down, or W is shorter than the scrape interval) has n
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
@@ -165,7 +164,8 @@ def upper_bound(known: Cover, lo: int, hi: int, found: float,
     """How high the memory of one GPU may have been in [lo, hi] (ms), given that it was
     ``found`` at most: ``found`` when every moment lies in a stretch whose maximum is dated
     inside the range, else the largest stretch maximum that may hide a moment,
-    ``math.inf`` where a moment lies in no stretch (see ``cover``). The range is first
+    ``math.inf`` where a moment lies in no stretch, or only in stretches whose maximum is
+    NaN (a failed reading says nothing; see ``cover``). The range is first
     narrowed to the GPU's data (``data``: from its first window's start to its last
     scrape, those of ``known`` where not given): before and after, nothing claims to know
     it. ``moments``: only the moments of the range within (a, b) are asked, whose
@@ -186,7 +186,8 @@ def upper_bound(known: Cover, lo: int, hi: int, found: float,
         covered = _covered(zip(known.lows[first:last], known.highs[first:last], strict=True),
                            a, b)
         return found if covered else math.inf
-    spans = [(max(x, a), min(y, b), v, d is not None and lo <= d <= hi)
+    # conditional expressions, not max() and min(): a fleet's report cuts millions
+    spans = [(x if x > a else a, y if y < b else b, v, d is not None and lo <= d <= hi)
              for stretches in known.stretches[first:last] for x, y, v, d in stretches]
     return _swept([x for x in spans if x[0] < x[1]], a, b, found)
 
@@ -197,33 +198,30 @@ sampled inside the range."""
 
 
 def _swept(spans: list[Span], lo: int, hi: int, found: float) -> float:
-    """``upper_bound`` of non-empty ``spans`` within [lo, hi]: a sweep over their edges."""
+    """``upper_bound`` of non-empty ``spans`` within [lo, hi]: a sweep over their edges. A
+    moment is covered by a few windows at a time (a peak window and a sampling interval
+    over the scrapes' interval), so the covering ones are kept in a plain list."""
     cuts = sorted({lo, hi, *(a for a, *_ in spans), *(b for _, b, *_ in spans)})
-    opening = sorted(range(len(spans)), key=lambda k: spans[k][0])
-    closing = sorted(range(len(spans)), key=lambda k: spans[k][1])
-    active: list[tuple[float, int]] = []  # (value, span): a heap, ended spans left in
-    clean = 0
-    ended: set[int] = set()
-    nxt = done = 0
+    spans = sorted(spans)
+    opened, count = 0, len(spans)
+    active: list[Span] = []
     bound = found
     for p in cuts[:-1]:  # (p, next cut] is covered by the spans with start <= p < end
-        while nxt < len(opening) and spans[opening[nxt]][0] <= p:
-            k = opening[nxt]
-            heapq.heappush(active, (spans[k][2], k))
-            clean += spans[k][3]
-            nxt += 1
-        while done < len(closing) and spans[closing[done]][1] <= p:
-            k = closing[done]  # opened already: it starts before it ends
-            ended.add(k)
-            clean -= spans[k][3]
-            done += 1
-        while active and active[0][1] in ended:
-            heapq.heappop(active)
+        while opened < count and spans[opened][0] <= p:
+            active.append(spans[opened])
+            opened += 1
+        active = [span for span in active if span[1] > p]
         if not active:
             return math.inf  # a moment no window covers
-        if clean:
-            continue  # a stretch whose maximum lies in the range covers it: at most found
-        bound = max(bound, active[0][0])
+        lowest = math.inf  # stays so where every maximum over the moment is NaN
+        for _, _, value, clean in active:
+            if clean:  # a stretch whose maximum lies in the range covers it: at most found
+                break
+            if value < lowest:
+                lowest = value
+        else:
+            if lowest > bound:
+                bound = lowest
     return bound
 
 

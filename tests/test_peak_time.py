@@ -227,6 +227,38 @@ def test_where_no_stretch_is_above_the_peak_only_a_hole_raises_the_bound(seed):
     assert swept == (found if _covered([x[:2] for x in spans], lo, hi) else math.inf)
 
 
+@pytest.mark.parametrize("seed", range(100))
+def test_the_sweep_bounds_each_moment_by_its_tightest_window(seed):
+    """Moment by moment: nothing above ``found`` where a stretch dated inside covers it,
+    else the least of the maxima over it; a maximum that is NaN (a failed reading) says
+    nothing, so a moment under NaN windows alone is unbounded, as one under none. (A heap
+    ordered by values with a NaN among them once gave its top: neither the least of the
+    others nor nothing.)"""
+    from dask_metrics.collector.peaktime import _swept
+
+    rng = random.Random(seed)
+    for _ in range(50):
+        lo = rng.randint(0, 50)
+        hi = lo + rng.randint(1, 100)
+        spans = []
+        for _ in range(rng.randint(1, 8)):
+            a = max(rng.randint(lo - 10, hi), lo)
+            b = min(a + rng.randint(1, 40), hi)
+            if a < b:
+                spans.append((a, b, rng.choice([1.0, 2.0, 3.0, math.nan]), rng.random() < 0.2))
+        if not spans:
+            continue
+        found = rng.choice([0.0, 1.5, 2.0])
+        want = found
+        for moment in range(lo, hi):  # integer edges: each moment (m, m + 1) by itself
+            over = [s for s in spans if s[0] <= moment < s[1]]
+            if any(clean for *_, clean in over):
+                continue
+            numbers = [v for _, _, v, _ in over if not math.isnan(v)]
+            want = max(want, min(numbers)) if numbers else math.inf
+        assert _swept(spans, lo, hi, found) == want, (spans, lo, hi, found)
+
+
 @pytest.mark.parametrize("seed", range(300))
 def test_the_bound_is_the_sweeps_of_every_stretch(seed):
     # upper_bound answers most ranges from each scrape's covered time and largest maximum:
