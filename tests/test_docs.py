@@ -233,6 +233,8 @@ ACCOUNTS: dict[str, Account] = {
         Parsed(),
     "python benchmarks/bench_plot_fleet.py --workers 100 300 1000 --hours 1 --before 18809e4":
         Parsed(),
+    "python benchmarks/bench_fleet.py --workers 300 --rounds 3 --commands report --at 3b3af61 "
+    "--before 6b3fc03": Parsed(),
     "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
     "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg": Parsed(),
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
