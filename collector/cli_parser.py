@@ -200,5 +200,5 @@ def _processes(parser: argparse.ArgumentParser, what: str, default: str, same: s
     """--processes N of a command whose per-worker work a pool of processes may do."""
     parser.add_argument("--processes", metavar="N", type=int,
                         help=f"processes that {what} (default: {default}, at most "
-                        f"{MOST_PROCESSES}, none below {FEWEST_WORKERS} workers; 0: none); "
-                        f"the same {same} either way")
+                        f"{MOST_PROCESSES}, none below {FEWEST_WORKERS} workers; 0: none; "
+                        f"never more than the CPUs); the same {same} either way")

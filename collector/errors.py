@@ -42,14 +42,16 @@ class PrometheusError(CollectorError):
     """A failed API call. ``splittable``: the query engine said the query was too big (a
     timeout, too many samples, a range over a limit), so a shorter range may succeed. A hung
     server or a proxy's error is not splittable: asking again in pieces would only multiply
-    the wait."""
+    the wait. ``series_bound``: the limit met counts the series the query selects, which a
+    shorter range lowers only where series come and go."""
 
     def __init__(self, message: str, status: int | None = None, error_type: str | None = None,
-                 splittable: bool = False) -> None:
+                 splittable: bool = False, series_bound: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.error_type = error_type
         self.splittable = splittable
+        self.series_bound = series_bound
 
 
 class UsageError(CollectorError):

@@ -56,6 +56,10 @@ from dask_metrics.contract import (
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
 MAX_SPLITS = 8  # a chunk is halved at most this often (1/256 of it) before giving up
+SERIES_SPLITS = 2
+"""How often a chunk refused for a limit on series is halved: a shorter range selects fewer
+series only where they come and go (a fleet's DAGs over the day); where they last, halving
+would only multiply the refusals."""
 
 Halver = Callable[[int, int], tuple[tuple[int, int], ...] | None]
 _T = TypeVar("_T")
@@ -142,7 +146,8 @@ def _attempt(run: Callable[[int, int], list[Series]], lo: int, hi: int, halve: H
     try:
         return run(lo, hi)
     except PrometheusError as exc:
-        halves = halve(lo, hi) if exc.splittable and depth < MAX_SPLITS else None
+        most = SERIES_SPLITS if exc.series_bound else MAX_SPLITS
+        halves = halve(lo, hi) if exc.splittable and depth < most else None
         if not halves:
             raise
     return [s for part in halves for s in _attempt(run, *part, halve, depth + 1)]
@@ -235,15 +240,14 @@ def fetch_label_sets(client: PrometheusClient, sel: str, start: int, end: int, c
 
 
 def label_values(client: PrometheusClient, sel: str, name: str, start: int, end: int,
-                 chunk: int, halve: bool = True) -> set[str]:
+                 chunk: int) -> set[str]:
     """The values of the label ``name`` of the series of ``sel`` with a sample in [start,
-    end]: one series per value comes back (``count by``), however many series hold it;
-    ``halve``: as for ``fetch_raw``."""
+    end]: one series per value comes back (``count by``), however many series hold it."""
     if _none_in_long(client, sel, start, end, chunk):
         return set()
     return {s.labels.get(name, "") for _, s in _per_chunk(
         client, lambda rng: f"count by ({name}) (last_over_time({sel}{rng}))", start, end,
-        chunk, halve)}
+        chunk)}
 
 
 def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step: int,
@@ -488,14 +492,14 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
 
 
 def _per_chunk(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
-               chunk: int, halve: bool = True) -> Iterator[tuple[int, Series]]:
+               chunk: int) -> Iterator[tuple[int, Series]]:
     """(chunk's place, an answer) of ``expr`` (an aggregate over a window: ``expr`` puts
     the range into the PromQL) at the end of each chunk of [start, end]: the chunks of one
     length in range queries (on a store's compacted blocks, an instant query per chunk
     looks every series of the block up again: counting a week of a fleet's jobs took 50 s
     that way, 4 in one range query), the last, longer one alone; each window a millisecond
     wider, so that a sample on an edge is in both chunks. A store that refuses a range
-    query has those chunks asked one at a time (``halve``: as for ``fetch_raw``)."""
+    query has those chunks asked one at a time."""
     plan = plan_chunks(start, end, chunk)
     even = len(plan) - 1 if len(plan) > 1 else 0  # the last may be longer: alone
     for a in range(0, even, MAX_POINTS):
@@ -506,12 +510,12 @@ def _per_chunk(client: PrometheusClient, expr: Callable[[str], str], start: int,
         except PrometheusError as exc:
             if not exc.splittable:
                 raise
-            yield from _numbered(client, expr, start, end, chunk, range(a, b), halve=halve)
+            yield from _numbered(client, expr, start, end, chunk, range(a, b))
             continue
         for s in found:
             for t, v in zip(s.times, s.values, strict=True):
                 yield a + round((t - plan[a][1]) / chunk), Series(s.labels, [t], [v])
-    yield from _numbered(client, expr, start, end, chunk, range(even, len(plan)), halve=halve)
+    yield from _numbered(client, expr, start, end, chunk, range(even, len(plan)))
 
 
 def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],
@@ -537,13 +541,13 @@ def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int
     start to as much after the end (a DAG that ran just before the end is shown by the next
     scrape). One cheap cluster-wide query (a sample per series and chunk), so that the
     other workers' prefix tasks and busy counters are not asked for (none with an older
-    scheduler preload). A store that finds it too big even a chunk at a time (a fleet's
-    prefix series over a limit on series, which a shorter range need not meet) has all
-    ``workers`` read: the same files, in more queries."""
+    scheduler preload). A store that finds it too big even in halves of a chunk (a fleet's
+    prefix series over a limit on series) has all ``workers`` read: the same files, in more
+    queries."""
     try:
         found = label_values(client, selector([WORKER_PREFIX_TASKS.name,
                                                WORKER_DAG_START.name], scope=scope),
-                             WORKER, start - age, lookahead(end, age), chunk, halve=False)
+                             WORKER, start - age, lookahead(end, age), chunk)
     except PrometheusError as exc:
         if not exc.splittable:
             raise

@@ -11,6 +11,7 @@ basic auth), headers are never logged, and any secret a server echoes back is ma
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,24 @@ REMOTE_READ, EXPORT, QUERY = "remote read", "export", "query"  # how raw samples
 ERROR_SNIPPET = 300
 """Characters of a query engine's error kept in a message: VictoriaMetrics echoes the
 query (twice) before the limit it met."""
+_SERIES_LIMIT = re.compile(
+    r"timeseries exceed"  # VictoriaMetrics: "the number of matching timeseries exceeds N"
+    r"|(max|maximum) number of series"  # Mimir's and Cortex's max_fetched_series_per_query
+    r"|series limit")  # Thanos' store limits: "exceeded series limit"
+
+
+def too_big(error: str) -> bool:
+    """Whether a store's refusal says the request was too big for one of its limits (a
+    shorter range or fewer series may pass), not that it is wrong."""
+    text = error.lower()
+    return any(w in text for w in ("too many", "timeout", "timed out", "exceed",
+                                   "hit the max",  # Cortex's limits
+                                   "cannot select more than"))  # VictoriaMetrics' samples
+
+
+def series_limit(error: str) -> bool:
+    """Whether the limit a refusal names counts series (``too_big`` ones only)."""
+    return _SERIES_LIMIT.search(error.lower()) is not None
 PROMQL = "promql"  # Prometheus, Thanos, Mimir, Cortex: one query language, one behaviour
 VICTORIA_METRICS = "victoriametrics"
 VICTORIA_METRICS_NOTE = (
@@ -157,25 +176,35 @@ class PrometheusClient:
             found = None
         if found is None:
             self._raw_api = None
-        else:
+            if self._raw_used != QUERY:
+                self._raw_used = f"{self._raw_used}, then {QUERY}"
+        elif self._raw_used == QUERY:
             self._raw_used = api
         return found
 
     @property
     def raw_reads(self) -> str:
-        """Which API has read the raw samples so far: "query", "remote read" or "export"."""
+        """Which API has read the raw samples so far: "query", "remote read" or "export",
+        or "remote read, then query" where that API failed after it had read some."""
         return self._raw_used
 
     def _answer(self, path: str, body: Mapping[str, str] | bytes,
                 headers: Mapping[str, str] | None, kind: str) -> Answer | None:
         """A successful answer of ``kind`` to a raw read, or None; an unreachable or too
-        slow server raises, as it would for a query."""
+        slow server raises, as it would for a query, and so does a refusal that names a
+        limit (VictoriaMetrics' -search.maxExportSeries): splittable, as a query's."""
         try:
             answer = self._transport.request("POST", path, body, headers)
         except PrometheusError as exc:
             if exc.status is None:
                 raise
             return None
+        if answer.status in (400, 422):
+            text = answer.content.decode("utf-8", "replace")
+            if too_big(text):
+                raise self._error(f"Prometheus rejected the raw read of {path} "
+                                  f"({self._scrub.snippet(text, ERROR_SNIPPET, ends=True)})",
+                                  answer.status, None, True, series_limit(text))
         given = answer.headers.get("Content-Type", "").split(";")[0].strip()
         return answer if answer.status == 200 and given == kind else None
 
@@ -251,7 +280,8 @@ class PrometheusClient:
             data, notes = decode(answer, self.url, what, self.settings.retries,
                                  self._scrub.snippet)
         except PrometheusError as exc:
-            raise self._error(exc.args[0], exc.status, exc.error_type, exc.splittable) from None
+            raise self._error(exc.args[0], exc.status, exc.error_type, exc.splittable,
+                              exc.series_bound) from None
         for note in notes:
             self.warn(note)
         return data
@@ -289,8 +319,8 @@ class PrometheusClient:
             self._on_warning(message)
 
     def _error(self, message: str, status: int | None = None, error_type: str | None = None,
-               splittable: bool = False) -> PrometheusError:
-        return self._transport.error(message, status, error_type, splittable)
+               splittable: bool = False, series_bound: bool = False) -> PrometheusError:
+        return self._transport.error(message, status, error_type, splittable, series_bound)
 
 
 def decode(resp: Answer, url: str, what: str, retries: int,
@@ -311,14 +341,10 @@ def decode(resp: Answer, url: str, what: str, retries: int,
             f"{setting('bearer_token')}, or a tenant header such as X-Scope-OrgID", status)
     if isinstance(body, dict) and body.get("status") == "error":
         error_type, error = str(body.get("errorType", "")), str(body.get("error", ""))
-        text = error.lower()
-        splittable = status in (422, 503) and (
-            error_type == "timeout" or any(w in text for w in (
-                "too many", "timeout", "timed out", "exceed",
-                "cannot select more than")))  # VictoriaMetrics' -search.maxSamplesPerQuery
+        splittable = status in (422, 503) and (error_type == "timeout" or too_big(error))
         raise PrometheusError(f"Prometheus rejected {one_line(what)} ({error_type}: "
                               f"{snippet(error, ERROR_SNIPPET, ends=True)})", status, error_type,
-                              splittable)
+                              splittable, splittable and series_limit(error))
     if status == 404 or (status == 400 and ("unsupported path" in resp.text
                                             or "pathPrefix" in resp.text)):
         # VictoriaMetrics answers 400 outside its prefix: "unsupported path requested",

@@ -311,5 +311,6 @@ class Transport:
                 f"{DEADLINE_FACTOR} x it)), or lower {setting('chunk')}")
 
     def error(self, message: str, status: int | None = None, error_type: str | None = None,
-              splittable: bool = False) -> PrometheusError:
-        return PrometheusError(self._scrub(message), status, error_type, splittable)
+              splittable: bool = False, series_bound: bool = False) -> PrometheusError:
+        return PrometheusError(self._scrub(message), status, error_type, splittable,
+                               series_bound)

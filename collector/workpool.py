@@ -27,14 +27,18 @@ MOST_PROCESSES = 4
 
 
 def processes_for(asked: int | None, workers: int, spare: int = 1) -> int:
-    """How many processes do the workers' work: ``asked`` (0: none, in this process), else
-    the CPUs this process may use but ``spare`` (the collector's own, where it reads
-    meanwhile), at most MOST_PROCESSES, and none for fewer than FEWEST_WORKERS workers."""
+    """How many processes do the workers' work: ``asked`` (0: none, in this process), at
+    most the CPUs this process may use (more only take turns); else the CPUs but ``spare``
+    (the collector's own, where it reads meanwhile), at most MOST_PROCESSES, none for fewer
+    than FEWEST_WORKERS workers, and none where the pool would be the only CPU at work (one
+    process drawing while the collector waits)."""
+    cpus = _usable_cpus()
     if asked is not None:
-        return asked
+        return min(asked, cpus)
     if workers < FEWEST_WORKERS:
         return 0
-    return max(0, min(MOST_PROCESSES, _usable_cpus() - spare))
+    chosen = max(0, min(MOST_PROCESSES, cpus - spare))
+    return chosen if chosen + spare >= 2 else 0
 
 
 def _usable_cpus() -> int:

@@ -95,7 +95,9 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
     assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
     rows = SECONDS // (30 if "--step" in options else INTERVAL) + 1
     assert record["rows"] == WORKERS * 2 * rows
-    for name in [*record["files"], "workers.csv"]:
+    # a refused export is asked again in halves, not given up for the queries
+    assert record["raw_reads"] == ("export" if "export" in options else "query")
+    for name in [*record["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv"]:
         assert (tmp_path / "vm" / name).read_bytes() == (tmp_path / "prom" / name
                                                          ).read_bytes(), name
     if "--step" in options:
@@ -104,6 +106,29 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
     limited, _ = run("peaks", vm.url, n, tmp_path / "v", *options)
     assert len(json.loads(limited)) == WORKERS * 2
     assert json.loads(limited) == json.loads(unlimited)
+
+
+@pytest.mark.parametrize(("error", "series"), [
+    ("error when searching tsids: the number of matching timeseries exceeds 100; either "
+     "narrow down the search or increase -search.max* command-line flag values", True),
+    ("the query exceeded the maximum number of series (limit: 100 series) "
+     "(err-mimir-max-series-per-query)", True),
+    ("the query hit the max number of series limit (limit: 100 series)", True),
+    ("rpc error: code = Aborted desc = exceeded series limit: limit 100 violated", True),
+    ("the query exceeded the maximum number of chunks fetched (limit: 2000000 chunks) "
+     "(err-mimir-max-chunks-per-query)", False),
+    ("query processing would load too many samples into memory in query execution", False),
+    ("cannot select more than -search.maxSamplesPerQuery=1000000000 samples; possible "
+     "solutions: to increase the -search.maxSamplesPerQuery; to reduce time range for the "
+     "query; to use more specific label filters in order to select lower number of series",
+     False),
+])
+def test_a_limit_on_series_is_told_from_the_others(error: str, series: bool) -> None:
+    """Stores' own words: a limit on series is met by fewer workers (a shorter range only
+    where series come and go), the others by either."""
+    from dask_metrics.collector.promapi import series_limit, too_big
+
+    assert too_big(error) and series_limit(error) is series
 
 
 def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
@@ -137,3 +162,24 @@ def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
     with pytest.raises(PrometheusError, match="credentials"):
         by_worker_halves(refused, names)
     assert asked == [(tuple(names), False)]
+
+
+def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
+    """A shorter range selects fewer series only where they come and go: a chunk refused
+    for a limit on series is halved SERIES_SPLITS deep, not MAX_SPLITS, before the store's
+    error is the collector's; other limits keep every halving."""
+    from dask_metrics.collector.fetch import MAX_SPLITS, SERIES_SPLITS, _attempt
+    from dask_metrics.collector.series import halve_range
+
+    for series, splits in ((True, SERIES_SPLITS), (False, MAX_SPLITS)):
+        tried: list[tuple[int, int]] = []
+
+        def refuse(lo: int, hi: int, series: bool = series,
+                   tried: list[tuple[int, int]] = tried) -> list[object]:
+            tried.append((lo, hi))
+            raise PrometheusError("over a limit", 422, "execution", splittable=True,
+                                  series_bound=series)
+
+        with pytest.raises(PrometheusError, match="over a limit"):
+            _attempt(refuse, 0, 3_600_000, halve_range)  # type: ignore[arg-type]
+        assert len(tried) == splits + 1  # depth-first: the first half of each, then raised

@@ -3,6 +3,7 @@ the same tally, in the export's order, as workers reduced in the collector's own
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -34,7 +35,7 @@ MAX_AGE = 120_000
 
 def test_the_processes_asked_for_are_the_processes_taken() -> None:
     assert processes_for(0, 10_000) == 0
-    assert processes_for(3, 1) == 3
+    assert processes_for(3, 1) == min(3, len(os.sched_getaffinity(0)))  # more only take turns
 
 
 def test_by_default_a_pool_only_for_a_fleet_and_never_all_the_cpus() -> None:
