@@ -57,6 +57,12 @@ _SERIES_LIMIT = re.compile(
     r"timeseries exceed"  # VictoriaMetrics: "the number of matching timeseries exceeds N"
     r"|(max|maximum) number of series"  # Mimir's and Cortex's max_fetched_series_per_query
     r"|series limit")  # Thanos' store limits: "exceeded series limit"
+PROMQL = "promql"  # Prometheus, Thanos, Mimir, Cortex: one query language, one behaviour
+VICTORIA_METRICS = "victoriametrics"
+VICTORIA_METRICS_NOTE = (
+    "the store is VictoriaMetrics: samples that were NaN (a GPU reading that failed) were "
+    "dropped when stored, so their cells are empty where Prometheus' would read NaN "
+    "(docs/collector.md, Stores)")
 
 
 def too_big(error: str) -> bool:
@@ -71,12 +77,8 @@ def too_big(error: str) -> bool:
 def series_limit(error: str) -> bool:
     """Whether the limit a refusal names counts series (``too_big`` ones only)."""
     return _SERIES_LIMIT.search(error.lower()) is not None
-PROMQL = "promql"  # Prometheus, Thanos, Mimir, Cortex: one query language, one behaviour
-VICTORIA_METRICS = "victoriametrics"
-VICTORIA_METRICS_NOTE = (
-    "the store is VictoriaMetrics: samples that were NaN (a GPU reading that failed) were "
-    "dropped when stored, so their cells are empty where Prometheus' would read NaN "
-    "(docs/collector.md, Stores)")
+
+
 @dataclass(frozen=True)
 class Store:
     """What answers the queries: ``kind`` is PROMQL or VICTORIA_METRICS."""
@@ -88,6 +90,7 @@ class Store:
     def note(self) -> str | None:
         """What an export from this store holds differently from Prometheus', if anything."""
         return VICTORIA_METRICS_NOTE if self.kind == VICTORIA_METRICS else None
+
 
 class _Milliseconds(dict[Any, int]):
     """Prometheus' timestamps (JSON numbers, seconds) as integer milliseconds, each converted
