@@ -5,9 +5,10 @@ of workers over it is read as halves of the batch, and the cluster-wide question
 workers executed tasks, over it whatever the range, is answered by reading every worker.
 The files are those of an unlimited Prometheus serving the same samples.
 
-The fleet: WORKERS workers of two GPUs and PREFIXES prefix-task series each, so that every
-GPU's info (80 series) fits the limit, a batch of all the workers (their GPUs' three
-metrics: 240 series) does not, and neither do the prefix tasks of the cluster (120)."""
+The fleet, scraped every 1, 15 and 60 s: WORKERS workers of two GPUs and PREFIXES
+prefix-task series each, so that every GPU's info (80 series) fits the limit, a batch of
+all the workers (their GPUs' three metrics: 240 series) does not, and neither do the
+prefix tasks of the cluster (120); a spike at the last scrape before the range's end."""
 
 from __future__ import annotations
 
@@ -32,13 +33,17 @@ from tests.prometheus_helpers import (
 )
 
 WORKERS, PREFIXES, LIMIT = 40, 3, 100
-SECONDS, INTERVAL = 600, 15
+SECONDS = 600
+INTERVALS = (1, 15, 60)  # scrape intervals: the fastest, the chart's, Prometheus' default
 CLUSTER = "limited"
 
 
-def fleet(n: int) -> OpenMetrics:
+def fleet(n: int, interval: int) -> OpenMetrics:
+    """The fleet scraped every ``interval`` s up to ``n``; w-3's GPU 0 holds a spike at its
+    last scrape before the end (one second before it at 1 s)."""
     om = OpenMetrics()
-    times = [n - SECONDS + s for s in range(0, SECONDS + 1, INTERVAL)]
+    times = [n - SECONDS + s for s in range(0, SECONDS + 1, interval)]
+    spike = times[-2]
     for i in range(WORKERS):
         worker = f"w-{i}"
         for gpu in range(2):
@@ -47,7 +52,8 @@ def fleet(n: int) -> OpenMetrics:
             om.add("dask_gpu_info", {**labels, "hostname": f"n{i}", "name": "Fake GPU"},
                    [(t, 1.0) for t in times])
             om.add("dask_gpu_memory_used_bytes", labels,
-                   [(t, float((i * 7 + gpu) * 2**20 + (t % 600) * 4096)) for t in times])
+                   [(t, float(15 * 2**30 if (i, gpu, t) == (3, 0, spike) else
+                               (i * 7 + gpu) * 2**20 + (t % 600) * 4096)) for t in times])
             om.add("dask_gpu_memory_total_bytes", labels, [(t, float(16 * 2**30)) for t in times])
         for k in range(PREFIXES):
             om.add("dask_job_worker_prefix_tasks",
@@ -58,16 +64,16 @@ def fleet(n: int) -> OpenMetrics:
     return om
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[tuple[int, PrometheusServer, PrometheusServer]]:
+@pytest.fixture(scope="module", params=INTERVALS, ids=[f"{i}s" for i in INTERVALS])
+def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[int, int, PrometheusServer, PrometheusServer]]:
     n = int(time.time()) - 30
-    data = fleet(n)
+    data = fleet(n, request.param)
     work = tmp_path_factory.mktemp("limits")
     limits = [f"-search.maxUniqueTimeseries={LIMIT}", f"-search.maxExportSeries={LIMIT}"]
     with run_prometheus(work / "prom", blocks=create_blocks(data, work / "blocks")) as prom, \
             run_victoria_metrics(work / "vm", data=data, extra_args=limits) as vm:
-        yield n, prom, vm
+        yield n, request.param, prom, vm
 
 
 def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
@@ -84,16 +90,16 @@ def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
 @pytest.mark.parametrize("options", [("--read-api", "query"), ("--read-api", "export"),
                                      ("--step", "30")], ids=["query", "export", "step"])
 def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
-        stores: tuple[int, PrometheusServer, PrometheusServer], tmp_path: Path,
+        stores: tuple[int, int, PrometheusServer, PrometheusServer], tmp_path: Path,
         options: tuple[str, str]) -> None:
-    n, prom, vm = stores
+    n, interval, prom, vm = stores
     run("export", prom.url, n, tmp_path / "prom", *options)
     _, err = run("export", vm.url, n, tmp_path / "vm", *options)
     assert "every worker's prefix tasks are read" in err
     assert "matching timeseries exceeds 100" in err and "Traceback" not in err
     record = json.loads((tmp_path / "vm" / "export.json").read_text())
     assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
-    rows = SECONDS // (30 if "--step" in options else INTERVAL) + 1
+    rows = SECONDS // (30 if "--step" in options else interval) + 1
     assert record["rows"] == WORKERS * 2 * rows
     # a refused export is asked again in halves, not given up for the queries
     assert record["raw_reads"] == ("export" if "export" in options else "query")
@@ -104,8 +110,10 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
         return
     unlimited, _ = run("peaks", prom.url, n, tmp_path / "p")
     limited, _ = run("peaks", vm.url, n, tmp_path / "v", *options)
-    assert len(json.loads(limited)) == WORKERS * 2
-    assert json.loads(limited) == json.loads(unlimited)
+    found = json.loads(limited)
+    assert len(found) == WORKERS * 2 and found == json.loads(unlimited)
+    spiked = [p for p in found if p["worker"] == "w-3" and str(p["gpu"]) == "0"]
+    assert [p["peak_bytes"] for p in spiked] == [15 * 2**30]
 
 
 @pytest.mark.parametrize(("error", "series"), [
