@@ -6,6 +6,7 @@ rounds. Apart from the rest of NVML because GPM has its own buffers and costs.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import Any
 
@@ -63,11 +64,14 @@ class GpmReader:
         get = self._get
         get.sample1, get.sample2 = older, newer
         nv.nvmlGpmMetricsGet(get)
-        means = {
-            name: min(max(get.metrics[i].value / 100.0, 0.0), 1.0)
-            for i, name in enumerate(GPM_METRIC_IDS)
-            if get.metrics[i].nvmlReturn == nv.NVML_SUCCESS
-        }
+        means = {}
+        for i, name in enumerate(GPM_METRIC_IDS):
+            metric = get.metrics[i]
+            # NVML may answer NaN with success (an H200's DRAM activity over the first
+            # interval after start): an unknown mean is left out, never served as NaN or
+            # added to a counter, which would then stay NaN for good.
+            if metric.nvmlReturn == nv.NVML_SUCCESS and math.isfinite(metric.value):
+                means[name] = min(max(metric.value / 100.0, 0.0), 1.0)
         return means, now - then
 
     def free(self) -> None:

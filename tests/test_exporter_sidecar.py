@@ -195,6 +195,42 @@ def test_gpm_activity_exact_on_hopper_absent_with_a_note_elsewhere(fake_nvml):
     assert len(notes) == 1 and fake_nvml.uuid(1) in notes[0], proc.output
 
 
+def test_gpm_nan_means_are_left_out_never_served_or_counted(fake_nvml):
+    """NVML can answer a GPM mean as NaN with success (a real H200's DRAM activity over the
+    first interval after start): that series has no sample for such a round, and the
+    activity counters stay finite, credit nothing for the unknown time and never go back."""
+    nan = float("nan")
+    fake_nvml.gpus = [FakeGPU(name="NVIDIA H100 80GB HBM3", gpm=True, sm_active=40.0,
+                              tensor_active=50.0, dram_active=nan)]
+    fake_nvml.epoch = time.time() + 4  # the sidecar is up well before t = 0
+    fake_nvml.at(1.0, 0, dram_active=30.0, sm_active=nan).at(2.0, 0, sm_active=40.0)
+    fake_nvml.write()
+    scrapes = {}
+    with sidecar("--worker", "w0", *FAST, env=fake_nvml.env) as base:
+        for t in (0.5, 1.5, 3.0):
+            wait_until_scripted(fake_nvml, t)
+            scrapes[t] = scrape(base + "/metrics")
+            assert time.time() < fake_nvml.epoch + t + 0.4, f"the scrape at t={t} came late"
+        text = http_get(base + "/metrics")[1]
+    h = gpu_labels(fake_nvml, 0)
+    ratio, sm, tensor = ("dask_gpu_{}_active_ratio", "dask_gpu_sm_active_seconds_total",
+                         "dask_gpu_tensor_active_seconds_total")
+    assert not values(scrapes[0.5], ratio.format("dram"), **h)
+    assert value(scrapes[0.5], ratio.format("sm"), **h) == pytest.approx(0.40, abs=1e-6)
+    assert not values(scrapes[1.5], ratio.format("sm"), **h)
+    assert value(scrapes[1.5], ratio.format("dram"), **h) == pytest.approx(0.30, abs=1e-6)
+    assert value(scrapes[3.0], ratio.format("sm"), **h) == pytest.approx(0.40, abs=1e-6)
+    assert "NaN" not in text
+    counts = [value(scrapes[t], sm, **h) for t in (0.5, 1.5, 3.0)]
+    assert counts == sorted(counts) and counts[0] >= 0, counts
+    stamp = "dask_gpu_exporter_last_sample_timestamp_seconds"
+    elapsed = value(scrapes[3.0], stamp, worker="w0") - value(scrapes[0.5], stamp, worker="w0")
+    assert value(scrapes[3.0], tensor, **h) - value(scrapes[0.5], tensor, **h) == (
+        pytest.approx(0.5 * elapsed, abs=0.02))
+    # the NaN second and the rounds overlapping its edges (0.1 s each) are credited nothing
+    assert 0.4 * (elapsed - 1.2) - 0.02 <= counts[2] - counts[0] <= 0.4 * (elapsed - 1.0) + 0.02
+
+
 def test_energy_between_counter_reads_advances_by_power_times_time(fake_nvml):
     """NVML's energy counter is read once an hour here and held constant by the fake driver:
     the served counter still grows at the power reading, from the estimate between reads."""

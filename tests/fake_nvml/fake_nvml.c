@@ -34,7 +34,7 @@
  *   unsupported <Name,... or ->; lost <0|1>; mig_mode <auto|0|1>;
  *   gpu_instance_id, compute_instance_id <int> (MIG children); gpm <0|1> (GPUs only);
  *   sm_active, sm_occupancy, tensor_active, dram_active, fp64_active, fp32_active,
- *   fp16_active <percent, double 0..100> (GPM activities; GPUs and MIG children).
+ *   fp16_active <percent, double 0..100, or nan> (GPM activities; GPUs and MIG children).
  *
  * Semantics:
  * - memory: memory_used is allocated memory (v2 `used`); v1 reports used = memory_used +
@@ -61,7 +61,9 @@
  *   and the integral of each activity over the timeline (piecewise constant between
  *   entries); nvmlGpmMetricsGet gives, for SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL,
  *   DRAM_BW_UTIL and FP64/FP32/FP16_UTIL, the exact mean between the two samples (other
- *   metric ids: NOT_SUPPORTED in their nvmlReturn). gpm 0: support 0, samples NOT_SUPPORTED;
+ *   metric ids: NOT_SUPPORTED in their nvmlReturn); an activity scripted nan makes the mean
+ *   of every interval that overlaps it NaN with NVML_SUCCESS, as a real H200 answered DRAM
+ *   activity in the first interval after start. gpm 0: support 0, samples NOT_SUPPORTED;
  *   a MIG handle in nvmlGpmSampleGet: NOT_SUPPORTED (as real NVML: use the MIG call).
  * - No $FAKE_NVML_STATE or no file: nvmlInit* returns NVML_ERROR_DRIVER_NOT_LOADED.
  *   Malformed file: nvmlInit* returns NVML_ERROR_UNKNOWN, one line on stderr per bad file
@@ -75,6 +77,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -164,7 +167,8 @@ struct dev {
     double energy_mj, energy_t0; /* counter value at energy_t0 (seconds after epoch) */
     unsigned energy_follows_power, lost, unsupported, gpu_instance_id, compute_instance_id;
     unsigned gpm;
-    double act[N_ACT], act_int[N_ACT], act_t0; /* percent; its integral until act_t0 */
+    /* percent (NaN: unknown); its integral until act_t0, the time it was NaN until act_t0 */
+    double act[N_ACT], act_int[N_ACT], act_nan[N_ACT], act_t0;
     int mig_mode; /* -1 = auto */
     int seen;     /* has a static line */
     struct proclist processes, graphics_processes;
@@ -269,6 +273,16 @@ static int parse_double(const char *s, double *out)
         return -1;
     *out = v;
     return 0;
+}
+
+/* an activity in percent, or nan (a NaN mean with success, as real NVML answers at times) */
+static int parse_activity(const char *s, double *out)
+{
+    if (!strcmp(s, "nan")) {
+        *out = NAN;
+        return 0;
+    }
+    return (parse_double(s, out) || *out < 0 || *out > 100) ? -1 : 0;
 }
 
 static int copy_str(char *dst, size_t size, const char *s)
@@ -390,7 +404,7 @@ static int set_dev(struct dev *d, const char *key, const char *val, double t)
     BOOL("gpm", gpm);
     for (int k = 0; k < N_ACT; k++)
         if (!strcmp(key, activities[k].key))
-            return (parse_double(val, &d->act[k]) || d->act[k] < 0 || d->act[k] > 100) ? -1 : 0;
+            return parse_activity(val, &d->act[k]);
     if (!strcmp(key, "energy_mj")) {
         unsigned long long v;
         if (parse_u64(val, &v))
@@ -459,8 +473,12 @@ static void activity_fold(struct dev *d, double t)
 {
     if (t <= d->act_t0)
         return;
-    for (int k = 0; k < N_ACT; k++)
-        d->act_int[k] += d->act[k] * (t - d->act_t0);
+    for (int k = 0; k < N_ACT; k++) {
+        if (isnan(d->act[k]))
+            d->act_nan[k] += t - d->act_t0;
+        else
+            d->act_int[k] += d->act[k] * (t - d->act_t0);
+    }
     d->act_t0 = t;
 }
 
@@ -1434,7 +1452,7 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *i
 struct nvmlGpmSample_st {
     int filled, gpu, mig; /* mig -1: the whole GPU */
     double t;
-    double integral[N_ACT];
+    double integral[N_ACT], nan_time[N_ACT];
 };
 
 nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
@@ -1473,8 +1491,11 @@ static void fill_sample(nvmlGpmSample_t s, const struct ctx *c)
     s->gpu = c->gpu;
     s->mig = c->mig;
     s->t = g_rel;
-    for (int k = 0; k < N_ACT; k++)
-        s->integral[k] = c->d->act_int[k] + c->d->act[k] * (g_rel - c->d->act_t0);
+    for (int k = 0; k < N_ACT; k++) {
+        double since = g_rel - c->d->act_t0, now = c->d->act[k];
+        s->integral[k] = c->d->act_int[k] + (isnan(now) ? 0.0 : now * since);
+        s->nan_time[k] = c->d->act_nan[k] + (isnan(now) ? since : 0.0);
+    }
 }
 
 nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
@@ -1536,7 +1557,8 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
         m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
         for (int k = 0; k < N_ACT; k++)
             if (m->metricId == activities[k].metric) {
-                m->value = dt > 0 ? (b->integral[k] - a->integral[k]) / dt : 0.0;
+                m->value = b->nan_time[k] != a->nan_time[k] ? NAN
+                           : dt > 0 ? (b->integral[k] - a->integral[k]) / dt : 0.0;
                 m->nvmlReturn = NVML_SUCCESS;
             }
     }
