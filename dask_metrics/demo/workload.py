@@ -81,30 +81,35 @@ def gpu_kernel(seconds: float, i: int = 0) -> int:
     return i
 
 
-def _allocate(nbytes: int) -> tuple[object, str]:
+def _allocate(nbytes: int) -> tuple[object, str, Callable[[], None]]:
     """``nbytes`` of GPU memory through CuPy or PyTorch when one is importable, else host
-    memory, which simulated GPUs mirror."""
+    memory, which simulated GPUs mirror; with what hands freed blocks back to the driver
+    (both libraries keep them in a pool, where NVML still counts them as used)."""
     try:
         import cupy
 
-        return cupy.ones(nbytes, dtype=cupy.uint8), "GPU memory (CuPy)"
+        pool = cupy.get_default_memory_pool()
+        return cupy.ones(nbytes, dtype=cupy.uint8), "GPU memory (CuPy)", pool.free_all_blocks
     except Exception:  # not installed, or no usable GPU
         pass
     try:
         import torch
 
         if torch.cuda.is_available():
-            return torch.ones(nbytes, dtype=torch.uint8, device="cuda"), "GPU memory (PyTorch)"
+            block = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
+            return block, "GPU memory (PyTorch)", torch.cuda.empty_cache
     except Exception:
         pass
-    return bytearray(b"\x01") * nbytes, "host memory"
+    return bytearray(b"\x01") * nbytes, "host memory", lambda: None
 
 
 def spike(nbytes: int, seconds: float) -> str:
-    """Holds ``nbytes`` for ``seconds`` while computing, then frees them; says where."""
-    block, where = _allocate(nbytes)
+    """Holds ``nbytes`` for ``seconds`` while computing, then frees them, back to the
+    driver too, so that the spike ends in the GPU's used memory; says where."""
+    block, where, release = _allocate(nbytes)
     gpu_kernel(seconds)
     del block
+    release()
     return where
 
 
