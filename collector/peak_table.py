@@ -18,17 +18,26 @@ def _peak_cell(p: Peak) -> str:
     return ("<= " if p.upper_bytes == p.peak_bytes else ">= ") + gib_text(p.peak_bytes)
 
 
+def _named(items: Sequence[str]) -> str:
+    return ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+
+
 def caveats(found: Iterable[Peak]) -> list[str]:
-    """One line per reason some peaks are only bounds, naming their GPUs: for stderr and
-    warnings (the table marks them, the JSON says ``exact``)."""
+    """One line per reason some peaks are only bounds, naming their GPUs, and one per GPU
+    that several workers see (its memory is the device's, whoever held it): for stderr and
+    warnings (the table marks bounds, the JSON says ``exact``)."""
     by_reason: dict[str, list[str]] = {}
+    seen_by: dict[str, list[str]] = {}
     for p in found:
         if reason := p.caveat():
             by_reason.setdefault(reason, []).append(f"{p.worker} GPU {p.gpu}")
-    lines = []
-    for reason, gpus in by_reason.items():
-        named = ", ".join(gpus[:5]) + (f" and {len(gpus) - 5} more" if len(gpus) > 5 else "")
-        lines.append(f"peak of {named}: {reason}")
+        workers = seen_by.setdefault(p.uuid, [])
+        if p.uuid and p.worker not in workers:
+            workers.append(p.worker)
+    lines = [f"peak of {_named(gpus)}: {reason}" for reason, gpus in by_reason.items()]
+    lines += [f"{uuid} is seen by {_named(workers)}: its peak is the whole device's (every "
+              "process on it, whichever worker held the memory), listed under each"
+              for uuid, workers in seen_by.items() if len(workers) > 1]
     return lines
 
 

@@ -51,7 +51,8 @@ from dask_metrics.collector.layouts import (
     tidy_lines,
     workers_rows,
 )
-from dask_metrics.collector.peak_table import format_table
+from dask_metrics.collector.peak import Peak
+from dask_metrics.collector.peak_table import caveats, format_table
 from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.pieces import Piece, pieces
 from dask_metrics.collector.promapi import decode
@@ -589,6 +590,21 @@ def test_peaks_are_named_by_the_job_that_ran_and_the_table_shows_the_name():
     assert header.split()[-1] == "during" and line.endswith("etl · DAG 1")
     (unnamed,) = gpu_peaks("w", {USED_METRIC: [used]}, ran, 10_000)
     assert unnamed.phase == "job 4 · DAG 1" and unnamed.to_json()["job_name"] is None
+
+
+def test_a_gpu_several_workers_see_is_named_once_with_its_workers():
+    """Each worker's row of a shared GPU holds the device's peak (whoever held the memory):
+    one line says so, per device, naming each worker once (``--by job`` lists several rows
+    per worker); GPUs of one worker each say nothing."""
+    def peak(worker: str, uuid: str, job: str = "") -> Peak:
+        return Peak(worker, "0", uuid, 9 * 2**30, 80 * 2**30, 1000, job, "")
+
+    found = [peak("w0", "GPU-s", "1"), peak("w0", "GPU-s", "2"), peak("w1", "GPU-s"),
+             peak("w2", "GPU-own"), peak("w3", "")]
+    assert caveats(found) == ["GPU-s is seen by w0, w1: its peak is the whole device's "
+                              "(every process on it, whichever worker held the memory), "
+                              "listed under each"]
+    assert caveats(found[3:]) == []
 
 
 def test_join_lays_following_and_touching_pieces_end_to_end_as_a_merge_would() -> None:
