@@ -221,6 +221,7 @@ ACCOUNTS: dict[str, Account] = {
     "prometheus": Parsed(),
     "python benchmarks/bench_exporter.py --driver real --ours-command "
     '"python3 -m dask_metrics.exporter"': Parsed(),
+    "python benchmarks/bench_exporter.py --driver real --rounds 3": Parsed(),
     "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
     "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5": Parsed(),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
