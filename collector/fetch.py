@@ -202,23 +202,32 @@ def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: i
 
 
 def by_worker_halves(fetch: Callable[[Sequence[str], bool], dict[str, _T]],
-                     workers: Sequence[str]) -> dict[str, _T]:
+                     workers: Sequence[str], refused: dict[str, int] | None = None,
+                     kind: str = "") -> dict[str, _T]:
     """``fetch(workers, halve)`` ({worker: its part}), a batch of workers that the store
     refuses as too big asked again as two halves of them, down to one worker, whose query
     alone may halve its range (``halve``). A store's limit on the series one query selects
     (VictoriaMetrics' -search.maxUniqueTimeseries, Mimir's max_fetched_series_per_query,
     Thanos' series limit) is met only by fewer series, which a shorter range of the same
     workers need not give; every other limit (samples, chunks, time) as well by fewer
-    workers as by a shorter range."""
+    workers as by a shorter range.
+
+    ``refused``: {kind of query: the fewest workers refused for a limit on series}, kept
+    across batches (``PrometheusClient.refused_batches``): a later batch of as many is
+    halved before it is asked, as the store would have had it, without the refusals."""
     if len(workers) < 2:
         return fetch(workers, True)
-    try:
-        return fetch(workers, False)
-    except PrometheusError as exc:
-        if not exc.splittable:
-            raise
+    if refused is None or len(workers) < refused.get(kind, len(workers) + 1):
+        try:
+            return fetch(workers, False)
+        except PrometheusError as exc:
+            if not exc.splittable:
+                raise
+            if exc.series_bound and refused is not None:
+                refused[kind] = min(refused.get(kind, len(workers)), len(workers))
     mid = len(workers) // 2
-    return {**by_worker_halves(fetch, workers[:mid]), **by_worker_halves(fetch, workers[mid:])}
+    return {**by_worker_halves(fetch, workers[:mid], refused, kind),
+            **by_worker_halves(fetch, workers[mid:], refused, kind)}
 
 
 def _none_in_long(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
@@ -420,7 +429,8 @@ def fetch_gpu_series(client: PrometheusClient, workers: Sequence[str], metrics: 
             expr = f"last_over_time({selector([metric], names, scope)}[{max_age}ms])"
             return by_worker(fetch_steps(client, expr, start, end, step, scope, halve), names)
 
-        for w, series in by_worker_halves(grid, workers).items():
+        for w, series in by_worker_halves(grid, workers, client.refused_batches,
+                                          f"grid {metric}").items():
             out[w][metric] = series
     return out
 
@@ -531,7 +541,7 @@ def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],
         return by_worker(fetch_raw(client, selector(metrics, names, scope), start, end, chunk,
                                    scope, halve=halve), names)
 
-    return by_worker_halves(raw, workers)
+    return by_worker_halves(raw, workers, client.refused_batches, " ".join(metrics))
 
 
 def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int, age: int,

@@ -136,6 +136,9 @@ class PrometheusClient:
         self._raw_api = {"remote-read": REMOTE_READ, "export": EXPORT}.get(settings.read_api)
         self._raw_used = QUERY
         self._external: dict[str, str] | None = None
+        # per kind of worker-batched query, the fewest workers the store refused one for a
+        # limit on series (fetch.by_worker_halves): what this store holds, learnt once
+        self.refused_batches: dict[str, int] = {}
 
     def close(self) -> None:
         self._transport.close()

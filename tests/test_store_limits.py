@@ -172,6 +172,40 @@ def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
     assert asked == [(tuple(names), False)]
 
 
+def test_later_batches_are_cut_where_the_first_was_refused_for_its_series() -> None:
+    """What one batch learnt of a limit on series serves the next batches of the same kind
+    of query: they are halved before they are asked, into the parts the store would have
+    had, without its refusals; a limit on samples is not remembered (a range's, not the
+    workers'), nor is one kind's limit another's."""
+    asked: list[tuple[str, ...]] = []
+
+    def fetch(limit: int, series: bool) -> object:
+        def answer(names: list[str], halve: bool) -> dict[str, int]:
+            asked.append(tuple(names))
+            if len(names) > limit:
+                raise PrometheusError("over a limit", 422, "execution", splittable=True,
+                                      series_bound=series)
+            return {w: 1 for w in names}
+        return answer
+
+    first, later = ([f"{b}{i}" for i in range(8)] for b in "ab")
+    refused: dict[str, int] = {}
+    assert by_worker_halves(fetch(2, True), first, refused, "gpu") == {w: 1 for w in first}
+    assert refused == {"gpu": 4}  # 8, then the first 4 refused: the second 4 not asked
+    assert asked == [tuple(first), tuple(first[:4])] + [tuple(first[i:i + 2])
+                                                         for i in range(0, 8, 2)]
+    asked.clear()
+    assert by_worker_halves(fetch(2, True), later, refused, "gpu") == {w: 1 for w in later}
+    assert asked == [tuple(later[i:i + 2]) for i in range(0, 8, 2)]
+    asked.clear()
+    by_worker_halves(fetch(2, True), later, refused, "ran")
+    assert len(asked) == 6 and refused == {"gpu": 4, "ran": 4}
+    asked.clear()
+    by_worker_halves(fetch(2, False), later, refused, "samples")
+    by_worker_halves(fetch(2, False), later, refused, "samples")
+    assert len(asked) == 14 and "samples" not in refused
+
+
 def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
     """A shorter range selects fewer series only where they come and go: a chunk refused
     for a limit on series is halved SERIES_SPLITS deep, not MAX_SPLITS, before the store's
