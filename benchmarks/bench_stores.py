@@ -14,6 +14,12 @@ Prometheus' ``remote-read``, VictoriaMetrics' ``export``), and its output is com
 between them all: every file of the export, report.json (not the page, which shows the
 store) and peaks' JSON, numbers to 1e-12, less what names the store (its URL, kind, note
 and version) and the API that read it.
+
+``--vm-limit N`` starts VictoriaMetrics with a limit of N series per query
+(``-search.maxUniqueTimeseries``, ``-search.maxExportSeries``; its defaults are far above a
+fleet's batches), and ``--before REF`` runs its commands of git revision REF too: each
+VictoriaMetrics run also says how many queries the store answered and how many it refused
+(its own ``vm_http_requests_total`` and ``vm_http_request_errors_total``).
 """
 
 from __future__ import annotations
@@ -27,10 +33,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_collector import ROOT, mib, run_child, served_fixture  # a sibling script
+from bench_collector import (  # a sibling script
+    ROOT,
+    before_tree,
+    imports_from,
+    mib,
+    run_child,
+    served_fixture,
+)
 
 READ_APIS = {"Prometheus": ("remote-read", "query"), "VictoriaMetrics": ("export", "query")}
 COMMANDS = {"export": ["export", "--out", "{out}"], "peaks": ["peaks", "--json"],
@@ -48,6 +62,20 @@ def vm_import(blocks: Path, url: str) -> float:
     subprocess.run(["script", "-qec", vmctl, "/dev/null"], check=True, capture_output=True)
     subprocess.run(["curl", "-sf", f"{url}/internal/force_flush"], check=True)
     return time.perf_counter() - began
+
+
+def vm_requests(url: str) -> tuple[int, int]:
+    """Queries VictoriaMetrics has answered and refused since it started (its query, query
+    range and export APIs)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    counts = {"vm_http_requests_total": 0.0, "vm_http_request_errors_total": 0.0}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in counts and any(f'path="/api/v1/{p}"' in rest
+                                  for p in ("query", "query_range", "export")):
+            counts[name] += float(line.rsplit(" ", 1)[1])
+    return round(counts["vm_http_requests_total"]), round(counts["vm_http_request_errors_total"])
 
 
 def alike(x: object, y: object) -> bool:
@@ -89,6 +117,10 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--commands", nargs="+", choices=list(COMMANDS), default=list(COMMANDS))
     parser.add_argument("--cache", help="where the backfilled fleets are kept")
+    parser.add_argument("--vm-limit", type=int, metavar="N",
+                        help="VictoriaMetrics refuses queries of more than N series")
+    parser.add_argument("--before", metavar="REF",
+                        help="also run VictoriaMetrics' commands of git revision REF")
     args = parser.parse_args()
     if not shutil.which("vmctl") or not shutil.which("script"):
         raise SystemExit("needs vmctl (Debian package victoria-metrics) and script (util-linux)")
@@ -97,43 +129,65 @@ def main() -> None:
     from tests.prometheus_helpers import run_victoria_metrics
 
     work = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+    limits = [f"-search.{flag}={args.vm_limit}" for flag in
+              ("maxUniqueTimeseries", "maxExportSeries")] if args.vm_limit else []
+    trees: dict[str, Path | None] = {"": None}
+    if args.before:
+        trees[" before"] = before_tree(args.before, work / "before")
+        imports_from(trees[" before"], work)
     try:
         with served_fixture(args.workers, args.gpus, args.hours, args.cache, work,
                             interval=args.interval, fleet=True) as (fix, prom), \
-                run_victoria_metrics(work / "vm") as vm:
+                run_victoria_metrics(work / "vm", extra_args=limits) as vm:
             loaded = vm_import(fix.blocks, vm.url)
             print(f"vmctl: {fix.samples:,} samples in {loaded:.0f} s", file=sys.stderr)
-            rows = []
+            rows, vm_rows = [], []
+            arms = [("Prometheus", api, "") for api in READ_APIS["Prometheus"]] + [
+                ("VictoriaMetrics", api, tree) for tree in trees
+                for api in READ_APIS["VictoriaMetrics"]]
             for name in args.commands:
                 found = {}
-                for store, url in (("Prometheus", prom.url), ("VictoriaMetrics", vm.url)):
-                    for api in READ_APIS[store]:
-                        out = work / f"{store}-{api}-{name}"
-                        cmd = [sys.executable, "-m", "dask_metrics.collector",
-                               *(a.format(out=out) for a in COMMANDS[name]), "--since",
-                               str(fix.t0), "--until", str(fix.t1), "--prometheus", url,
-                               "--read-api", api, "--quiet"]
-                        wall, rss, stdout = run_child(cmd, work / f"{store}-{name}.log")
-                        if name == "peaks":
-                            out.write_text(json.dumps(json.loads(stdout), sort_keys=True))
-                        elif name == "report":  # the page shows the store; report.json too
-                            (out / "report.html").unlink()
-                        found[store, api] = (wall, rss, out)
-                first = found["Prometheus", "query"][2]
+                for store, api, tree in arms:
+                    url = prom.url if store == "Prometheus" else vm.url
+                    out = work / f"{store}-{api}-{name}{tree.strip()}"
+                    cmd = [sys.executable, "-m", "dask_metrics.collector",
+                           *(a.format(out=out) for a in COMMANDS[name]), "--since",
+                           str(fix.t0), "--until", str(fix.t1), "--prometheus", url,
+                           "--read-api", api, "--quiet"]
+                    asked = vm_requests(vm.url)
+                    wall, rss, stdout = run_child(
+                        cmd, work / f"{store}-{name}{tree.strip()}.log", trees[tree])
+                    if name == "peaks":
+                        out.write_text(json.dumps(json.loads(stdout), sort_keys=True))
+                    elif name == "report":  # the page shows the store; report.json too
+                        (out / "report.html").unlink()
+                    found[store, api, tree] = (wall, rss, out)
+                    if store == "VictoriaMetrics":
+                        now = vm_requests(vm.url)
+                        vm_rows.append(f"| {name}{tree} | {api} | {wall:.1f} | "
+                                       f"{now[0] - asked[0]:,} | {now[1] - asked[1]:,} | "
+                                       f"{mib(rss)} |")
+                first = found["Prometheus", "query", ""][2]
                 alike_all = all(same(first, out) for _, _, out in found.values())
+                found = {k: v for k, v in found.items() if not k[2]}
                 cells = [f"{found[key][0]:.1f}" for key in found]
                 rss = [mib(found[key][1]) for key in found]
-                pw, vw = found["Prometheus", "query"][0], found["VictoriaMetrics", "query"][0]
+                pw, vw = found["Prometheus", "query", ""][0], found["VictoriaMetrics", "query",
+                                                                    ""][0]
                 rows.append(f"| {name} | {' | '.join(cells)} | {vw / pw:.2f} | "
                             f"{' / '.join(rss)} | {'yes' if alike_all else 'NO'} |")
                 print(rows[-1], file=sys.stderr)
+        limit = f"; VictoriaMetrics limited to {args.vm_limit:,} series" if limits else ""
         print(f"{args.workers} workers x {args.gpus} GPUs, {args.hours:g} h at "
-              f"{args.interval} s ({fix.samples:,} samples); vmctl import {loaded:.0f} s\n")
+              f"{args.interval} s ({fix.samples:,} samples); vmctl import {loaded:.0f} s"
+              f"{limit}\n")
         print("| command | Prometheus s, remote read | Prometheus s, query | "
               "VictoriaMetrics s, export | VictoriaMetrics s, query | VM / Prometheus (query) "
-              "| RSS MiB, in that order | same output, all four |")
+              "| RSS MiB, in that order | same output, every arm |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         print("\n".join(rows))
+        print("\n| VictoriaMetrics: command | read API | s | queries | refused | RSS MiB |\n"
+              "|---|---|---:|---:|---:|---:|\n" + "\n".join(vm_rows))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
