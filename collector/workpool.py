@@ -82,11 +82,17 @@ def run_in(pool: Executor | None, fn: Callable[..., _T], *args: Any
            ) -> tuple[Future[_T], Executor | None]:
     """``fn(*args)`` in ``pool``, or here where there is none or it cannot start a process
     (a limit on processes: the same result, computed here); the pool to use next (None
-    once it could not start one)."""
+    once it could not start one).
+
+    A process pool queues the work before it starts the process that fails, and its
+    running processes would take it up while it is computed here too: the pool is shut
+    down first, the work it was handed finished (the futures handed out keep their
+    results), so the two never run at once (a picture saved twice, the same)."""
     if pool is not None:
         try:
             return pool.submit(fn, *args), pool
         except OSError:
+            pool.shutdown(wait=True)
             pool = None
     done: Future[_T] = Future()
     done.set_result(fn(*args))

@@ -3,13 +3,15 @@ the same tally, in the export's order, as workers reduced in the collector's own
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import BrokenExecutor, Executor, Future
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from dask_metrics.collector.workpool import (
     FEWEST_WORKERS,
     MOST_PROCESSES,
     processes_for,
+    run_in,
     worker_pool,
 )
 
@@ -176,3 +179,40 @@ def test_a_pool_process_ignores_ctrl_c_and_ends_with_a_killed_collector(tmp_path
     while running(first) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(first)
+
+
+class _OneProcess(ProcessPoolExecutor):
+    """A real pool that can start one process and no more (a limit on processes): the work
+    it was handed when the second failed to start is queued all the same."""
+
+    def _spawn_process(self) -> None:
+        if self._processes:
+            raise OSError(11, "Resource temporarily unavailable")
+        super()._spawn_process()
+
+
+def _held(log: str, name: str) -> tuple[str, float, float]:
+    """``name``, when it began and ended: 0.3 s of work, noted in ``log``."""
+    began = time.time()
+    time.sleep(0.3)
+    with open(log, "a") as out:
+        out.write(f"{name} {began} {time.time()}\n")
+    return name, began, time.time()
+
+
+def test_work_a_pool_queued_but_could_not_start_is_never_done_at_once_here(
+        tmp_path: Path) -> None:
+    log = str(tmp_path / "log")
+    pool = _OneProcess(2, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        first, kept = run_in(pool, _held, log, "first")
+        second, kept = run_in(kept, _held, log, "second")
+    finally:
+        pool.shutdown(wait=True)
+    assert kept is None  # the rest is done here
+    assert first.result()[0] == "first" and second.result()[0] == "second"
+    runs = sorted(tuple(map(float, line.split()[1:]))
+                  for line in Path(log).read_text().splitlines())
+    # the second may have run in the pool too, but never while it ran here
+    assert all(a_end <= b_begin for (_, a_end), (b_begin, _) in pairwise(runs))
+    assert len(runs) >= 2
