@@ -65,6 +65,7 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path):
                    "dask_metrics/worker.py", "dask_metrics/exporter/cli.py",
                    "dask_metrics/exporter/scheduler.yaml", "dask_metrics/collector/cli.py",
                    "dask_metrics/collector/report/gpu_models.csv",
+                   "dask_metrics/collector/report/mig_profiles.csv",
                    "dask_metrics/demo/localstack.py"):
         assert any(line.startswith(module + ",") for line in record.splitlines()), module
     assert "dask-metrics-exporter = dask_metrics.exporter.cli:main" in entry_points

@@ -34,6 +34,7 @@ from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
 from dask_metrics.collector.report.edges import edge_usage
 from dask_metrics.collector.report.figures import energy_entry
 from dask_metrics.collector.report.layout import sections
+from dask_metrics.collector.report.mig import mig_gpu, shipped_mig, slice_bytes, smallest_slices
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.report.usage import Usage, gpu_usage
@@ -294,6 +295,62 @@ def test_the_shipped_gpu_table_and_the_smallest_fitting_model() -> None:
     table_ = [GpuModel("a", 16 * GIB), GpuModel("b", 24 * GIB), GpuModel("c", 24 * GIB)]
     assert [m.name for m in smallest_fitting(table_, 17 * GIB)] == ["b", "c"]
     assert smallest_fitting(table_, 25 * GIB) == []
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(("name", "total_mib", "need_gib", "slices"), [
+    ("NVIDIA H200", 143_771, 9, ["1g.18gb"]),  # nvidia-smi's total on an H200
+    ("NVIDIA H200", 143_771, 33, ["3g.71gb", "4g.71gb"]),  # 1g.35gb: 35 GB, 32.6 GiB
+    ("NVIDIA H200", 143_771, 70, []),  # only the whole GPU holds it
+    ("NVIDIA H100 80GB HBM3", 81_559, 15, ["1g.20gb", "2g.20gb"]),
+    ("NVIDIA H100 NVL", 95_830, 15, ["1g.24gb", "2g.24gb"]),  # told from 80 and 96 GB
+    ("NVIDIA A100-SXM4-40GB", 40_960, 4, ["1g.5gb"]),
+    ("NVIDIA A100 80GB PCIe", 81_920, 9.3, ["1g.10gb"]),  # 10 GB: 9.31 GiB
+    ("NVIDIA A100 80GB PCIe", 81_920, 9.4, ["1g.20gb", "2g.20gb"]),
+    ("NVIDIA GH200 480GB", 97_871, 30, ["3g.48gb", "4g.48gb"]),  # not an H200
+    ("NVIDIA A30", 24_576, 5, ["1g.6gb"]),
+])
+def test_the_smallest_mig_slice_of_the_gpu_that_holds_a_need(
+        name: str, total_mib: int, need_gib: float, slices: list[str]) -> None:
+    gpu_ = mig_gpu(shipped_mig(), name, total_mib * MIB)
+    assert gpu_ is not None
+    assert smallest_slices(gpu_, need_gib * GIB) == slices
+    assert all(slice_bytes(s) >= need_gib * GIB for s in slices)
+
+
+def test_gpus_without_mig_or_already_a_slice_have_no_mig_advice() -> None:
+    table_ = shipped_mig()
+    assert mig_gpu(table_, "NVIDIA T4", 15_360 * MIB) is None
+    assert mig_gpu(table_, "NVIDIA L40S", 46_068 * MIB) is None
+    assert mig_gpu(table_, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4_864 * MIB) is None
+    assert mig_gpu(table_, "NVIDIA H200", 17_000 * MIB, "MIG-4f1e") is None  # a slice
+    assert mig_gpu(table_, "NVIDIA H200", 80 * GIB) is None  # no H200 of that size
+    assert mig_gpu(table_, None, 80 * GIB) is None and mig_gpu(table_, "NVIDIA H200", None) is None
+    assert slice_bytes("1g.18gb") == 18 * 10**9
+    for row in table_:  # the whole GPU is never a slice; sizes grow along the row
+        assert all(slice_bytes(p) < row.memory_gib * GIB for p in row.profiles)
+        sizes = [slice_bytes(p) for p in row.profiles]
+        assert sizes == sorted(sizes)
+
+
+def test_a_job_that_fits_a_mig_slice_of_its_gpu_is_told_which() -> None:
+    peak = {"worker": "w-0", "gpu": "0", "uuid": "GPU-1", "peak_bytes": 7.5 * GIB,
+            "capacity_bytes": 143_771 * MIB, "peak_percent": 5.3, "time": "t"}
+    job = {"job": "0", "job_name": "etl", "peak": peak, "per_gpu": []}
+    report = {**report_of([job], []), "session": {"workers": [
+        {"worker": "w-0", "gpus": [{"gpu": "0", "model": "NVIDIA H200"}]}]}}
+    found = recommendations(report, GpuSummary.of([]), load_models(), 1.2)
+    memory = next(r for r in found if r["kind"] == "gpu-memory")
+    assert "NVIDIA T4" in memory["text"]
+    assert memory["text"].endswith("Or a MIG slice of its NVIDIA H200: 1g.18gb (about "
+                                   "16.76 GiB).")
+    assert memory["based_on"]["mig_fits"] == ["1g.18gb"]
+    assert memory["based_on"]["gpu_model"] == "NVIDIA H200"
+    # unknown model (an older exporter, no name): the whole-GPU advice alone
+    bare = recommendations(report_of([job], []), GpuSummary.of([]), load_models(), 1.2)
+    assert "MIG" not in next(r for r in bare if r["kind"] == "gpu-memory")["text"]
 
 
 def report_of(jobs: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> dict[str, Any]:

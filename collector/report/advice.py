@@ -1,5 +1,6 @@
 """Recommendations of the session report (pure): what to ask for next time, each with the
-number it is based on. The GPU models come from gpu_models.csv, shipped with the package."""
+number it is based on. The GPU models come from gpu_models.csv, the MIG slices from
+mig_profiles.csv (``mig``), shipped with the package."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 from dask_metrics.collector.report.listed import LISTED, Listed
+from dask_metrics.collector.report.mig import mig_gpu, shipped_mig, slice_bytes, smallest_slices
 
 GIB = 2**30
 DEFAULT_HEADROOM = 1.2
@@ -116,8 +118,8 @@ def _job_label(job: Mapping[str, Any]) -> str:
                                                           if job.get("job_name") else "")
 
 
-def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
-            ) -> dict[str, Any] | None:
+def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float,
+            gpu_models: Mapping[tuple[str, str], str]) -> dict[str, Any] | None:
     peak = job.get("peak")
     if not peak or not peak.get("peak_bytes"):
         return None
@@ -125,6 +127,9 @@ def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
     need = (held or peak["peak_bytes"]) * headroom
     capacity = peak.get("capacity_bytes")
     fits = smallest_fitting(models, need)
+    model = gpu_models.get((peak["worker"], peak["gpu"]))
+    sliced = mig_gpu(shipped_mig(), model, capacity, peak.get("uuid"))
+    slices = smallest_slices(sliced, need) if sliced else []
     names = " / ".join(m.name for m in fits)
     if held:
         text = (f"{_job_label(job)} needs {gib(need)} of GPU memory: what it held at most, "
@@ -146,11 +151,15 @@ def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float
     else:
         text += (f" The smallest GPU in the table that holds it: {names} "
                  f"({gib(fits[0].memory_bytes)}).")
+    if slices:
+        text += (f" Or a MIG slice of its {model}: {' / '.join(slices)} (about "
+                 f"{gib(slice_bytes(slices[0]))}).")
     return {"kind": "gpu-memory", "job": job["job"], "text": text,
             "based_on": {"peak_bytes": peak["peak_bytes"], "peak_held_bytes": held,
                          "headroom": headroom,
                          "need_bytes": round(need), "capacity_bytes": capacity,
-                         "fits": [m.name for m in fits]}}
+                         "fits": [m.name for m in fits], "mig_fits": slices,
+                         "gpu_model": model}}
 
 
 def _idle_gpus(job: Mapping[str, Any], idle_percent: float) -> list[dict[str, Any]]:
@@ -306,9 +315,12 @@ def recommendations(report: Mapping[str, Any], gpus: GpuSummary,
     memory per job, GPUs idle through a job, GPUs waiting or tensor cores idle (GPM), RMM
     pools, GPUs near capacity, Dask settings."""
     idle_percent = report["rules"]["idle_below_percent"]
+    gpu_models = {(w["worker"], g["gpu"]): g["model"]
+                  for w in report.get("session", {}).get("workers", ()) for g in w["gpus"]
+                  if g.get("model")}
     out: list[dict[str, Any]] = []
     for job in report["jobs"]:
-        if (memory := _memory(job, models, headroom)) is not None:
+        if (memory := _memory(job, models, headroom, gpu_models)) is not None:
             out.append(memory)
         out += _idle_gpus(job, idle_percent)
         out += _activity(job)
