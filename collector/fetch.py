@@ -131,11 +131,13 @@ def selector(metrics: Sequence[str], workers: Workers = None, scope: Scope = UNS
     return "{" + ",".join(matchers + scope.matchers()) + "}"
 
 
-def by_worker(series: Iterable[Series], workers: Sequence[str]) -> dict[str, list[Series]]:
-    """``series`` by their worker label, each of ``workers`` a key (an empty list if none)."""
+def by_worker(series: Iterable[Series], workers: Sequence[str], name: str = WORKER
+              ) -> dict[str, list[Series]]:
+    """``series`` by their worker label (or the label ``name``), each of ``workers`` a key
+    (an empty list if none)."""
     out: dict[str, list[Series]] = {w: [] for w in workers}
     for s in series:
-        found = out.get(s.labels.get(WORKER, ""))
+        found = out.get(s.labels.get(name, ""))
         if found is not None:
             found.append(s)
     return out
@@ -463,10 +465,21 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
     """Every sample of the fine-performance-metric counters of every unit in
     [start - max_age, end], of the job ids ``jobs`` (all by default): the samples before
     ``start`` give each counter's value at the start. ``only``: the chunks of
-    [start - max_age, end] (``_chunked``) where they are (``activity_samples``)."""
-    return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope,
-                                      more=literal_matchers(JOB_ID, jobs)),
-                     start - max_age, end, chunk, scope, only)
+    [start - max_age, end] (``_chunked``) where they are (``activity_samples``). Where the
+    store refuses them for a limit on series, the jobs are asked in halves (``jobs`` None:
+    the query is the caller's to split)."""
+    if jobs is None:
+        return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope),
+                         start - max_age, end, chunk, scope, only)
+
+    def part(ids: Sequence[str], halve: bool) -> dict[str, list[Series]]:
+        return by_worker(fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope,
+                                                    more=literal_matchers(JOB_ID, ids)),
+                                   start - max_age, end, chunk, scope, only, halve),
+                         ids, JOB_ID)
+
+    return [s for found in by_worker_halves(part, jobs, client.refused_batches,
+                                            "activities").values() for s in found]
 
 
 class JobSamples(NamedTuple):
@@ -482,14 +495,47 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
     reads, counted by the store (instant queries per unit family and time chunk, no sample
     sent): what a fleet's activities are read in batches of jobs by, each batch only where
     its jobs have samples (a job of ten minutes in a day: one or two chunks of 24). A sample
-    on a chunk's edge may count twice."""
+    on a chunk's edge may count twice. Counters the store will not count at once for a
+    limit on series are counted a part of the jobs at a time (``by_job_endings``)."""
+    return by_job_endings(lambda more: _activity_samples(client, start, end, max_age, chunk,
+                                                         scope, more))
+
+
+JOB_ID_DIGITS = 3
+"""The most trailing digits of the job ids that split a question about every job: at most
+1,000 parts (a scheduler numbers its jobs 0, 1, 2, ...)."""
+
+
+def by_job_endings(ask: Callable[[Sequence[str]], dict[str, _T]], ending: str = ""
+                   ) -> dict[str, _T]:
+    """``ask(matchers)`` ({job key: its part}) for the jobs whose id ends in ``ending``
+    (all: ""). Where the store refuses it for a limit on series, it is asked for those
+    ending in each digit before ``ending``, each split again so if refused (up to
+    JOB_ID_DIGITS digits), and for the rest (``ending`` itself, or an id without a digit
+    there): parts that hold every job once, their answers joined."""
+    mine = [f"{JOB_ID}=~{label('.*' + ending)}"] if ending else []
+    try:
+        return ask(mine)
+    except PrometheusError as exc:
+        if not exc.series_bound or len(ending) >= JOB_ID_DIGITS:
+            raise
+    found = ask([*mine, f"{JOB_ID}!~{label('.*[0-9]' + ending)}"])
+    for digit in "0123456789":
+        found.update(by_job_endings(ask, digit + ending))
+    return found
+
+
+def _activity_samples(client: PrometheusClient, start: int, end: int, max_age: int,
+                      chunk: int, scope: Scope, more: Sequence[str]) -> dict[str, JobSamples]:
+    """``activity_samples`` of the counters that the matchers ``more`` also select."""
     counts: dict[str, float] = {}
     chunks: dict[str, set[int]] = {}
     # a family at a time: count_over_time drops the metric name, and two units' counters
     # of one task would be one label set (the store refuses the query)
-    for name in sorted(label_values(client, selector([ACTIVITY_SERIES], scope=scope),
+    for name in sorted(label_values(client, selector([ACTIVITY_SERIES], scope=scope,
+                                                     more=more),
                                     "__name__", start - max_age, end, chunk)):
-        sel = selector([name], scope=scope)
+        sel = selector([name], scope=scope, more=more)
         for k, s in _per_chunk(
                 client, lambda rng, sel=sel: (f"sum by ({JOB_ID}, {SCHEDULER_START}) "
                                           f"(count_over_time({sel}{rng}))"),

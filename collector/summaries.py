@@ -32,7 +32,7 @@ from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_b
 from dask_metrics.collector.jobs import JobNames
 from dask_metrics.collector.lifetimes import job_order, plain
 from dask_metrics.collector.pieces import pieces
-from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.ranges import (
     DEFAULT_CHUNK,
     DEFAULT_MAX_AGE,
@@ -61,7 +61,13 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
     (and the last: one batch reads every job, those that began since they were counted
     too). What is held is a batch's samples and rows, whatever the range."""
     # the counters' samples from where they begin: the same samples as from start - age
-    span = span_of(client, selector([ACTIVITY_SERIES], scope=scope), start - age, end, chunk)
+    try:
+        span = span_of(client, selector([ACTIVITY_SERIES], scope=scope), start - age, end,
+                       chunk)
+    except PrometheusError as exc:  # the cluster's counters over a limit on series
+        if not exc.series_bound:
+            raise
+        span = (start - age, end)  # the same samples, read from where the range begins
     if span is None:
         return
     begin, end = span[0] + age, span[1]
@@ -78,8 +84,15 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
         ids = sorted({plain(job) for job in jobs}) if len(batches) > 1 else None
         fold = Increases(start)
         for k in range(0, len(only), group):
-            fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
-                                      only[k:k + group]))
+            try:
+                fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
+                                          only[k:k + group]))
+            except PrometheusError as exc:  # every job's counters at once: too many series
+                if ids is not None or not exc.series_bound:
+                    raise
+                ids = sorted({plain(job) for job in jobs})
+                fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
+                                          only[k:k + group]))
         totals = fold.result()
         if ids is not None:  # another life of a job id is another batch's
             mine = set(jobs)

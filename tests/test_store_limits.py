@@ -8,7 +8,8 @@ The files are those of an unlimited Prometheus serving the same samples.
 The fleet, scraped every 1, 15 and 60 s: WORKERS workers of two GPUs and PREFIXES
 prefix-task series each, so that every GPU's info (80 series) fits the limit, a batch of
 all the workers (their GPUs' three metrics: 240 series) does not, and neither do the
-prefix tasks of the cluster (120); a spike at the last scrape before the range's end."""
+prefix tasks of the cluster (120), nor the activity counters of its JOBS jobs (126, at
+most 5 a job); a spike at the last scrape before the range's end."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from tests.prometheus_helpers import (
     run_victoria_metrics,
 )
 
-WORKERS, PREFIXES, LIMIT = 40, 3, 100
+WORKERS, PREFIXES, JOBS, LIMIT = 40, 3, 30, 100
 SECONDS = 600
 INTERVALS = (1, 15, 60)  # scrape intervals: the fastest, the chart's, Prometheus' default
 CLUSTER = "limited"
@@ -61,6 +62,17 @@ def fleet(n: int, interval: int) -> OpenMetrics:
                     "job_id": "j", "dag_id": "0", "prefix": f"p{k}",
                     "instance": "scheduler:8787", "job": "dask-scheduler"},
                    [(t + 7, float(k % 2)) for t in times])
+    for j in range(JOBS):  # the cluster's activity counters over the limit, a job's not
+        job = {"dask_cluster": CLUSTER, "scheduler_start": "1", "job_id": str(j),
+               "dag_id": "0", "prefix": f"p{j % 3}", "instance": "scheduler:8787",
+               "job": "dask-scheduler"}
+        began = times[j % len(times)]  # some jobs begin inside the range
+        for k, activity in enumerate(["thread-cpu", "thread-noncpu", "executor", "other"]):
+            om.add("dask_job_activity_seconds_total", {**job, "activity": activity},
+                   [(t + 3, (t - began) * (j + k + 1) / 64) for t in times if t >= began])
+        if j % 5 == 0:
+            om.add("dask_job_activity_bytes_total", {**job, "activity": "disk-read"},
+                   [(t + 3, float((t - began) * 4096)) for t in times if t >= began])
     return om
 
 
@@ -103,7 +115,10 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
     assert record["rows"] == WORKERS * 2 * rows
     # a refused export is asked again in halves, not given up for the queries
     assert record["raw_reads"] == ("export" if "export" in options else "query")
-    for name in [*record["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv"]:
+    activities = (tmp_path / "vm" / "activities.csv").read_text().splitlines()
+    assert len(activities) - 1 > LIMIT  # more counters than one query may select
+    for name in [*record["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv",
+                 "activities.csv"]:
         assert (tmp_path / "vm" / name).read_bytes() == (tmp_path / "prom" / name
                                                          ).read_bytes(), name
     if "--step" in options:
@@ -114,6 +129,22 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
     assert len(found) == WORKERS * 2 and found == json.loads(unlimited)
     spiked = [p for p in found if p["worker"] == "w-3" and str(p["gpu"]) == "0"]
     assert [p["peak_bytes"] for p in spiked] == [15 * 2**30]
+
+
+@requires_prometheus
+@requires_victoria_metrics
+@pytest.mark.integration
+def test_a_long_range_over_the_activity_counters_limit_gives_the_same_activities(
+        stores: tuple[int, int, PrometheusServer, PrometheusServer], tmp_path: Path) -> None:
+    """A day before the fleet's ten minutes: where the range is narrowed to the counters'
+    samples (a question about all of them, refused), it is read whole instead."""
+    n, _, prom, vm = stores
+    day = ("--since", str(n - 86_400))
+    run("export", prom.url, n, tmp_path / "prom", *day)
+    run("export", vm.url, n, tmp_path / "vm", *day)
+    found = (tmp_path / "vm" / "activities.csv").read_bytes()
+    assert len(found.splitlines()) - 1 > LIMIT
+    assert found == (tmp_path / "prom" / "activities.csv").read_bytes()
 
 
 @pytest.mark.parametrize(("error", "series"), [
@@ -225,3 +256,51 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
         with pytest.raises(PrometheusError, match="over a limit"):
             _attempt(refuse, 0, 3_600_000, halve_range)  # type: ignore[arg-type]
         assert len(tried) == splits + 1  # depth-first: the first half of each, then raised
+
+
+def test_a_question_about_every_job_refused_for_its_series_is_asked_by_job_id_endings() -> None:
+    """by_job_endings: the parts it asks hold every job once, whatever ids the jobs have
+    (a scheduler numbers them; an id without digits, or none, is in a part too), each part
+    split by one more trailing digit only where the store refused it, at most JOB_ID_DIGITS
+    deep; an error that no part can help is raised at once."""
+    import re
+
+    from dask_metrics.collector.fetch import JOB_ID_DIGITS, by_job_endings
+
+    ids = [str(i) for i in range(1234)] + ["", "x", "7x", "a3"]
+    asked: list[list[str]] = []
+
+    def ask(limit: int) -> object:
+        def answer(matchers: list[str]) -> dict[str, int]:
+            asked.append(matchers)
+            chosen = ids
+            for m in matchers:  # job_id=~"re" / job_id!~"re", anchored as PromQL's
+                name, op, pattern = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', m).groups()
+                assert name == "job_id"
+                chosen = [i for i in chosen
+                          if bool(re.fullmatch(pattern, i)) == (op == "=~")]
+            if len(chosen) > limit:
+                raise PrometheusError("too many series", 422, "execution", splittable=True,
+                                      series_bound=True)
+            return {i: 1 for i in chosen}
+        return answer
+
+    assert by_job_endings(ask(len(ids))) == {i: 1 for i in ids}
+    assert asked == [[]]  # under the limit: asked once, whole
+    asked.clear()
+    found = by_job_endings(ask(20))
+    assert found == {i: 1 for i in ids}  # every job, each once (dict keys: no duplicate)
+    assert 11 < len(asked) < 300  # parts split only where refused
+    assert max(len(m) for m in asked) == 2  # an ending and the rest of it
+    assert all(len(re.sub(r"\D", "", m[0])) <= JOB_ID_DIGITS for m in asked if m)
+    with pytest.raises(PrometheusError, match="too many series"):
+        by_job_endings(ask(1))  # "", "x" and "7x" end in no digit: one part, not split
+
+    def refused(matchers: list[str]) -> dict[str, int]:
+        asked.append(matchers)
+        raise PrometheusError("refused the credentials", 401)
+
+    asked.clear()
+    with pytest.raises(PrometheusError, match="credentials"):
+        by_job_endings(refused)
+    assert asked == [[]]
