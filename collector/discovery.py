@@ -108,7 +108,8 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     ``cluster`` names the cluster (its dask_cluster label; "" for series without one); when
     None, the range must hold one cluster, which is then taken. ``any_cluster``: no scoping at
     all (every series, whatever its cluster). The clusters are the dask_cluster values of
-    dask_gpu_info in the range, read by the same queries that find the workers.
+    dask_gpu_info in the range, read by the same queries that find the workers (those of
+    the cluster named only, where one is).
 
     Raises ArgumentError when several clusters are found and none is named (the message lists
     them), CollectorError when there is no GPU series, no such cluster or no such worker.
@@ -116,7 +117,12 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
     if end - start > TRIM_ABOVE_CHUNKS * chunk:  # one query first: the chunks cost one each
         chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
-    gpus, addresses = discover(client, start, end, chunk, Scope(None, tuple(replica_labels)))
+    # a cluster named is read alone: a shared store's other clusters are not sent (nor
+    # counted against its limit on series); where it has nothing, the clusters there say why
+    named = None if any_cluster else cluster
+    gpus, addresses = discover(client, start, end, chunk, Scope(named, tuple(replica_labels)))
+    if named is not None and not gpus:
+        chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
     cluster = chosen_cluster(clusters_of(gpus), cluster, any_cluster, span, client.url)
     scope = Scope(cluster, tuple(replica_labels))
     workers = worker_inventory(in_cluster(gpus, cluster), in_cluster(addresses, cluster))

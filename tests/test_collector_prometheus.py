@@ -849,6 +849,11 @@ def test_a_long_range_without_data_costs_a_few_queries_not_one_per_chunk(
                     *auth(prom, password_file))
     assert "no GPU series of Dask cluster 'nosuch'" in one_error_line(run, 1)
     assert queries_served(prom) - before <= 12
+    # a short range, read for the cluster named alone: what is there says why not
+    run = collector(command, "--since", str(dataset.t0), "--until", str(dataset.t0 + 600),
+                    "--cluster", "nosuch", *out, *auth(prom, password_file))
+    assert re.search(r"no GPU series of Dask cluster 'nosuch' .* \(clusters: '",
+                     one_error_line(run, 1))
 
 
 def test_tls_with_a_private_ca_and_a_client_certificate(blocks: Path, dataset: Dataset,

@@ -9,7 +9,8 @@ The fleet, scraped every 1, 15 and 60 s: WORKERS workers of two GPUs and PREFIXE
 prefix-task series each, so that every GPU's info (80 series) fits the limit, a batch of
 all the workers (their GPUs' three metrics: 240 series) does not, and neither do the
 prefix tasks of the cluster (120), nor the activity counters of its JOBS jobs (126, at
-most 5 a job); a spike at the last scrape before the range's end."""
+most 5 a job), nor the GPUs of the two clusters on the store (80 of this one, 60 of OTHERS
+workers of another); a spike at the last scrape before the range's end."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from tests.prometheus_helpers import (
     run_victoria_metrics,
 )
 
-WORKERS, PREFIXES, JOBS, LIMIT = 40, 3, 30, 100
+WORKERS, PREFIXES, JOBS, OTHERS, LIMIT = 40, 3, 30, 30, 100
 SECONDS = 600
 INTERVALS = (1, 15, 60)  # scrape intervals: the fastest, the chart's, Prometheus' default
 CLUSTER = "limited"
@@ -62,6 +63,12 @@ def fleet(n: int, interval: int) -> OpenMetrics:
                     "job_id": "j", "dag_id": "0", "prefix": f"p{k}",
                     "instance": "scheduler:8787", "job": "dask-scheduler"},
                    [(t + 7, float(k % 2)) for t in times])
+    for i in range(OTHERS):  # another team's cluster on the shared store
+        for gpu in range(2):
+            om.add("dask_gpu_info", {"worker": f"w-{i}", "gpu": str(gpu), "uuid": f"GPU-o{i}-{gpu}",
+                                     "dask_cluster": "other", "instance": f"o{i}:9446",
+                                     "job": "dask-gpu", "hostname": f"o{i}", "name": "Fake GPU"},
+                   [(t, 1.0) for t in times])
     for j in range(JOBS):  # the cluster's activity counters over the limit, a job's not
         job = {"dask_cluster": CLUSTER, "scheduler_start": "1", "job_id": str(j),
                "dag_id": "0", "prefix": f"p{j % 3}", "instance": "scheduler:8787",
@@ -89,7 +96,8 @@ def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
-    args = ["--since", str(n - SECONDS), "--until", str(n), "--prometheus", url, *more]
+    args = ["--since", str(n - SECONDS), "--until", str(n), "--prometheus", url,
+            "--cluster", CLUSTER, *more]
     done = (collector("export", "--out", str(out), *args) if what == "export"
             else collector("peaks", "--json", "--by", "gpu", *args))
     assert done.code == 0, done.err
