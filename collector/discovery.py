@@ -11,7 +11,13 @@ from dask_metrics.collector.errors import (
     PrometheusError,
     setting,
 )
-from dask_metrics.collector.fetch import TRIM_ABOVE_CHUNKS, UNSCOPED, Scope, fetch_label_sets
+from dask_metrics.collector.fetch import (
+    TRIM_ABOVE_CHUNKS,
+    UNSCOPED,
+    Scope,
+    any_sample,
+    fetch_label_sets,
+)
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
     WorkerInfo,
@@ -115,14 +121,16 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     them), CollectorError when there is no GPU series, no such cluster or no such worker.
     """
     span = f"between {format_rfc3339(start)} and {format_rfc3339(end)}"
-    if end - start > TRIM_ABOVE_CHUNKS * chunk:  # one query first: the chunks cost one each
-        chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
     # a cluster named is read alone: a shared store's other clusters are not sent (nor
     # counted against its limit on series); where it has nothing, the clusters there say why
     named = None if any_cluster else cluster
-    gpus, addresses = discover(client, start, end, chunk, Scope(named, tuple(replica_labels)))
+    scope = Scope(named, tuple(replica_labels))
+    if end - start > TRIM_ABOVE_CHUNKS * chunk and (  # one query first: the chunks cost one each
+            named is None or not any_sample(client, scope.of(INFO.name), start, end)):
+        _clusters_say(client, start, end, cluster, any_cluster, span)
+    gpus, addresses = discover(client, start, end, chunk, scope)
     if named is not None and not gpus:
-        chosen_cluster(clusters_in(client, start, end), cluster, any_cluster, span, client.url)
+        _clusters_say(client, start, end, cluster, any_cluster, span)
     cluster = chosen_cluster(clusters_of(gpus), cluster, any_cluster, span, client.url)
     scope = Scope(cluster, tuple(replica_labels))
     workers = worker_inventory(in_cluster(gpus, cluster), in_cluster(addresses, cluster))
@@ -132,6 +140,22 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
         known = ", ".join(w.name for w in workers[:10]) + (", …" if len(workers) > 10 else "")
         raise CollectorError(f"no worker matches {exc.args[0]!r} {span} (workers: {known})"
                              ) from None
+
+
+def _clusters_say(client: PrometheusClient, start: int, end: int, cluster: str | None,
+                  any_cluster: bool, span: str) -> None:
+    """``chosen_cluster`` of the clusters in [start, end]: raises where the cluster named is
+    not there (or none is named and several are), saying which are; a store that will not
+    count them for a limit on series is said so of the cluster named."""
+    try:
+        found = clusters_in(client, start, end)
+    except PrometheusError as exc:
+        if cluster is None or not exc.series_bound:
+            raise
+        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (the store "
+                             f"would not list its clusters: {str(exc).splitlines()[0]})"
+                             ) from None
+    chosen_cluster(found, cluster, any_cluster, span, client.url)
 
 
 def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,

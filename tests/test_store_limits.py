@@ -155,6 +155,22 @@ def test_a_long_range_over_the_activity_counters_limit_gives_the_same_activities
     assert found == (tmp_path / "prom" / "activities.csv").read_bytes()
 
 
+@requires_prometheus
+@requires_victoria_metrics
+@pytest.mark.integration
+@pytest.mark.parametrize("seconds", [SECONDS, 86_400], ids=["range", "day"])
+def test_a_cluster_not_on_the_store_is_said_so_where_it_will_not_list_its_clusters(
+        stores: tuple[int, int, PrometheusServer, PrometheusServer], seconds: int) -> None:
+    """Both clusters' GPUs are over the limit: the one named is found alone; one that is
+    not there is said so in one line, not as the store's refusal of a question about both."""
+    n, _, _, vm = stores
+    done = collector("peaks", "--since", str(n - seconds), "--until", str(n), "--prometheus",
+                     vm.url, "--cluster", "nosuch")
+    assert done.code == 1 and len(done.err.splitlines()) == 1, done.err
+    assert done.err.startswith("collector: error: no GPU series of Dask cluster 'nosuch' ")
+    assert "the store would not list its clusters" in done.err
+
+
 @pytest.mark.parametrize(("error", "series"), [
     ("error when searching tsids: the number of matching timeseries exceeds 100; either "
      "narrow down the search or increase -search.max* command-line flag values", True),
