@@ -39,7 +39,7 @@ from dask_metrics.collector.worker_traces import (
     export_files,
     open_worker_file,
 )
-from dask_metrics.collector.workpool import outcome, processes_for, run_in, worker_pool
+from dask_metrics.collector.workpool import processes_for, run_in, take_in_order, worker_pool
 
 FORMATS = ("png", "svg")
 # zlib level 1 instead of PIL's 6: 24 ms instead of 57 to compress a worker's picture, for a
@@ -341,10 +341,10 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
     asked = processes_for(processes, len(chosen), spare=0)
     with staged(target, manifest="", earlier=fixed_names) as stage, \
             worker_pool(asked) as pool:  # all pictures or none
-        pending: deque[Future[Drawn]] = deque()
+        pending: deque[tuple[Future[Drawn], None]] = deque()
 
-        def take() -> None:  # the oldest worker's, in the export's order
-            paths, seen, fold = outcome(pending.popleft(), "plot")
+        def take(drawn: Drawn, _: None) -> None:  # in the export's order
+            paths, seen, fold = drawn
             written.extend(paths)
             if seen is not None:
                 overviews.append(seen)
@@ -356,11 +356,9 @@ def plot_export(folder: str | os.PathLike[str], out: str | os.PathLike[str],
                 progress(done, len(chosen), found.worker, None)
             drawn, pool = run_in(pool, _draw_worker, found, span, provenance, pictures,
                                  stage, formats, overview, spread is None)
-            pending.append(drawn)
-            while pending and (len(pending) > asked or pending[0].done()):
-                take()
-        while pending:
-            take()
+            pending.append((drawn, None))
+            take_in_order(pending, asked, take, "plot")
+        take_in_order(pending, 0, take, "plot")
         if progress:
             progress(len(chosen), len(chosen), "", None)
         if overview:

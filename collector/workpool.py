@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager, suppress
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 from dask_metrics.collector.errors import CollectorError
 
 _T = TypeVar("_T")
+_P = TypeVar("_P")
 
 FEWEST_WORKERS = 8
 """Below this many Dask workers the reduction is done in the collector's own process."""
@@ -97,6 +99,17 @@ def run_in(pool: Executor | None, fn: Callable[..., _T], *args: Any
     done: Future[_T] = Future()
     done.set_result(fn(*args))
     return done, pool
+
+
+def take_in_order(pending: deque[tuple[Future[_T], _P]], ahead: int,
+                  take: Callable[[_T, _P], None], what: str) -> None:
+    """``take(result, with)`` of the work in ``pending`` (futures in the order it was handed
+    out, each with what goes with it), oldest first: what is back, and then as much as
+    leaves at most ``ahead`` waiting (0: all, waited for). Results are taken in the order
+    of the work, whichever process is quicker, and what waits stays bounded."""
+    while pending and (len(pending) > ahead or pending[0][0].done()):
+        done, payload = pending.popleft()
+        take(outcome(done, what), payload)
 
 
 def outcome(done: Future[_T], what: str) -> _T:

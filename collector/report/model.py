@@ -47,7 +47,7 @@ from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerI
 from dask_metrics.collector.tables import WorkerTable, gpu_series, joined
 from dask_metrics.collector.timespec import format_rfc3339
 from dask_metrics.collector.worker_fetch import VisitPart
-from dask_metrics.collector.workpool import outcome, run_in
+from dask_metrics.collector.workpool import outcome, run_in, take_in_order
 
 REPORT_VERSION = 4  # 3: a title in words, the headline figures, a baseline; 4: GPUs listed
 
@@ -211,9 +211,7 @@ class Gatherer:
             return
         self._pending.append((job, (lambda _: table) if whole else (
             lambda rows: joined(r for r in [*charts, rows] if r is not None))))
-        while self._pending and (len(self._pending) > self.ahead
-                                 or self._pending[0][0].done()):
-            self._fold(*self._next())
+        take_in_order(self._pending, self.ahead, self._fold, "report")
 
     def _run(self, *args: Any) -> Future[tuple[Any, WorkerTable | None]]:
         """``fold_piece`` in the pool, or here (workpool.run_in)."""
@@ -222,23 +220,21 @@ class Gatherer:
 
     def finish(self) -> None:
         """Fold the workers still in the pool."""
-        while self._pending:
-            self._fold(*self._next())
-
-    def _next(self) -> tuple[WorkerFacts, WorkerTable]:
-        done, table_of = self._pending.popleft()
-        facts, rows = self._result(done)
-        return facts, table_of(rows)
+        take_in_order(self._pending, 0, self._fold, "report")
 
     @staticmethod
     def _result(done: Future[tuple[Any, WorkerTable | None]]) -> tuple[Any, Any]:
         return outcome(done, "report")
 
-    def _fold(self, facts: WorkerFacts, table: WorkerTable) -> None:
+    def _fold(self, reduced: tuple[WorkerFacts, WorkerTable | None],
+              table_of: Callable[[WorkerTable | None], WorkerTable]) -> None:
+        """A worker's facts into the tally, and its table (made of its chart rows) to
+        ``then``."""
         assert self.tally is not None
+        facts, rows = reduced
         self.tally.add(facts)
         if self.then is not None:
-            self.then(facts, table)
+            self.then(facts, table_of(rows))
 
 
 # ---- numbers for JSON ------------------------------------------------------------------------
