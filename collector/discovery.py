@@ -9,13 +9,13 @@ from dask_metrics.collector.errors import (
     ArgumentError,
     CollectorError,
     PrometheusError,
+    UsageError,
     setting,
 )
 from dask_metrics.collector.fetch import (
     TRIM_ABOVE_CHUNKS,
     UNSCOPED,
     Scope,
-    any_sample,
     fetch_label_sets,
 )
 from dask_metrics.collector.promapi import PrometheusClient
@@ -125,9 +125,8 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
     # counted against its limit on series); where it has nothing, the clusters there say why
     named = None if any_cluster else cluster
     scope = Scope(named, tuple(replica_labels))
-    if end - start > TRIM_ABOVE_CHUNKS * chunk and (  # one query first: the chunks cost one each
-            named is None or not any_sample(client, scope.of(INFO.name), start, end)):
-        _clusters_say(client, start, end, cluster, any_cluster, span)
+    if end - start > TRIM_ABOVE_CHUNKS * chunk and named is None:  # one query first: the
+        _clusters_say(client, start, end, cluster, any_cluster, span)  # chunks cost one each
     gpus, addresses = discover(client, start, end, chunk, scope)
     if named is not None and not gpus:
         _clusters_say(client, start, end, cluster, any_cluster, span)
@@ -145,17 +144,25 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
 def _clusters_say(client: PrometheusClient, start: int, end: int, cluster: str | None,
                   any_cluster: bool, span: str) -> None:
     """``chosen_cluster`` of the clusters in [start, end]: raises where the cluster named is
-    not there (or none is named and several are), saying which are; a store that will not
-    count them for a limit on series is said so of the cluster named."""
+    not there (NoGpuSeries: a range between two scrapes is then widened) or none is named
+    and several are, saying which are; a store that will not count them for a limit on
+    series is said so of the cluster named."""
+    named = cluster is not None and not any_cluster
     try:
         found = clusters_in(client, start, end)
     except PrometheusError as exc:
-        if cluster is None or not exc.series_bound:
+        if not named or not exc.series_bound:
             raise
-        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (the store "
-                             f"would not list its clusters: {str(exc).splitlines()[0]})"
-                             ) from None
-    chosen_cluster(found, cluster, any_cluster, span, client.url)
+        raise NoGpuSeries(f"no GPU series of Dask cluster {cluster!r} {span} (the store "
+                          f"would not list its clusters: {str(exc).splitlines()[0]})") from None
+    try:
+        chosen_cluster(found, cluster, any_cluster, span, client.url)
+    except UsageError:
+        raise
+    except CollectorError as exc:
+        if named and not isinstance(exc, NoGpuSeries):
+            raise NoGpuSeries(str(exc)) from None
+        raise
 
 
 def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,

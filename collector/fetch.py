@@ -503,7 +503,8 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
 
 JOB_ID_DIGITS = 3
 """The most trailing digits of the job ids that split a question about every job: at most
-1,000 parts (a scheduler numbers its jobs 0, 1, 2, ...)."""
+1,111 parts: 1,000 of three digits and the rest of each ending (a scheduler numbers its
+jobs 0, 1, 2, ...)."""
 
 
 def by_job_endings(ask: Callable[[Sequence[str]], dict[str, _T]], ending: str = ""

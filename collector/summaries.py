@@ -91,6 +91,8 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
                 if ids is not None or not exc.series_bound:
                     raise
                 ids = sorted({plain(job) for job in jobs})
+                # as many were just refused: the halves are asked first
+                client.refused_batches["activities"] = len(ids)
                 fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
                                           only[k:k + group]))
         totals = fold.result()

@@ -340,7 +340,7 @@ def test_a_job_that_fits_a_mig_slice_of_its_gpu_is_told_which() -> None:
             "capacity_bytes": 143_771 * MIB, "peak_percent": 5.3, "time": "t"}
     job = {"job": "0", "job_name": "etl", "peak": peak, "per_gpu": []}
     report = {**report_of([job], []), "session": {"workers": [
-        {"worker": "w-0", "gpus": [{"gpu": "0", "model": "NVIDIA H200"}]}]}}
+        {"worker": "w-0", "gpus": [{"gpu": "0", "uuid": "GPU-1", "model": "NVIDIA H200"}]}]}}
     found = recommendations(report, GpuSummary.of([]), load_models(), 1.2)
     memory = next(r for r in found if r["kind"] == "gpu-memory")
     assert "NVIDIA T4" in memory["text"]

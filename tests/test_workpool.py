@@ -200,6 +200,8 @@ def _held(log: str, name: str) -> tuple[str, float, float]:
     return name, began, time.time()
 
 
+@pytest.mark.skipif(not hasattr(ProcessPoolExecutor, "_spawn_process"),
+                    reason="needs ProcessPoolExecutor._spawn_process (Python 3.11)")
 def test_work_a_pool_queued_but_could_not_start_is_never_done_at_once_here(
         tmp_path: Path) -> None:
     log = str(tmp_path / "log")

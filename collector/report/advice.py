@@ -119,7 +119,7 @@ def _job_label(job: Mapping[str, Any]) -> str:
 
 
 def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float,
-            gpu_models: Mapping[tuple[str, str], str]) -> dict[str, Any] | None:
+            gpu_models: Mapping[tuple[str, str, str | None], str]) -> dict[str, Any] | None:
     peak = job.get("peak")
     if not peak or not peak.get("peak_bytes"):
         return None
@@ -127,7 +127,7 @@ def _memory(job: Mapping[str, Any], models: Sequence[GpuModel], headroom: float,
     need = (held or peak["peak_bytes"]) * headroom
     capacity = peak.get("capacity_bytes")
     fits = smallest_fitting(models, need)
-    model = gpu_models.get((peak["worker"], peak["gpu"]))
+    model = gpu_models.get((peak["worker"], peak["gpu"], peak.get("uuid")))
     sliced = mig_gpu(shipped_mig(), model, capacity, peak.get("uuid"))
     slices = smallest_slices(sliced, need) if sliced else []
     names = " / ".join(m.name for m in fits)
@@ -315,7 +315,7 @@ def recommendations(report: Mapping[str, Any], gpus: GpuSummary,
     memory per job, GPUs idle through a job, GPUs waiting or tensor cores idle (GPM), RMM
     pools, GPUs near capacity, Dask settings."""
     idle_percent = report["rules"]["idle_below_percent"]
-    gpu_models = {(w["worker"], g["gpu"]): g["model"]
+    gpu_models = {(w["worker"], g["gpu"], g.get("uuid")): g["model"]
                   for w in report.get("session", {}).get("workers", ()) for g in w["gpus"]
                   if g.get("model")}
     out: list[dict[str, Any]] = []
