@@ -15,7 +15,9 @@ from dask_metrics.collector.errors import (
 from dask_metrics.collector.fetch import (
     TRIM_ABOVE_CHUNKS,
     UNSCOPED,
+    UUID_ENDINGS,
     Scope,
+    by_endings,
     fetch_label_sets,
 )
 from dask_metrics.collector.promapi import PrometheusClient
@@ -52,9 +54,14 @@ def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:
 def discover(client: PrometheusClient, start: int, end: int, chunk: int,
              scope: Scope = UNSCOPED) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """The label sets of dask_gpu_info and dask_job_worker_gpu_info in [start, end]: the
-    clusters (their dask_cluster labels) and their workers, from the same two queries."""
-    return (fetch_label_sets(client, scope.of(INFO.name), start, end, chunk, scope),
-            fetch_label_sets(client, scope.of(WORKER_GPU_INFO.name), start, end, chunk, scope))
+    clusters (their dask_cluster labels) and their workers, from the same two queries (on a
+    store that refuses them for a limit on series, by parts of the GPUs' UUIDs)."""
+    def label_sets(metric: str) -> list[dict[str, str]]:
+        return [labels for part in by_endings(
+            lambda more: fetch_label_sets(client, scope.of(metric, more), start, end, chunk,
+                                          scope), UUID_ENDINGS) for labels in part]
+
+    return label_sets(INFO.name), label_sets(WORKER_GPU_INFO.name)
 
 
 def clusters_of(label_sets: Sequence[dict[str, str]]) -> list[str]:

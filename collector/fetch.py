@@ -49,6 +49,7 @@ from dask_metrics.contract import (
     MEMORY_USED,
     REPLICA_LABELS,
     SCHEDULER_START,
+    UUID,
     WORKER,
     WORKER_DAG_START,
     WORKER_PREFIX_TASKS,
@@ -89,9 +90,10 @@ class Scope:
     def matchers(self) -> list[str]:
         return [] if self.cluster is None else [f"{DASK_CLUSTER}={label(self.cluster)}"]
 
-    def of(self, metric: str, **labels: str) -> str:
-        """``metric{worker="w",dask_cluster="c"}``: one metric, scoped."""
-        found = [f"{k}={label(v)}" for k, v in labels.items()] + self.matchers()
+    def of(self, metric: str, more: Sequence[str] = (), **labels: str) -> str:
+        """``metric{worker="w",dask_cluster="c"}``: one metric, scoped (``more``: other
+        matchers)."""
+        found = [f"{k}={label(v)}" for k, v in labels.items()] + [*more] + self.matchers()
         return metric + ("{" + ",".join(found) + "}" if found else "")
 
 
@@ -280,9 +282,23 @@ samples: ``--since 1y`` over a week of data costs a week's queries, not a year's
 
 
 def any_sample(client: PrometheusClient, sel: str, start: int, end: int) -> bool:
-    """Whether the series of ``sel`` have a sample in [start, end] (ms): one instant query."""
+    """Whether the series of ``sel`` have a sample in [start, end] (ms): one instant query
+    (GPU series that a store will not count at once: by parts of their UUIDs, until one
+    has a sample)."""
     window = max(end - start, 1) + 1
-    return bool(client.query(f"count(last_over_time({sel}[{window}ms]))", end / 1000))
+    return any(by_endings(lambda more: bool(client.query(
+        f"count(last_over_time({narrower(sel, more)}[{window}ms]))", end / 1000)),
+        UUID_ENDINGS))
+
+
+def narrower(sel: str, more: Sequence[str]) -> str:
+    """The selector ``sel`` (``metric``, ``metric{…}`` or ``{…}``) with the matchers
+    ``more`` too."""
+    if not more:
+        return sel
+    if sel.endswith("}"):
+        return f"{sel[:-1]},{','.join(more)}}}"
+    return f"{sel}{{{','.join(more)}}}"
 
 
 def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
@@ -496,34 +512,49 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
     sent): what a fleet's activities are read in batches of jobs by, each batch only where
     its jobs have samples (a job of ten minutes in a day: one or two chunks of 24). A sample
     on a chunk's edge may count twice. Counters the store will not count at once for a
-    limit on series are counted a part of the jobs at a time (``by_job_endings``)."""
-    return by_job_endings(lambda more: _activity_samples(client, start, end, max_age, chunk,
-                                                         scope, more))
+    limit on series are counted a part of the jobs at a time (``by_endings``)."""
+    return {job: n for part in by_endings(
+        lambda more: _activity_samples(client, start, end, max_age, chunk, scope, more),
+        JOB_ENDINGS) for job, n in part.items()}
 
 
-JOB_ID_DIGITS = 3
-"""The most trailing digits of the job ids that split a question about every job: at most
-1,111 parts: 1,000 of three digits and the rest of each ending (a scheduler numbers its
-jobs 0, 1, 2, ...)."""
+class Endings(NamedTuple):
+    """How a question about every series of a label is split for a store's limit on series:
+    by the last ``alphabet`` characters of the label's values, up to ``depth`` of them."""
+
+    name: str
+    alphabet: str
+    depth: int
 
 
-def by_job_endings(ask: Callable[[Sequence[str]], dict[str, _T]], ending: str = ""
-                   ) -> dict[str, _T]:
-    """``ask(matchers)`` ({job key: its part}) for the jobs whose id ends in ``ending``
-    (all: ""). Where the store refuses it for a limit on series, it is asked for those
-    ending in each digit before ``ending``, each split again so if refused (up to
-    JOB_ID_DIGITS digits), and for the rest (``ending`` itself, or an id without a digit
-    there): parts that hold every job once, their answers joined."""
-    mine = [f"{JOB_ID}=~{label('.*' + ending)}"] if ending else []
+JOB_ENDINGS = Endings(JOB_ID, "0123456789", 3)
+"""A scheduler numbers its jobs 0, 1, 2, ...: at most 1,111 parts, 1,000 of three digits and
+the rest of each ending."""
+UUID_ENDINGS = Endings(UUID, "0123456789abcdef", 3)
+"""NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th."""
+
+
+def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str = ""
+               ) -> Iterator[_T]:
+    """The answers of ``ask(matchers)`` for the series whose label ``endings.name`` ends in
+    ``ending`` (all: ""), one at a time (``any`` stops at the first that will do). Where
+    the store refuses one for a limit on series, it is asked for those ending in each
+    character of the alphabet before ``ending``, each split again so if refused (up to
+    ``endings.depth`` characters), and for the rest (``ending`` itself, or another
+    character there): parts that hold every series once."""
+    name = endings.name
+    mine = [f"{name}=~{label('.*' + ending)}"] if ending else []
     try:
-        return ask(mine)
+        found = ask(mine)
     except PrometheusError as exc:
-        if not exc.series_bound or len(ending) >= JOB_ID_DIGITS:
+        if not exc.series_bound or len(ending) >= endings.depth:
             raise
-    found = ask([*mine, f"{JOB_ID}!~{label('.*[0-9]' + ending)}"])
-    for digit in "0123456789":
-        found.update(by_job_endings(ask, digit + ending))
-    return found
+    else:
+        yield found
+        return
+    yield ask([*mine, f"{name}!~{label('.*[' + endings.alphabet + ']' + ending)}"])
+    for char in endings.alphabet:
+        yield from by_endings(ask, endings, char + ending)
 
 
 def _activity_samples(client: PrometheusClient, start: int, end: int, max_age: int,

@@ -10,14 +10,18 @@ prefix-task series each, so that every GPU's info (80 series) fits the limit, a 
 all the workers (their GPUs' three metrics: 240 series) does not, and neither do the
 prefix tasks of the cluster (120), nor the activity counters of its JOBS jobs (126, at
 most 5 a job), nor the GPUs of the two clusters on the store (80 of this one, 60 of OTHERS
-workers of another); a spike at the last scrape before the range's end."""
+workers of another); a spike at the last scrape before the range's end. A second
+VictoriaMetrics limited to TIGHT series holds fewer than the cluster's GPUs: which they
+are is asked by parts of their UUIDs."""
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -35,9 +39,15 @@ from tests.prometheus_helpers import (
 )
 
 WORKERS, PREFIXES, JOBS, OTHERS, LIMIT = 40, 3, 30, 30, 100
+TIGHT = 12  # a limit below a sixth of the cluster's GPUs, above one worker's series
 SECONDS = 600
 INTERVALS = (1, 15, 60)  # scrape intervals: the fastest, the chart's, Prometheus' default
 CLUSTER = "limited"
+
+
+def gpu_uuid(cluster: str, worker: int, gpu: int) -> str:
+    """An NVML-like UUID: random hex digits, the same in every run."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{cluster}/{worker}/{gpu}')}"
 
 
 def fleet(n: int, interval: int) -> OpenMetrics:
@@ -49,7 +59,7 @@ def fleet(n: int, interval: int) -> OpenMetrics:
     for i in range(WORKERS):
         worker = f"w-{i}"
         for gpu in range(2):
-            labels = {"worker": worker, "gpu": str(gpu), "uuid": f"GPU-{i}-{gpu}",
+            labels = {"worker": worker, "gpu": str(gpu), "uuid": gpu_uuid(CLUSTER, i, gpu),
                       "dask_cluster": CLUSTER, "instance": f"n{i}:9446", "job": "dask-gpu"}
             om.add("dask_gpu_info", {**labels, "hostname": f"n{i}", "name": "Fake GPU"},
                    [(t, 1.0) for t in times])
@@ -65,9 +75,10 @@ def fleet(n: int, interval: int) -> OpenMetrics:
                    [(t + 7, float(k % 2)) for t in times])
     for i in range(OTHERS):  # another team's cluster on the shared store
         for gpu in range(2):
-            om.add("dask_gpu_info", {"worker": f"w-{i}", "gpu": str(gpu), "uuid": f"GPU-o{i}-{gpu}",
-                                     "dask_cluster": "other", "instance": f"o{i}:9446",
-                                     "job": "dask-gpu", "hostname": f"o{i}", "name": "Fake GPU"},
+            om.add("dask_gpu_info", {"worker": f"w-{i}", "gpu": str(gpu),
+                                     "uuid": gpu_uuid("other", i, gpu), "dask_cluster": "other",
+                                     "instance": f"o{i}:9446", "job": "dask-gpu",
+                                     "hostname": f"o{i}", "name": "Fake GPU"},
                    [(t, 1.0) for t in times])
     for j in range(JOBS):  # the cluster's activity counters over the limit, a job's not
         job = {"dask_cluster": CLUSTER, "scheduler_start": "1", "job_id": str(j),
@@ -83,16 +94,31 @@ def fleet(n: int, interval: int) -> OpenMetrics:
     return om
 
 
+class Stores(NamedTuple):
+    """The fleet's samples up to ``n``, scraped every ``interval`` s, in an unlimited
+    Prometheus, a VictoriaMetrics limited to LIMIT series a query and one to TIGHT."""
+
+    n: int
+    interval: int
+    prom: PrometheusServer
+    vm: PrometheusServer
+    tight: PrometheusServer
+
+
 @pytest.fixture(scope="module", params=INTERVALS, ids=[f"{i}s" for i in INTERVALS])
 def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[tuple[int, int, PrometheusServer, PrometheusServer]]:
+           ) -> Iterator[Stores]:
     n = int(time.time()) - 30
     data = fleet(n, request.param)
     work = tmp_path_factory.mktemp("limits")
-    limits = [f"-search.maxUniqueTimeseries={LIMIT}", f"-search.maxExportSeries={LIMIT}"]
+
+    def limits(most: int) -> list[str]:
+        return [f"-search.maxUniqueTimeseries={most}", f"-search.maxExportSeries={most}"]
+
     with run_prometheus(work / "prom", blocks=create_blocks(data, work / "blocks")) as prom, \
-            run_victoria_metrics(work / "vm", data=data, extra_args=limits) as vm:
-        yield n, request.param, prom, vm
+            run_victoria_metrics(work / "vm", data=data, extra_args=limits(LIMIT)) as vm, \
+            run_victoria_metrics(work / "tight", data=data, extra_args=limits(TIGHT)) as tight:
+        yield Stores(n, request.param, prom, vm, tight)
 
 
 def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
@@ -110,9 +136,9 @@ def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
 @pytest.mark.parametrize("options", [("--read-api", "query"), ("--read-api", "export"),
                                      ("--step", "30")], ids=["query", "export", "step"])
 def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
-        stores: tuple[int, int, PrometheusServer, PrometheusServer], tmp_path: Path,
+        stores: Stores, tmp_path: Path,
         options: tuple[str, str]) -> None:
-    n, interval, prom, vm = stores
+    n, interval, prom, vm, _ = stores
     run("export", prom.url, n, tmp_path / "prom", *options)
     _, err = run("export", vm.url, n, tmp_path / "vm", *options)
     assert "every worker's prefix tasks are read" in err
@@ -142,11 +168,47 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
 @requires_prometheus
 @requires_victoria_metrics
 @pytest.mark.integration
+@pytest.mark.parametrize(("api", "seconds"), [("query", SECONDS), ("export", SECONDS),
+                                               ("query", 86_400)],
+                         ids=["query", "export", "day"])
+def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
+        stores: Stores, tmp_path: Path, api: str, seconds: int) -> None:
+    """Which GPUs and workers the cluster has, and whether a long range holds any, are
+    questions about every GPU: refused, they are asked by parts of the GPUs' UUIDs; the
+    files, the peaks and the report's numbers are those of the unlimited store."""
+    n, _, prom, _, tight = stores
+    options = ("--read-api", api, "--since", str(n - seconds))
+    run("export", prom.url, n, tmp_path / "prom", *options[2:])
+    _, err = run("export", tight.url, n, tmp_path / "tight", *options)
+    assert f"matching timeseries exceeds {TIGHT}" in err and "Traceback" not in err
+    record = json.loads((tmp_path / "tight" / "export.json").read_text())
+    assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
+    for name in [*record["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv",
+                 "activities.csv"]:
+        assert (tmp_path / "tight" / name).read_bytes() == (tmp_path / "prom" / name
+                                                            ).read_bytes(), name
+    limited = json.loads(run("peaks", tight.url, n, tmp_path / "v", *options)[0])
+    assert len(limited) == WORKERS * 2
+    assert limited == json.loads(run("peaks", prom.url, n, tmp_path / "p", *options[2:])[0])
+    reports = {}
+    for name, store in (("prom", prom), ("tight", tight)):
+        done = collector("report", "--out", str(tmp_path / f"report-{name}"), "--until",
+                         str(n), "--prometheus", store.url, "--cluster", CLUSTER, *options)
+        assert done.code == 0, done.err
+        reports[name] = json.loads((tmp_path / f"report-{name}" / "report.json").read_text())
+    for part in ("jobs", "headline", "where_the_time_went"):
+        assert reports["tight"][part] == reports["prom"][part], part
+    assert reports["tight"]["headline"]["peak"]["peak_bytes"] == 15 * 2**30
+
+
+@requires_prometheus
+@requires_victoria_metrics
+@pytest.mark.integration
 def test_a_long_range_over_the_activity_counters_limit_gives_the_same_activities(
-        stores: tuple[int, int, PrometheusServer, PrometheusServer], tmp_path: Path) -> None:
+        stores: Stores, tmp_path: Path) -> None:
     """A day before the fleet's ten minutes: where the range is narrowed to the counters'
     samples (a question about all of them, refused), it is read whole instead."""
-    n, _, prom, vm = stores
+    n, _, prom, vm, _ = stores
     day = ("--since", str(n - 86_400))
     run("export", prom.url, n, tmp_path / "prom", *day)
     run("export", vm.url, n, tmp_path / "vm", *day)
@@ -160,10 +222,10 @@ def test_a_long_range_over_the_activity_counters_limit_gives_the_same_activities
 @pytest.mark.integration
 @pytest.mark.parametrize("seconds", [SECONDS, 86_400], ids=["range", "day"])
 def test_a_cluster_not_on_the_store_is_said_so_where_it_will_not_list_its_clusters(
-        stores: tuple[int, int, PrometheusServer, PrometheusServer], seconds: int) -> None:
+        stores: Stores, seconds: int) -> None:
     """Both clusters' GPUs are over the limit: the one named is found alone; one that is
     not there is said so in one line, not as the store's refusal of a question about both."""
-    n, _, _, vm = stores
+    n, _, _, vm, _ = stores
     done = collector("peaks", "--since", str(n - seconds), "--until", str(n), "--prometheus",
                      vm.url, "--cluster", "nosuch")
     assert done.code == 1 and len(done.err.splitlines()) == 1, done.err
@@ -282,25 +344,42 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
         assert len(tried) == splits + 1  # depth-first: the first half of each, then raised
 
 
-def test_a_question_about_every_job_refused_for_its_series_is_asked_by_job_id_endings() -> None:
-    """by_job_endings: the parts it asks hold every job once, whatever ids the jobs have
-    (a scheduler numbers them; an id without digits, or none, is in a part too), each part
-    split by one more trailing digit only where the store refused it, at most JOB_ID_DIGITS
-    deep; an error that no part can help is raised at once."""
+def test_a_selector_is_narrowed_by_more_matchers() -> None:
+    from dask_metrics.collector.fetch import narrower
+
+    more = ['uuid=~".*0"', 'uuid!~".*[0-9]0"']
+    assert narrower("m", []) == "m"
+    assert narrower("m", more[:1]) == 'm{uuid=~".*0"}'
+    assert narrower('m{a="}"}', more) == 'm{a="}",uuid=~".*0",uuid!~".*[0-9]0"}'
+    assert narrower('{__name__=~"a|b"}', more[:1]) == '{__name__=~"a|b",uuid=~".*0"}'
+
+
+@pytest.mark.parametrize(("endings", "values", "unsplit"), [
+    ("JOB_ENDINGS", [str(i) for i in range(1234)] + ["", "x", "7x", "a3"], ["", "x", "7x"]),
+    ("UUID_ENDINGS", [gpu_uuid("c", w, g) for w in range(500) for g in range(8)]
+     + ["", "GPU-X", "MIG-0/1"], ["", "GPU-X", "MIG-0/1"]),
+], ids=["job ids", "gpu uuids"])
+def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_endings(
+        endings: str, values: list[str], unsplit: list[str]) -> None:
+    """by_endings: the parts it asks hold every value once, whatever the values are (a
+    scheduler numbers its jobs, NVML's UUIDs end in hex; a value ending otherwise, or
+    none, is in a part too), each part split by one more trailing character only where
+    the store refused it, at most ``depth`` deep; an error that no part can help is raised
+    at once."""
     import re
 
-    from dask_metrics.collector.fetch import JOB_ID_DIGITS, by_job_endings
+    from dask_metrics.collector import fetch
 
-    ids = [str(i) for i in range(1234)] + ["", "x", "7x", "a3"]
+    ending = getattr(fetch, endings)
     asked: list[list[str]] = []
 
     def ask(limit: int) -> object:
         def answer(matchers: list[str]) -> dict[str, int]:
             asked.append(matchers)
-            chosen = ids
-            for m in matchers:  # job_id=~"re" / job_id!~"re", anchored as PromQL's
+            chosen = values
+            for m in matchers:  # name=~"re" / name!~"re", anchored as PromQL's
                 name, op, pattern = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', m).groups()
-                assert name == "job_id"
+                assert name == ending.name
                 chosen = [i for i in chosen
                           if bool(re.fullmatch(pattern, i)) == (op == "=~")]
             if len(chosen) > limit:
@@ -309,16 +388,26 @@ def test_a_question_about_every_job_refused_for_its_series_is_asked_by_job_id_en
             return {i: 1 for i in chosen}
         return answer
 
-    assert by_job_endings(ask(len(ids))) == {i: 1 for i in ids}
+    def joined(limit: int) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for part in fetch.by_endings(ask(limit), ending):
+            assert not found.keys() & part.keys()  # no value in two parts
+            found.update(part)
+        return found
+
+    assert joined(len(values)) == {i: 1 for i in values}
     assert asked == [[]]  # under the limit: asked once, whole
     asked.clear()
-    found = by_job_endings(ask(20))
-    assert found == {i: 1 for i in ids}  # every job, each once (dict keys: no duplicate)
-    assert 11 < len(asked) < 300  # parts split only where refused
+    assert joined(20) == {i: 1 for i in values}  # every value, each once
+    assert 11 < len(asked) < len(values) // 4  # parts split only where refused
     assert max(len(m) for m in asked) == 2  # an ending and the rest of it
-    assert all(len(re.sub(r"\D", "", m[0])) <= JOB_ID_DIGITS for m in asked if m)
+    endings_asked = [re.fullmatch(r'\w+=~"\.\*(.*)"', m[0]) for m in asked if m]
+    assert max(len(e.group(1)) for e in endings_asked if e) <= ending.depth
     with pytest.raises(PrometheusError, match="too many series"):
-        by_job_endings(ask(1))  # "", "x" and "7x" end in no digit: one part, not split
+        joined(len(unsplit) - 1)  # these end in none of the alphabet: one part, not split
+    asked.clear()
+    assert next(fetch.by_endings(ask(20), ending))  # one part at a time: any() stops early
+    assert len(asked) == 2  # the whole, refused, then the rest of it
 
     def refused(matchers: list[str]) -> dict[str, int]:
         asked.append(matchers)
@@ -326,5 +415,5 @@ def test_a_question_about_every_job_refused_for_its_series_is_asked_by_job_id_en
 
     asked.clear()
     with pytest.raises(PrometheusError, match="credentials"):
-        by_job_endings(refused)
+        list(fetch.by_endings(refused, ending))
     assert asked == [[]]
