@@ -9,7 +9,6 @@ from dask_metrics.collector.errors import (
     ArgumentError,
     CollectorError,
     PrometheusError,
-    UsageError,
     setting,
 )
 from dask_metrics.collector.fetch import (
@@ -89,8 +88,9 @@ class NoGpuSeries(CollectorError):
 def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool, span: str,
                    url: str) -> str | None:
     """The cluster an export reads, from the clusters ``found`` in its range: the one named,
-    the only one, or None (every cluster) with ``any_cluster``; raises CollectorError or
-    ArgumentError saying what was found."""
+    the only one, or None (every cluster) with ``any_cluster``; raises NoGpuSeries (none
+    found, or not the one named: a range between two scrapes is then widened) or
+    ArgumentError (several, none named) saying what was found."""
     if not found:
         raise NoGpuSeries(f"no GPU series (dask_gpu_info) {span} at {url}: is "
                              "Prometheus scraping the GPU exporters, and is the time range right?")
@@ -103,7 +103,7 @@ def chosen_cluster(found: Sequence[str], cluster: str | None, any_cluster: bool,
                                 f"choose one with {setting('cluster')} NAME")
         return found[0]
     if cluster not in found:
-        raise CollectorError(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
+        raise NoGpuSeries(f"no GPU series of Dask cluster {cluster!r} {span} (clusters: "
                              f"{cluster_names(found)}): if one of those is this cluster, its GPU "
                              "exporters name it differently from its scheduler; give the "
                              f"scheduler and every exporter the same {CLUSTER_OPTION} NAME "
@@ -151,9 +151,8 @@ def find_workers(client: PrometheusClient, start: int, end: int, chunk: int,
 def _clusters_say(client: PrometheusClient, start: int, end: int, cluster: str | None,
                   any_cluster: bool, span: str) -> None:
     """``chosen_cluster`` of the clusters in [start, end]: raises where the cluster named is
-    not there (NoGpuSeries: a range between two scrapes is then widened) or none is named
-    and several are, saying which are; a store that will not count them for a limit on
-    series is said so of the cluster named."""
+    not there or none is named and several are, saying which are; a store that will not
+    count them for a limit on series is said so of the cluster named."""
     named = cluster is not None and not any_cluster
     try:
         found = clusters_in(client, start, end)
@@ -162,14 +161,7 @@ def _clusters_say(client: PrometheusClient, start: int, end: int, cluster: str |
             raise
         raise NoGpuSeries(f"no GPU series of Dask cluster {cluster!r} {span} (the store "
                           f"would not list its clusters: {str(exc).splitlines()[0]})") from None
-    try:
-        chosen_cluster(found, cluster, any_cluster, span, client.url)
-    except UsageError:
-        raise
-    except CollectorError as exc:
-        if named and not isinstance(exc, NoGpuSeries):
-            raise NoGpuSeries(str(exc)) from None
-        raise
+    chosen_cluster(found, cluster, any_cluster, span, client.url)
 
 
 def range_workers(client: PrometheusClient, lo: int, hi: int, chunk: int,
