@@ -281,14 +281,57 @@ TRIM_ABOVE_CHUNKS = 4
 samples: ``--since 1y`` over a week of data costs a week's queries, not a year's."""
 
 
-def any_sample(client: PrometheusClient, sel: str, start: int, end: int) -> bool:
+class Endings(NamedTuple):
+    """How a question about every series of a label is split for a store's limit on series:
+    by the last ``alphabet`` characters of the label's values, up to ``depth`` of them."""
+
+    name: str
+    alphabet: str
+    depth: int
+
+
+JOB_ENDINGS = Endings(JOB_ID, "0123456789", 3)
+"""A scheduler numbers its jobs 0, 1, 2, ...: at most 1,111 parts, 1,000 of three digits and
+the rest of each ending."""
+UUID_ENDINGS = Endings(UUID, "0123456789abcdef", 3)
+"""NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th."""
+
+
+def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str = ""
+               ) -> Iterator[_T]:
+    """The answers of ``ask(matchers)`` for the series whose label ``endings.name`` ends in
+    ``ending`` (all: ""), one at a time (``any`` stops at the first that will do). Where
+    the store refuses one for a limit on series, it is asked for those ending in each
+    character of the alphabet before ``ending``, each split again so if refused (up to
+    ``endings.depth`` characters), and for the rest (``ending`` itself, or another
+    character there): parts that hold every series once."""
+    name = endings.name
+    mine = [f"{name}=~{label('.*' + ending)}"] if ending else []
+    try:
+        found = ask(mine)
+    except PrometheusError as exc:
+        if not exc.series_bound or len(ending) >= endings.depth:
+            raise
+    else:
+        yield found
+        return
+    yield ask([*mine, f"{name}!~{label('.*[' + endings.alphabet + ']' + ending)}"])
+    for char in endings.alphabet:
+        yield from by_endings(ask, endings, char + ending)
+
+
+def any_sample(client: PrometheusClient, sel: str, start: int, end: int,
+               parts: Endings | None = None) -> bool:
     """Whether the series of ``sel`` have a sample in [start, end] (ms): one instant query
-    (GPU series that a store will not count at once: by parts of their UUIDs, until one
-    has a sample)."""
+    (series that a store will not count at once for a limit on series: by ``parts``, until
+    one has a sample)."""
     window = max(end - start, 1) + 1
-    return any(by_endings(lambda more: bool(client.query(
-        f"count(last_over_time({narrower(sel, more)}[{window}ms]))", end / 1000)),
-        UUID_ENDINGS))
+
+    def ask(more: Sequence[str]) -> bool:
+        return bool(client.query(f"count(last_over_time({narrower(sel, more)}[{window}ms]))",
+                                 end / 1000))
+
+    return ask(()) if parts is None else any(by_endings(ask, parts))
 
 
 def narrower(sel: str, more: Sequence[str]) -> str:
@@ -303,8 +346,8 @@ def narrower(sel: str, more: Sequence[str]) -> str:
 
 def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
             scope: Scope = UNSCOPED) -> set[str]:
-    """The ``metrics`` with a sample in [start, end] (ms): one instant query each."""
-    return {m for m in metrics if any_sample(client, scope.of(m), start, end)}
+    """The GPU ``metrics`` with a sample in [start, end] (ms): one instant query each."""
+    return {m for m in metrics if any_sample(client, scope.of(m), start, end, UUID_ENDINGS)}
 
 
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
@@ -315,7 +358,8 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     caller says so)."""
     if end - start <= TRIM_ABOVE_CHUNKS * chunk:
         return start, end
-    found = _narrowed(client, scope.of(INFO.name), start, end, max(chunk // 64, 1000))
+    found = _narrowed(client, scope.of(INFO.name), start, end, max(chunk // 64, 1000),
+                      UUID_ENDINGS)
     if found is None:
         return start, end
     return on_grid(found[0], start, step), found[1]
@@ -346,14 +390,14 @@ def span_of(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
     return _narrowed(client, sel, start, end, chunk)
 
 
-def _narrowed(client: PrometheusClient, sel: str, start: int, end: int, resolution: int
-              ) -> tuple[int, int] | None:
+def _narrowed(client: PrometheusClient, sel: str, start: int, end: int, resolution: int,
+              parts: Endings | None = None) -> tuple[int, int] | None:
     """From at most ``resolution`` ms before the first sample of ``sel`` in [start, end] to
     as much after the last (None: there is none), by bisection with instant queries whose
-    cost follows the samples they cover."""
+    cost follows the samples they cover (``any_sample``'s ``parts``)."""
 
     def any_in(lo: int, hi: int) -> bool:  # a sample in (lo, hi]
-        return any_sample(client, sel, lo + 1, hi)
+        return any_sample(client, sel, lo + 1, hi, parts)
 
     # no sample is from the future (a minute allowed for clocks apart): --until 2099 costs
     # no bisection of the years to come
@@ -516,45 +560,6 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
     return {job: n for part in by_endings(
         lambda more: _activity_samples(client, start, end, max_age, chunk, scope, more),
         JOB_ENDINGS) for job, n in part.items()}
-
-
-class Endings(NamedTuple):
-    """How a question about every series of a label is split for a store's limit on series:
-    by the last ``alphabet`` characters of the label's values, up to ``depth`` of them."""
-
-    name: str
-    alphabet: str
-    depth: int
-
-
-JOB_ENDINGS = Endings(JOB_ID, "0123456789", 3)
-"""A scheduler numbers its jobs 0, 1, 2, ...: at most 1,111 parts, 1,000 of three digits and
-the rest of each ending."""
-UUID_ENDINGS = Endings(UUID, "0123456789abcdef", 3)
-"""NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th."""
-
-
-def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str = ""
-               ) -> Iterator[_T]:
-    """The answers of ``ask(matchers)`` for the series whose label ``endings.name`` ends in
-    ``ending`` (all: ""), one at a time (``any`` stops at the first that will do). Where
-    the store refuses one for a limit on series, it is asked for those ending in each
-    character of the alphabet before ``ending``, each split again so if refused (up to
-    ``endings.depth`` characters), and for the rest (``ending`` itself, or another
-    character there): parts that hold every series once."""
-    name = endings.name
-    mine = [f"{name}=~{label('.*' + ending)}"] if ending else []
-    try:
-        found = ask(mine)
-    except PrometheusError as exc:
-        if not exc.series_bound or len(ending) >= endings.depth:
-            raise
-    else:
-        yield found
-        return
-    yield ask([*mine, f"{name}!~{label('.*[' + endings.alphabet + ']' + ending)}"])
-    for char in endings.alphabet:
-        yield from by_endings(ask, endings, char + ending)
 
 
 def _activity_samples(client: PrometheusClient, start: int, end: int, max_age: int,
