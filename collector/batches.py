@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from dask_metrics.collector.fetch import ATTRIBUTION_METRICS, MAX_POINTS, Scope
+from dask_metrics.collector.fetch import ATTRIBUTION_METRICS, MAX_POINTS, Scope, gpu_parts
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
 from dask_metrics.collector.series import WorkerInfo, plan_chunks
 from dask_metrics.contract import INFO
@@ -81,20 +81,21 @@ def samples_per_gpu(client: PrometheusClient, lo: int, hi: int, chunk: int, metr
                     step: int | None, scope: Scope) -> float:
     """What one GPU's series hold in one query of [lo, hi] (ms): raw, ``metrics`` series of
     as many samples as its most frequently scraped GPU has in the range's last
-    ``PROBE_WINDOW`` (one instant query), scaled to a query's time chunk; with ``step``, a
+    ``PROBE_WINDOW`` (one instant query, or one per part of the GPUs where a store's limit
+    on series is below them: ``gpu_parts``), scaled to a query's time chunk; with ``step``, a
     metric's grid points per query, or gpu_by_prefix's raw counters if more. A range with no
     sample there, or a count the store finds too big, counts as one sample per second (the
     most a query can then hold is the 1 s scrape's)."""
     span = max(min(chunk, hi - lo + 1), 1)
     window = min(PROBE_WINDOW, max(hi - lo, 0)) + 1  # 1 ms more: a left-open window too
     try:
-        found = client.query(f"max(count_over_time({scope.of(INFO.name)}[{window}ms]))",
-                             hi / 1000)
+        found = gpu_parts(lambda more: client.query(
+            f"max(count_over_time({scope.of(INFO.name, more)}[{window}ms]))", hi / 1000))
     except PrometheusError as exc:
         if not exc.splittable:  # the store is unreachable or refuses: the next query says so
             raise
         found = []  # too big for the store's limits: the most a query can then hold
-    count = found[0].values[-1] if found and found[0].values else 0.0
+    count = max((s.values[-1] for s in found if s.values), default=0.0)
     raw = max((count if count > 0 else window / 1000) / window * span, 1.0)
     if step:
         return max(float(min(span // step + 1, MAX_POINTS)), raw * len(ATTRIBUTION_METRICS))

@@ -14,10 +14,9 @@ from dask_metrics.collector.errors import (
 from dask_metrics.collector.fetch import (
     TRIM_ABOVE_CHUNKS,
     UNSCOPED,
-    UUID_ENDINGS,
     Scope,
-    by_endings,
     fetch_label_sets,
+    gpu_parts,
 )
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
@@ -56,9 +55,8 @@ def discover(client: PrometheusClient, start: int, end: int, chunk: int,
     clusters (their dask_cluster labels) and their workers, from the same two queries (on a
     store that refuses them for a limit on series, by parts of the GPUs' UUIDs)."""
     def label_sets(metric: str) -> list[dict[str, str]]:
-        return [labels for part in by_endings(
-            lambda more: fetch_label_sets(client, scope.of(metric, more), start, end, chunk,
-                                          scope), UUID_ENDINGS) for labels in part]
+        return gpu_parts(lambda more: fetch_label_sets(client, scope.of(metric, more), start,
+                                                       end, chunk, scope))
 
     return label_sets(INFO.name), label_sets(WORKER_GPU_INFO.name)
 

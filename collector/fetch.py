@@ -320,6 +320,12 @@ def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str
         yield from by_endings(ask, endings, char + ending)
 
 
+def gpu_parts(ask: Callable[[Sequence[str]], list[_T]]) -> list[_T]:
+    """``ask(matchers)`` about every GPU series, joined: asked whole, or where a store will
+    not count them at once for a limit on series, by parts of their UUIDs (``by_endings``)."""
+    return [x for part in by_endings(ask, UUID_ENDINGS) for x in part]
+
+
 def any_sample(client: PrometheusClient, sel: str, start: int, end: int,
                parts: Endings | None = None) -> bool:
     """Whether the series of ``sel`` have a sample in [start, end] (ms): one instant query

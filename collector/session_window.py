@@ -11,11 +11,11 @@ scheduler's last scrape that still showed it, and is marked interrupted.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
-from dask_metrics.collector.fetch import UNSCOPED, Scope
+from dask_metrics.collector.fetch import UNSCOPED, UUID_ENDINGS, Scope, any_sample, gpu_parts
 from dask_metrics.collector.jobs import unscraped_note
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.contract import (
@@ -179,16 +179,17 @@ def window(client: PrometheusClient, start: float, stop: float | None, scope: Sc
         time.sleep(0.5)
     if not stretch:
         return start, until
-    gpus = scope.of(INFO.name)
-    span = max(int((until - start) * 1000), 1)
-    if (client.query(f"count(last_over_time({gpus}[{span}ms]))", until)
-            or not client.query(f"count(last_over_time({gpus}[{SCRAPE_GAP:g}s]))", start)):
+    gpus, end = scope.of(INFO.name), round(until * 1000)
+    span, gap = max(round((until - start) * 1000), 1), round(SCRAPE_GAP * 1000)
+    if (any_sample(client, gpus, end - span + 1, end, UUID_ENDINGS)
+            or not any_sample(client, gpus, round(start * 1000) - gap + 1,
+                              round(start * 1000), UUID_ENDINGS)):
         return start, until
     # scraped just before, not inside: the session fell between two scrapes
-    firsts = scrapes_after(client, until, scope, INFO.name)
+    firsts = scrapes_after(client, until, scope, INFO.name, gpus=True)
     while None in firsts and time.monotonic() < deadline:  # each GPU's next scrape
         time.sleep(0.5)
-        firsts = scrapes_after(client, until, scope, INFO.name)
+        firsts = scrapes_after(client, until, scope, INFO.name, gpus=True)
     first = max(filter(None, firsts), default=until)
     if until < first <= until + SCRAPE_GAP:
         warn(f"{what} lasted {until - start:.3g} s, less than one scrape: its range ends once "
@@ -223,20 +224,30 @@ def await_scheduler(client: PrometheusClient, t: float, scope: Scope, *, patienc
 
 
 def _scraped_past(client: PrometheusClient, until: float, scope: Scope) -> bool:
+    """Whether every GPU and the scheduler have been scraped at ``until`` or later (the GPUs
+    by parts where a store's limit on series is below them)."""
     for metric in FRESHNESS:
-        newest = client.query(f"min(timestamp({scope.of(metric)}))", time.time())
-        if newest and newest[0].values and newest[0].values[-1] < until:
+        now = time.time()
+        newest = gpu_parts(lambda more, metric=metric, now=now: client.query(
+            f"min(timestamp({scope.of(metric, more)}))", now))
+        if any(s.values and s.values[-1] < until for s in newest):
             return False
     return True
 
 
-def scrapes_after(client: PrometheusClient, t: float, scope: Scope, metric: str
-                  ) -> list[float | None]:
+def scrapes_after(client: PrometheusClient, t: float, scope: Scope, metric: str,
+                  gpus: bool = False) -> list[float | None]:
     """Per series of ``metric`` sampled lately: its first sample at or after ``t``, None
-    while it has none yet."""
-    span = max(int(time.time() - t) + 2, 2)
-    return [min((ms / 1000 for ms in series.times if ms / 1000 >= t), default=None)
-            for series in client.query(f"{scope.of(metric)}[{span}s]", time.time())]
+    while it has none yet (``gpus``: GPU series, by parts where a store's limit on series
+    is below them)."""
+    now = time.time()
+    span = max(int(now - t) + 2, 2)
+
+    def ask(more: Sequence[str]) -> list[float | None]:
+        return [min((ms / 1000 for ms in series.times if ms / 1000 >= t), default=None)
+                for series in client.query(f"{scope.of(metric, more)}[{span}s]", now)]
+
+    return gpu_parts(ask) if gpus else ask(())
 
 
 def first_scrape_after(client: PrometheusClient, t: float, scope: Scope) -> float:

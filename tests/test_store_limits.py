@@ -204,6 +204,36 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
 @requires_prometheus
 @requires_victoria_metrics
 @pytest.mark.integration
+def test_a_monitor_session_between_two_scrapes_ends_alike_under_a_limit_below_the_gpus(
+        stores: Stores) -> None:
+    """A session shorter than a scrape interval ends once every GPU was scraped after its
+    stop: whether any GPU has a sample in it and each GPU's next scrape are questions
+    about every GPU, asked by parts of their UUIDs where the store refuses them whole."""
+    from dask_metrics.collector.fetch import Scope
+    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.session_window import scrapes_after, window
+    from dask_metrics.contract import INFO
+
+    n, interval, prom, _, tight = stores
+    start = n - 2 * interval + 0.2 * interval  # just after a scrape, stopped before the next
+    stop = start + 0.5 * interval
+    ends, said = {}, []
+    for name, store in (("prom", prom), ("tight", tight)):
+        with PrometheusClient(ConnectionSettings(store.url)) as client:
+            ends[name] = window(client, start, stop, Scope(CLUSTER), stretch=True,
+                                patience=5.0, warn=said.append)
+            firsts = scrapes_after(client, stop, Scope(CLUSTER), INFO.name, gpus=True)
+            assert len(firsts) == WORKERS * 2 and set(firsts) == {n - interval}
+            if store is tight:  # asked whole, the same is refused
+                with pytest.raises(PrometheusError, match=f"exceeds {TIGHT}"):
+                    scrapes_after(client, stop, Scope(CLUSTER), INFO.name)
+    assert ends["tight"] == ends["prom"] == (start, n - interval)
+    assert len(said) == 2 and all("less than one scrape" in line for line in said)
+
+
+@requires_prometheus
+@requires_victoria_metrics
+@pytest.mark.integration
 def test_a_long_range_over_the_activity_counters_limit_gives_the_same_activities(
         stores: Stores, tmp_path: Path) -> None:
     """A day before the fleet's ten minutes: where the range is narrowed to the counters'
