@@ -295,6 +295,9 @@ JOB_ENDINGS = Endings(JOB_ID, "0123456789", 3)
 the rest of each ending."""
 UUID_ENDINGS = Endings(UUID, "0123456789abcdef", 3)
 """NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th."""
+WORKER_ENDINGS = Endings(WORKER, "0123456789abcdefghijklmnopqrstuvwxyz", 2)
+"""Dask's worker names end in a port, a number or a pod's random suffix: up to 1,333
+parts."""
 
 
 def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str = ""
@@ -508,12 +511,16 @@ def peak_windows(client: PrometheusClient, start: int, end: int, scope: Scope = 
     """{worker: (reach, interval)} in ms: how far back each worker's peak samples in
     [start, end] surely reach, its exporter's peak window plus one sampling interval, and
     that interval (the longest, if they changed), as the exporters say them; workers whose
-    exporters do not say are absent."""
+    exporters do not say are absent. A series per worker: by parts of the workers' names
+    where a store's limit on series is below them."""
     def longest(metric: str) -> dict[str, float]:
-        expr = (f"max by ({WORKER}) (max_over_time({scope.of(metric)}"
-                f"[{max(end - start, 1)}ms]))")
-        return {s.labels.get(WORKER, ""): s.values[-1]
-                for s in client.query(expr, end / 1000) if s.values and s.values[-1] > 0}
+        def ask(more: Sequence[str]) -> dict[str, float]:
+            expr = (f"max by ({WORKER}) (max_over_time({scope.of(metric, more)}"
+                    f"[{max(end - start, 1)}ms]))")
+            return {s.labels.get(WORKER, ""): s.values[-1]
+                    for s in client.query(expr, end / 1000) if s.values and s.values[-1] > 0}
+
+        return {w: v for part in by_endings(ask, WORKER_ENDINGS) for w, v in part.items()}
 
     intervals = longest(EXPORTER_SAMPLE_INTERVAL.name)
     return {worker: (round((window + intervals.get(worker, 0.0)) * 1000),

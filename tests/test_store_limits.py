@@ -11,8 +11,9 @@ all the workers (their GPUs' three metrics: 240 series) does not, and neither do
 prefix tasks of the cluster (120), nor the activity counters of its JOBS jobs (126, at
 most 5 a job), nor the GPUs of the two clusters on the store (80 of this one, 60 of OTHERS
 workers of another); a spike at the last scrape before the range's end. A second
-VictoriaMetrics limited to TIGHT series holds fewer than the cluster's GPUs: which they
-are is asked by parts of their UUIDs."""
+VictoriaMetrics limited to TIGHT series holds fewer than the cluster's GPUs and workers
+(each with its exporter's peak window): which they are is asked by parts of their UUIDs
+and names."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def fleet(n: int, interval: int) -> OpenMetrics:
                    [(t, float(15 * 2**30 if (i, gpu, t) == (3, 0, spike) else
                                (i * 7 + gpu) * 2**20 + (t % 600) * 4096)) for t in times])
             om.add("dask_gpu_memory_total_bytes", labels, [(t, float(16 * 2**30)) for t in times])
+        exporter = {"worker": worker, "dask_cluster": CLUSTER, "instance": f"n{i}:9446",
+                    "job": "dask-gpu"}
+        om.add("dask_gpu_exporter_peak_window_seconds", exporter, [(t, 5.0) for t in times])
+        om.add("dask_gpu_exporter_sample_interval_seconds", exporter, [(t, 0.5) for t in times])
         for k in range(PREFIXES):
             om.add("dask_job_worker_prefix_tasks",
                    {"worker": worker, "dask_cluster": CLUSTER, "scheduler_start": "1",
@@ -174,8 +179,9 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
 def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
         stores: Stores, tmp_path: Path, api: str, seconds: int) -> None:
     """Which GPUs and workers the cluster has, and whether a long range holds any, are
-    questions about every GPU: refused, they are asked by parts of the GPUs' UUIDs; the
-    files, the peaks and the report's numbers are those of the unlimited store."""
+    questions about every GPU, and the exporters' peak windows about every worker: refused,
+    they are asked by parts of the GPUs' UUIDs and of the workers' names; the files, the
+    peaks and the report's numbers are those of the unlimited store."""
     n, _, prom, _, tight = stores
     options = ("--read-api", api, "--since", str(n - seconds))
     run("export", prom.url, n, tmp_path / "prom", *options[2:])
@@ -198,6 +204,14 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
         reports[name] = json.loads((tmp_path / f"report-{name}" / "report.json").read_text())
     for part in ("jobs", "headline", "where_the_time_went"):
         assert reports["tight"][part] == reports["prom"][part], part
+    from dask_metrics.collector.fetch import Scope, peak_windows
+    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+
+    windows = []
+    for store in (prom, tight):
+        with PrometheusClient(ConnectionSettings(store.url)) as client:
+            windows.append(peak_windows(client, (n - seconds) * 1000, n * 1000, Scope(CLUSTER)))
+    assert windows[0] == windows[1] == {f"w-{i}": (5500, 500) for i in range(WORKERS)}
     assert reports["tight"]["headline"]["peak"]["peak_bytes"] == 15 * 2**30
 
 
