@@ -647,13 +647,16 @@ def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int
     start to as much after the end (a DAG that ran just before the end is shown by the next
     scrape). One cheap cluster-wide query (a sample per series and chunk), so that the
     other workers' prefix tasks and busy counters are not asked for (none with an older
-    scheduler preload). A store that finds it too big even in halves of a chunk (a fleet's
-    prefix series over a limit on series) has all ``workers`` read: the same files, in more
-    queries."""
+    scheduler preload). Over a store's limit on series (a fleet's prefix series), asked by
+    parts of the workers' names; a store that finds even those too big has all ``workers``
+    read: the same files, in more queries."""
+    def ask(more: Sequence[str]) -> set[str]:
+        return label_values(client, selector([WORKER_PREFIX_TASKS.name, WORKER_DAG_START.name],
+                                             scope=scope, more=more),
+                            WORKER, start - age, lookahead(end, age), chunk)
+
     try:
-        found = label_values(client, selector([WORKER_PREFIX_TASKS.name,
-                                               WORKER_DAG_START.name], scope=scope),
-                             WORKER, start - age, lookahead(end, age), chunk)
+        found = set().union(*by_endings(ask, WORKER_ENDINGS))
     except PrometheusError as exc:
         if not exc.splittable:
             raise

@@ -126,6 +126,16 @@ def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         yield Stores(n, request.param, prom, vm, tight)
 
 
+def refuses(store: PrometheusServer, metric: str, most: int) -> None:
+    """The store refuses a question about every series of ``metric`` in the cluster."""
+    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+
+    with PrometheusClient(ConnectionSettings(store.url)) as client, \
+            pytest.raises(PrometheusError, match=f"exceeds {most}"):
+        client.query(f'count(last_over_time({metric}{{dask_cluster="{CLUSTER}"}}[1d]))',
+                     time.time())
+
+
 def run(what: str, url: str, n: int, out: Path, *more: str) -> tuple[str, str]:
     args = ["--since", str(n - SECONDS), "--until", str(n), "--prometheus", url,
             "--cluster", CLUSTER, *more]
@@ -146,8 +156,10 @@ def test_a_store_limiting_series_per_query_gives_the_unlimited_stores_files(
     n, interval, prom, vm, _ = stores
     run("export", prom.url, n, tmp_path / "prom", *options)
     _, err = run("export", vm.url, n, tmp_path / "vm", *options)
-    assert "every worker's prefix tasks are read" in err
-    assert "matching timeseries exceeds 100" in err and "Traceback" not in err
+    # which workers executed tasks: asked by parts of their names, none read for nothing
+    assert "prefix tasks are read" not in err
+    assert "Traceback" not in err
+    refuses(vm, "dask_job_worker_prefix_tasks", LIMIT)  # the cluster's prefix series, whole
     record = json.loads((tmp_path / "vm" / "export.json").read_text())
     assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
     rows = SECONDS // (30 if "--step" in options else interval) + 1
@@ -186,7 +198,9 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
     options = ("--read-api", api, "--since", str(n - seconds))
     run("export", prom.url, n, tmp_path / "prom", *options[2:])
     _, err = run("export", tight.url, n, tmp_path / "tight", *options)
-    assert f"matching timeseries exceeds {TIGHT}" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    refuses(tight, "dask_gpu_info", TIGHT)  # the cluster's GPUs, whole
+    refuses(tight, "dask_gpu_exporter_peak_window_seconds", TIGHT)  # its workers, whole
     record = json.loads((tmp_path / "tight" / "export.json").read_text())
     assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
     for name in [*record["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv",
@@ -386,6 +400,41 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
         with pytest.raises(PrometheusError, match="over a limit"):
             _attempt(refuse, 0, 3_600_000, halve_range)  # type: ignore[arg-type]
         assert len(tried) == splits + 1  # depth-first: the first half of each, then raised
+
+
+def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answered(
+) -> None:
+    """A store that refuses even a part of the workers' names for a limit on series has
+    every worker read, said in a warning; as has one that refuses for another limit,
+    without asking parts (they would hold as many samples)."""
+    from dask_metrics.collector.fetch import WORKER_ENDINGS, executing_workers
+
+    class Refusing:
+        def __init__(self, series_bound: bool) -> None:
+            self.asked: list[str] = []
+            self.warnings: list[str] = []
+            self.series_bound = series_bound
+
+        def query(self, expr: str, *_: object) -> list[object]:
+            self.asked.append(expr)
+            raise PrometheusError("the number of matching timeseries exceeds 5", 422,
+                                  "execution", splittable=True,
+                                  series_bound=self.series_bound)
+
+        query_range = query
+
+        def warn(self, message: str) -> None:
+            self.warnings.append(message)
+
+    client = Refusing(series_bound=True)
+    workers = {f"w-{i}" for i in range(7)}
+    found = executing_workers(client, 0, 600_000, 3_600_000, 60_000, workers)  # type: ignore[arg-type]
+    assert found == workers and len(client.warnings) == 1
+    assert "every worker's prefix tasks are read" in client.warnings[0]
+    assert any(f'worker!~".*[{WORKER_ENDINGS.alphabet}]"' in e for e in client.asked)  # split
+    client = Refusing(series_bound=False)  # a limit on samples: a part would not help
+    found = executing_workers(client, 0, 600_000, 3_600_000, 60_000, workers)  # type: ignore[arg-type]
+    assert found == workers and not any("worker!~" in e for e in client.asked)
 
 
 def test_a_selector_is_narrowed_by_more_matchers() -> None:
