@@ -18,12 +18,13 @@ W x 90 short prefix-task series.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from dask_metrics import contract as c
 
-VERSION = 1  # bump when the data changes: cached blocks are keyed by it
+VERSION = 2  # bump when the data changes: cached blocks are keyed by it
 GROUP_SIZE = 50
 JOB_SECONDS = 600
 IDLE_SECONDS = 60
@@ -46,6 +47,12 @@ DAG_SECONDS = JOB_SECONDS // DAGS_PER_JOB
 def worker_name(w: int) -> str:
     """The ``worker`` label of the w-th worker."""
     return f"w-{w}"
+
+
+def gpu_uuid(w: int, g: int) -> str:
+    """The ``uuid`` label of the w-th worker's GPU g: random hex digits as NVML's, the same
+    in every build."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'{w}/{g}')}"
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -126,7 +133,7 @@ def write_fleet(path: Path, workers: int, gpus: int, t0: int, seconds: int,
                 on = [busy(w, s) for s in gpu_times]
                 for g in range(gpus):
                     labels = {**exporter, "instance": f"node-{w}:9446",
-                              c.WORKER: worker_name(w), c.GPU: str(g), c.UUID: f"GPU-{w}-{g}"}
+                              c.WORKER: worker_name(w), c.GPU: str(g), c.UUID: gpu_uuid(w, g)}
                     if name == c.INFO.name:
                         labels |= {"name": "NVIDIA H100 80GB HBM3",
                                    "pci_bus_id": f"0000:{g:02x}:00.0",
@@ -233,7 +240,7 @@ def write_fleet(path: Path, workers: int, gpus: int, t0: int, seconds: int,
                 address = f"tcp://10.0.{w // 250}.{w % 250}:40000"
                 series(c.WORKER_GPU_INFO.name,
                        {**scheduler, c.WORKER: worker_name(w), c.ADDRESS: address,
-                        c.GPU: str(g), c.UUID: f"GPU-{w}-{g}"}, ((t, "1") for t in sched))
+                        c.GPU: str(g), c.UUID: gpu_uuid(w, g)}, ((t, "1") for t in sched))
         family(c.ACTIVITY_SECONDS)
         for (j, d), (group, start) in sorted(dags.items()):
             members = min(GROUP_SIZE, workers - group * GROUP_SIZE)

@@ -49,6 +49,7 @@ from dask_metrics.contract import (
     MEMORY_USED,
     REPLICA_LABELS,
     SCHEDULER_START,
+    SPECS,
     UUID,
     WORKER,
     WORKER_DAG_START,
@@ -355,8 +356,18 @@ def narrower(sel: str, more: Sequence[str]) -> str:
 
 def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
             scope: Scope = UNSCOPED) -> set[str]:
-    """The GPU ``metrics`` with a sample in [start, end] (ms): one instant query each."""
-    return {m for m in metrics if any_sample(client, scope.of(m), start, end, UUID_ENDINGS)}
+    """The ``metrics`` with a sample in [start, end] (ms): one instant query each (by parts
+    of their GPUs or workers where a store's limit on series is below them)."""
+    return {m for m in metrics if any_sample(client, scope.of(m), start, end, parts_of(m))}
+
+
+_LABELS = {spec.name: spec.labels for spec in SPECS}
+
+
+def parts_of(metric: str) -> Endings:
+    """What a question about every series of ``metric`` is split by: its GPUs' UUIDs where
+    its series are a GPU's (or it is not ours), else its workers' names."""
+    return WORKER_ENDINGS if UUID not in _LABELS.get(metric, (UUID,)) else UUID_ENDINGS
 
 
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,

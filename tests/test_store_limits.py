@@ -437,6 +437,20 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
     assert found == workers and not any("worker!~" in e for e in client.asked)
 
 
+def test_a_question_about_every_series_is_split_by_a_label_the_series_have() -> None:
+    """A GPU's series by its UUID, a worker's by its name: a part of a label the series
+    lack would hold them all."""
+    from dask_metrics.collector.fetch import parts_of
+    from dask_metrics.contract import INFO, SPECS, UUID, WORKER
+
+    per_gpu_or_worker = [spec for spec in SPECS if {UUID, WORKER} & set(spec.labels)]
+    assert len(per_gpu_or_worker) > 20
+    for spec in per_gpu_or_worker:
+        assert parts_of(spec.name).name == (UUID if UUID in spec.labels else WORKER)
+    assert parts_of("dask_job_worker_rmm_used_bytes").name == WORKER
+    assert parts_of(INFO.name).name == UUID
+
+
 def test_a_selector_is_narrowed_by_more_matchers() -> None:
     from dask_metrics.collector.fetch import narrower
 
