@@ -273,6 +273,10 @@ ACCOUNTS: dict[str, Account] = {
     "--before 9ee9c3e": Parsed(),
     "python benchmarks/bench_stores.py --workers 300 --commands export peaks --vm-limit 10000":
         Parsed(),
+    "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
+    "--vm-limit 10000": Parsed(),
+    "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
+    "--vm-limit 1000": Parsed(),
     "python benchmarks/bench_stores.py --workers 1000 --commands export": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands peaks --at "
     "60c331b --before 85c79ce": Parsed(),
