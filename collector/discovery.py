@@ -17,6 +17,7 @@ from dask_metrics.collector.fetch import (
     Scope,
     fetch_label_sets,
     gpu_parts,
+    narrower,
 )
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.collector.series import (
@@ -42,10 +43,12 @@ command goes over the workers; done counts a batch's chunks of a long range as f
 
 def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:
     """The dask_cluster values of the GPU series with a sample in [start, end] (ms), sorted
-    ("" for series without one): one instant query, whatever the range."""
+    ("" for series without one): one instant query, whatever the range (by parts of the
+    GPUs where a store's limit on series is below them)."""
     window = max(end - start, 1) + 1
-    found = client.query(f"count by ({DASK_CLUSTER}) (last_over_time({INFO.name}"
-                         f"[{window}ms]))", end / 1000)
+    found = gpu_parts(lambda more: client.query(
+        f"count by ({DASK_CLUSTER}) (last_over_time({narrower(INFO.name, more)}"
+        f"[{window}ms]))", end / 1000))
     return clusters_of([series.labels for series in found])
 
 

@@ -279,16 +279,42 @@ def test_a_long_range_over_the_activity_counters_limit_gives_the_same_activities
 @requires_victoria_metrics
 @pytest.mark.integration
 @pytest.mark.parametrize("seconds", [SECONDS, 86_400], ids=["range", "day"])
-def test_a_cluster_not_on_the_store_is_said_so_where_it_will_not_list_its_clusters(
+def test_a_cluster_not_on_the_store_is_said_so_with_the_clusters_it_holds(
         stores: Stores, seconds: int) -> None:
     """Both clusters' GPUs are over the limit: the one named is found alone; one that is
-    not there is said so in one line, not as the store's refusal of a question about both."""
-    n, _, _, vm, _ = stores
-    done = collector("peaks", "--since", str(n - seconds), "--until", str(n), "--prometheus",
-                     vm.url, "--cluster", "nosuch")
-    assert done.code == 1 and len(done.err.splitlines()) == 1, done.err
-    assert done.err.startswith("collector: error: no GPU series of Dask cluster 'nosuch' ")
-    assert "the store would not list its clusters" in done.err
+    not there is said so in one line, with the clusters there (listed by parts of their
+    GPUs), not as the store's refusal of a question about both."""
+    n, _, _, vm, tight = stores
+    for store in (vm, tight):
+        done = collector("peaks", "--since", str(n - seconds), "--until", str(n),
+                         "--prometheus", store.url, "--cluster", "nosuch")
+        assert done.code == 1 and len(done.err.splitlines()) == 1, done.err
+        assert done.err.startswith("collector: error: no GPU series of Dask cluster 'nosuch' ")
+        assert f"(clusters: '{CLUSTER}', 'other')" in done.err
+
+
+def test_a_cluster_not_on_a_store_that_will_not_list_its_clusters_is_said_so() -> None:
+    """Where even the parts of the GPUs are refused, the cluster named is said absent in
+    one line that says the store would not list its clusters; unnamed, the store's error
+    is the collector's."""
+    from dask_metrics.collector.discovery import NoGpuSeries, find_workers
+
+    class Refusing:
+        url = "http://store"
+
+        def query(self, expr: str, *_: object) -> list[object]:
+            if expr.startswith("count(") and 'dask_cluster="nosuch"' in expr:
+                return []  # the long range's first question: nothing of that cluster
+            raise PrometheusError("the number of matching timeseries exceeds 5", 422,
+                                  "execution", splittable=True, series_bound=True)
+
+        query_range = query
+
+    day = 86_400_000
+    with pytest.raises(NoGpuSeries, match="the store would not list its clusters"):
+        find_workers(Refusing(), 0, day, 3_600_000, None, "nosuch")  # type: ignore[arg-type]
+    with pytest.raises(PrometheusError, match="exceeds 5"):
+        find_workers(Refusing(), 0, day, 3_600_000, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("error", "series"), [
