@@ -277,6 +277,8 @@ ACCOUNTS: dict[str, Account] = {
     "--vm-limit 10000": Parsed(),
     "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
     "--vm-limit 1000": Parsed(),
+    "python benchmarks/bench_stores.py --workers 1000 --commands export peaks report "
+    "--vm-limit 5000": Parsed(),
     "python benchmarks/bench_stores.py --workers 1000 --commands export": Parsed(),
     "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands peaks --at "
     "60c331b --before 85c79ce": Parsed(),
