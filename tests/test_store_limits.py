@@ -68,10 +68,14 @@ def fleet(n: int, interval: int) -> OpenMetrics:
                    [(t, float(15 * 2**30 if (i, gpu, t) == (3, 0, spike) else
                                (i * 7 + gpu) * 2**20 + (t % 600) * 4096)) for t in times])
             om.add("dask_gpu_memory_total_bytes", labels, [(t, float(16 * 2**30)) for t in times])
+            om.add("dask_gpu_up", labels, [(t, 1.0) for t in times])
         exporter = {"worker": worker, "dask_cluster": CLUSTER, "instance": f"n{i}:9446",
                     "job": "dask-gpu"}
         om.add("dask_gpu_exporter_peak_window_seconds", exporter, [(t, 5.0) for t in times])
         om.add("dask_gpu_exporter_sample_interval_seconds", exporter, [(t, 0.5) for t in times])
+        om.add("dask_job_worker_rmm_used_bytes",
+               {"worker": worker, "dask_cluster": CLUSTER, "instance": "scheduler:8787",
+                "job": "dask-scheduler"}, [(t + 7, float(i * 2**20)) for t in times])
         for k in range(PREFIXES):
             om.add("dask_job_worker_prefix_tasks",
                    {"worker": worker, "dask_cluster": CLUSTER, "scheduler_start": "1",
@@ -201,8 +205,10 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
     assert "Traceback" not in err
     refuses(tight, "dask_gpu_info", TIGHT)  # the cluster's GPUs, whole
     refuses(tight, "dask_gpu_exporter_peak_window_seconds", TIGHT)  # its workers, whole
+    refuses(tight, "dask_job_worker_rmm_used_bytes", TIGHT)  # whether RMM is there, whole
     record = json.loads((tmp_path / "tight" / "export.json").read_text())
     assert record["files"] == [f"w-{i}.csv" for i in range(WORKERS)]
+    assert "rmm-used" in record["metrics"]  # present: found by parts of the workers
     for name in [*record["files"], "workers.csv", "jobs.csv", "gpu_by_prefix.csv",
                  "activities.csv"]:
         assert (tmp_path / "tight" / name).read_bytes() == (tmp_path / "prom" / name
@@ -256,6 +262,7 @@ def test_a_monitor_session_between_two_scrapes_ends_alike_under_a_limit_below_th
                 with pytest.raises(PrometheusError, match=f"exceeds {TIGHT}"):
                     scrapes_after(client, stop, Scope(CLUSTER), INFO.name)
     assert ends["tight"] == ends["prom"] == (start, n - interval)
+    refuses(tight, "dask_gpu_up", TIGHT)  # whether every GPU was scraped past the stop
     assert len(said) == 2 and all("less than one scrape" in line for line in said)
 
 
@@ -490,7 +497,7 @@ def test_a_selector_is_narrowed_by_more_matchers() -> None:
 @pytest.mark.parametrize(("endings", "values", "unsplit"), [
     ("JOB_ENDINGS", [str(i) for i in range(1234)] + ["", "x", "7x", "a3"], ["", "x", "7x"]),
     ("UUID_ENDINGS", [gpu_uuid("c", w, g) for w in range(500) for g in range(8)]
-     + ["", "GPU-X", "MIG-0/1"], ["", "GPU-X", "MIG-0/1"]),
+     + ["", "GPU-X", "MIG-GPU-0/1/Z"], ["", "GPU-X", "MIG-GPU-0/1/Z"]),
 ], ids=["job ids", "gpu uuids"])
 def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_endings(
         endings: str, values: list[str], unsplit: list[str]) -> None:
@@ -516,8 +523,8 @@ def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_
                 chosen = [i for i in chosen
                           if bool(re.fullmatch(pattern, i)) == (op == "=~")]
             if len(chosen) > limit:
-                raise PrometheusError("too many series", 422, "execution", splittable=True,
-                                      series_bound=True)
+                raise PrometheusError(f"too many series: {matchers}", 422, "execution",
+                                      splittable=True, series_bound=True)
             return {i: 1 for i in chosen}
         return answer
 
@@ -536,8 +543,10 @@ def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_
     assert max(len(m) for m in asked) == 2  # an ending and the rest of it
     endings_asked = [re.fullmatch(r'\w+=~"\.\*(.*)"', m[0]) for m in asked if m]
     assert max(len(e.group(1)) for e in endings_asked if e) <= ending.depth
-    with pytest.raises(PrometheusError, match="too many series"):
+    rest = f'{ending.name}!~".*[{ending.alphabet}]"'
+    with pytest.raises(PrometheusError) as refused:
         joined(len(unsplit) - 1)  # these end in none of the alphabet: one part, not split
+    assert str(refused.value) == f"too many series: [{rest!r}]"
     asked.clear()
     assert next(fetch.by_endings(ask(20), ending))  # one part at a time: any() stops early
     assert len(asked) == 2  # the whole, refused, then the rest of it
