@@ -11,6 +11,7 @@ of the workers, down to one worker, whose range is then halved.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -284,44 +285,69 @@ samples: ``--since 1y`` over a week of data costs a week's queries, not a year's
 
 class Endings(NamedTuple):
     """How a question about every series of a label is split for a store's limit on series:
-    by the last ``alphabet`` characters of the label's values, up to ``depth`` of them."""
+    by the last ``alphabet`` characters of the label's values, branching at most ``depth``
+    times (a suffix that every value of a part shares, a port or a domain, does not count)."""
 
     name: str
-    alphabet: str
+    alphabet: str  # a "-" last, so that the alphabet is a regex class as it is
     depth: int
 
 
 JOB_ENDINGS = Endings(JOB_ID, "0123456789", 3)
-"""A scheduler numbers its jobs 0, 1, 2, ...: at most 1,111 parts, 1,000 of three digits and
-the rest of each ending."""
-UUID_ENDINGS = Endings(UUID, "0123456789abcdef", 3)
-"""NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th."""
-WORKER_ENDINGS = Endings(WORKER, "0123456789abcdefghijklmnopqrstuvwxyz", 2)
-"""Dask's worker names end in a port, a number or a pod's random suffix: up to 1,333
-parts."""
+"""A scheduler numbers its jobs 0, 1, 2, ...: 1,111 parts at most where they branch, 1,000 of
+three digits and the rest of each ending."""
+UUID_ENDINGS = Endings(UUID, "0123456789abcdef/", 3)
+"""NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th (older
+MIG devices' in "/GI/CI")."""
+WORKER_ENDINGS = Endings(WORKER, "0123456789abcdefghijklmnopqrstuvwxyz:._/-", 2)
+"""Dask's worker names end in a port, a number or a pod's random suffix; workers named by
+their addresses on one port share the port, and are split by the address before it."""
+LONGEST_ENDING = 64
+"""A suffix shared this long is one value's own series, over the limit alone."""
 
 
-def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str = ""
-               ) -> Iterator[_T]:
-    """The answers of ``ask(matchers)`` for the series whose label ``endings.name`` ends in
-    ``ending`` (all: ""), one at a time (``any`` stops at the first that will do). Where
-    the store refuses one for a limit on series, it is asked for those ending in each
-    character of the alphabet before ``ending``, each split again so if refused (up to
-    ``endings.depth`` characters), and for the rest (``ending`` itself, or another
-    character there): parts that hold every series once."""
-    name = endings.name
-    mine = [f"{name}=~{label('.*' + ending)}"] if ending else []
+def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings) -> Iterator[_T]:
+    """The answers of ``ask(matchers)`` for every series, one part at a time (``any`` stops
+    at the first that will do). Where the store refuses them whole for a limit on series,
+    they are asked for the label ``endings.name`` ending in each character of the alphabet,
+    and for the rest (no value, or one ending in another character), each part split again
+    by the character before its ending where refused: parts that hold every series once."""
     try:
-        found = ask(mine)
+        found = ask([])
     except PrometheusError as exc:
-        if not exc.series_bound or len(ending) >= endings.depth:
+        if not exc.series_bound:
             raise
+        yield from _ending_parts(ask, endings, "", endings.depth, exc)
     else:
         yield found
-        return
-    yield ask([*mine, f"{name}!~{label('.*[' + endings.alphabet + ']' + ending)}"])
+
+
+def _ending_parts(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str,
+                  depth: int, refusal: PrometheusError) -> Iterator[_T]:
+    """The parts of the series whose label ends in ``ending`` (refused whole with
+    ``refusal``): the rest first, then each character's, those refused split again once
+    the others are answered, ``depth`` more times where they branch (a part of them all,
+    the others empty, is a suffix they share: the same depth)."""
+    if depth <= 0 or len(ending) >= LONGEST_ENDING:
+        raise refusal
+    name, escaped = endings.name, re.escape(ending)
+    mine = [f"{name}=~{label('.*' + escaped)}"] if ending else []
+    rest = ask([*mine, f"{name}!~{label('.*[' + endings.alphabet + ']' + escaped)}"])
+    yield rest
+    held, refused = bool(rest), []
     for char in endings.alphabet:
-        yield from by_endings(ask, endings, char + ending)
+        try:
+            found = ask([f"{name}=~{label('.*' + re.escape(char + ending))}"])
+        except PrometheusError as exc:
+            if not exc.series_bound:
+                raise
+            refused.append((char, exc))
+        else:
+            held = held or bool(found)
+            yield found
+    deeper = depth if len(refused) == 1 and not held else depth - 1
+    for char, exc in refused:
+        yield from _ending_parts(ask, endings, char + ending, deeper, exc)
 
 
 def gpu_parts(ask: Callable[[Sequence[str]], list[_T]]) -> list[_T]:

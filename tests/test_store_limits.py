@@ -18,6 +18,7 @@ and names."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,6 +45,13 @@ TIGHT = 12  # a limit below a sixth of the cluster's GPUs, above one worker's se
 SECONDS = 600
 INTERVALS = (1, 15, 60)  # scrape intervals: the fastest, the chart's, Prometheus' default
 CLUSTER = "limited"
+PORTS = 20  # workers of a cluster named by their addresses on one port
+
+
+def address(i: int) -> str:
+    """A worker named by its address on a fixed port: the names share their last seven
+    characters, ".5:9000"."""
+    return f"tcp://10.0.{i}.5:9000"
 
 
 def gpu_uuid(cluster: str, worker: int, gpu: int) -> str:
@@ -89,6 +97,21 @@ def fleet(n: int, interval: int) -> OpenMetrics:
                                      "instance": f"o{i}:9446", "job": "dask-gpu",
                                      "hostname": f"o{i}", "name": "Fake GPU"},
                    [(t, 1.0) for t in times])
+    for i in range(PORTS):
+        worker = {"worker": address(i), "dask_cluster": "ports", "instance": f"p{i}:9446",
+                  "job": "dask-gpu"}
+        gpu = {**worker, "gpu": "0", "uuid": gpu_uuid("ports", i, 0)}
+        om.add("dask_gpu_info", {**gpu, "hostname": f"p{i}", "name": "Fake GPU"},
+               [(t, 1.0) for t in times])
+        om.add("dask_gpu_memory_used_bytes", gpu,
+               [(t, float((i + 1) * 2**20 + (t % 600) * 4096)) for t in times])
+        om.add("dask_gpu_memory_total_bytes", gpu, [(t, float(16 * 2**30)) for t in times])
+        om.add("dask_gpu_up", gpu, [(t, 1.0) for t in times])
+        om.add("dask_gpu_exporter_peak_window_seconds", worker, [(t, 5.0) for t in times])
+        om.add("dask_gpu_exporter_sample_interval_seconds", worker, [(t, 0.5) for t in times])
+        om.add("dask_job_worker_rmm_used_bytes",
+               {"worker": address(i), "dask_cluster": "ports", "instance": "scheduler:8787",
+                "job": "dask-scheduler"}, [(t + 7, float(i * 2**20)) for t in times])
     for j in range(JOBS):  # the cluster's activity counters over the limit, a job's not
         job = {"dask_cluster": CLUSTER, "scheduler_start": "1", "job_id": str(j),
                "dag_id": "0", "prefix": f"p{j % 3}", "instance": "scheduler:8787",
@@ -130,13 +153,13 @@ def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         yield Stores(n, request.param, prom, vm, tight)
 
 
-def refuses(store: PrometheusServer, metric: str, most: int) -> None:
-    """The store refuses a question about every series of ``metric`` in the cluster."""
+def refuses(store: PrometheusServer, metric: str, most: int, cluster: str = CLUSTER) -> None:
+    """The store refuses a question about every series of ``metric`` in ``cluster``."""
     from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
 
     with PrometheusClient(ConnectionSettings(store.url)) as client, \
             pytest.raises(PrometheusError, match=f"exceeds {most}"):
-        client.query(f'count(last_over_time({metric}{{dask_cluster="{CLUSTER}"}}[1d]))',
+        client.query(f'count(last_over_time({metric}{{dask_cluster="{cluster}"}}[1d]))',
                      time.time())
 
 
@@ -238,6 +261,36 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
 @requires_prometheus
 @requires_victoria_metrics
 @pytest.mark.integration
+def test_workers_named_by_their_addresses_on_one_port_are_found_under_a_limit(
+        stores: Stores, tmp_path: Path) -> None:
+    """Workers whose names end alike (one port) over the limit: their peak windows, RMM
+    gauges and GPUs are asked by parts split before the port; the files and the peaks are
+    those of the unlimited store."""
+    n, _, prom, _, tight = stores
+    ports = ("--cluster", "ports")
+    run("export", prom.url, n, tmp_path / "prom", *ports)
+    _, err = run("export", tight.url, n, tmp_path / "tight", *ports)
+    assert "Traceback" not in err
+    record = json.loads((tmp_path / "tight" / "export.json").read_text())
+    assert len(record["files"]) == PORTS and "rmm-used" in record["metrics"]
+    for name in [*record["files"], "workers.csv"]:
+        assert (tmp_path / "tight" / name).read_bytes() == (tmp_path / "prom" / name
+                                                            ).read_bytes(), name
+    limited = json.loads(run("peaks", tight.url, n, tmp_path / "v", *ports)[0])
+    assert len(limited) == PORTS
+    assert limited == json.loads(run("peaks", prom.url, n, tmp_path / "p", *ports)[0])
+    from dask_metrics.collector.fetch import Scope, peak_windows
+    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+
+    with PrometheusClient(ConnectionSettings(tight.url)) as client:
+        windows = peak_windows(client, (n - SECONDS) * 1000, n * 1000, Scope("ports"))
+    assert windows == {address(i): (5500, 500) for i in range(PORTS)}
+    refuses(tight, "dask_gpu_exporter_peak_window_seconds", TIGHT, "ports")
+
+
+@requires_prometheus
+@requires_victoria_metrics
+@pytest.mark.integration
 def test_a_monitor_session_between_two_scrapes_ends_alike_under_a_limit_below_the_gpus(
         stores: Stores) -> None:
     """A session shorter than a scrape interval ends once every GPU was scraped after its
@@ -297,7 +350,7 @@ def test_a_cluster_not_on_the_store_is_said_so_with_the_clusters_it_holds(
                          "--prometheus", store.url, "--cluster", "nosuch")
         assert done.code == 1 and len(done.err.splitlines()) == 1, done.err
         assert done.err.startswith("collector: error: no GPU series of Dask cluster 'nosuch' ")
-        assert f"(clusters: '{CLUSTER}', 'other')" in done.err
+        assert f"(clusters: '{CLUSTER}', 'other', 'ports')" in done.err
 
 
 def test_a_cluster_not_on_a_store_that_will_not_list_its_clusters_is_said_so() -> None:
@@ -494,6 +547,56 @@ def test_a_selector_is_narrowed_by_more_matchers() -> None:
     assert narrower('{__name__=~"a|b"}', more[:1]) == '{__name__=~"a|b",uuid=~".*0"}'
 
 
+class Labelled:
+    """A scripted store of one series per value of a label (``weights``: more for some),
+    refusing a question of more than ``limit`` series as a store's limit on series does,
+    its matchers read as PromQL reads them (a quoted, anchored RE2 regex)."""
+
+    def __init__(self, name: str, values: list[str], limit: int,
+                 weights: dict[str, int] | None = None) -> None:
+        self.name, self.values, self.limit = name, values, limit
+        self.weights = weights or {}
+        self.asked: list[list[str]] = []
+
+    def __call__(self, matchers: list[str]) -> dict[str, int]:
+        self.asked.append(matchers)
+        chosen = self.values
+        for m in matchers:
+            name, op, quoted = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', m).groups()
+            assert name == self.name
+            pattern = re.sub(r"\\(.)", lambda c: "\n" if c[1] == "n" else c[1], quoted)
+            chosen = [i for i in chosen if bool(re.fullmatch(pattern, i)) == (op == "=~")]
+        if sum(self.weights.get(i, 1) for i in chosen) > self.limit:
+            raise PrometheusError(f"too many series: {matchers}", 422, "execution",
+                                  splittable=True, series_bound=True)
+        return {i: 1 for i in chosen}
+
+    def joined(self) -> dict[str, int]:
+        """Every part's answer: no value in two of them."""
+        from dask_metrics.collector.fetch import (
+            JOB_ENDINGS,
+            UUID_ENDINGS,
+            WORKER_ENDINGS,
+            by_endings,
+        )
+
+        endings = {e.name: e for e in (WORKER_ENDINGS, UUID_ENDINGS, JOB_ENDINGS)}[self.name]
+        found: dict[str, int] = {}
+        for part in by_endings(self, endings):
+            assert not found.keys() & part.keys()
+            found.update(part)
+        return found
+
+    def endings_asked(self) -> list[str]:
+        """The endings of the parts asked, as the values end (the PromQL string and the
+        regex unescaped)."""
+        def plain(text: str) -> str:
+            return re.sub(r"\\(.)", r"\1", text)
+
+        return [plain(plain(e[1])) for m in self.asked if m
+                if (e := re.fullmatch(r'\w+=~"\.\*(.*)"', m[0]))]
+
+
 @pytest.mark.parametrize(("endings", "values", "unsplit"), [
     ("JOB_ENDINGS", [str(i) for i in range(1234)] + ["", "x", "7x", "a3"], ["", "x", "7x"]),
     ("UUID_ENDINGS", [gpu_uuid("c", w, g) for w in range(500) for g in range(8)]
@@ -506,56 +609,69 @@ def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_
     none, is in a part too), each part split by one more trailing character only where
     the store refused it, at most ``depth`` deep; an error that no part can help is raised
     at once."""
-    import re
-
     from dask_metrics.collector import fetch
 
     ending = getattr(fetch, endings)
-    asked: list[list[str]] = []
-
-    def ask(limit: int) -> object:
-        def answer(matchers: list[str]) -> dict[str, int]:
-            asked.append(matchers)
-            chosen = values
-            for m in matchers:  # name=~"re" / name!~"re", anchored as PromQL's
-                name, op, pattern = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', m).groups()
-                assert name == ending.name
-                chosen = [i for i in chosen
-                          if bool(re.fullmatch(pattern, i)) == (op == "=~")]
-            if len(chosen) > limit:
-                raise PrometheusError(f"too many series: {matchers}", 422, "execution",
-                                      splittable=True, series_bound=True)
-            return {i: 1 for i in chosen}
-        return answer
-
-    def joined(limit: int) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for part in fetch.by_endings(ask(limit), ending):
-            assert not found.keys() & part.keys()  # no value in two parts
-            found.update(part)
-        return found
-
-    assert joined(len(values)) == {i: 1 for i in values}
-    assert asked == [[]]  # under the limit: asked once, whole
-    asked.clear()
-    assert joined(20) == {i: 1 for i in values}  # every value, each once
-    assert 11 < len(asked) < len(values) // 4  # parts split only where refused
-    assert max(len(m) for m in asked) == 2  # an ending and the rest of it
-    endings_asked = [re.fullmatch(r'\w+=~"\.\*(.*)"', m[0]) for m in asked if m]
-    assert max(len(e.group(1)) for e in endings_asked if e) <= ending.depth
+    store = Labelled(ending.name, values, len(values))
+    assert store.joined() == {i: 1 for i in values}
+    assert store.asked == [[]]  # under the limit: asked once, whole
+    store = Labelled(ending.name, values, 20)
+    assert store.joined() == {i: 1 for i in values}  # every value, each once
+    assert 11 < len(store.asked) < len(values) // 4  # parts split only where refused
+    assert max(len(m) for m in store.asked) == 2  # an ending and the rest of it
+    assert max(len(e) for e in store.endings_asked()) <= ending.depth
     rest = f'{ending.name}!~".*[{ending.alphabet}]"'
+    store = Labelled(ending.name, values, len(unsplit) - 1)
     with pytest.raises(PrometheusError) as refused:
-        joined(len(unsplit) - 1)  # these end in none of the alphabet: one part, not split
+        store.joined()  # these end in none of the alphabet: one part, not split
     assert str(refused.value) == f"too many series: [{rest!r}]"
-    asked.clear()
-    assert next(fetch.by_endings(ask(20), ending))  # one part at a time: any() stops early
-    assert len(asked) == 2  # the whole, refused, then the rest of it
+    store = Labelled(ending.name, values, 20)
+    assert next(fetch.by_endings(store, ending))  # one part at a time: any() stops early
+    assert len(store.asked) == 2  # the whole, refused, then the rest of it
+    asked: list[list[str]] = []
 
     def refused(matchers: list[str]) -> dict[str, int]:
         asked.append(matchers)
         raise PrometheusError("refused the credentials", 401)
 
-    asked.clear()
     with pytest.raises(PrometheusError, match="credentials"):
         list(fetch.by_endings(refused, ending))
     assert asked == [[]]
+
+
+@pytest.mark.parametrize(("names", "shared"), [
+    ([f"tcp://10.0.{i // 200}.{i % 200}:9000" for i in range(400)], len(":9000")),
+    ([f"dask-{i}.compute.example.org" for i in range(300)], len(".compute.example.org")),
+    ([f"worker-{i:03d}" for i in range(500)] + ["w-Q", "w_Z", ""], 0),
+], ids=["addresses on one port", "one domain", "numbered"])
+def test_workers_that_share_their_last_characters_are_split_before_them(
+        names: list[str], shared: int) -> None:
+    """Workers named by their addresses on one port (or by hosts of one domain) end
+    alike: the characters they share are no split, and the parts go on before them, to
+    parts under the limit; every name once."""
+    from dask_metrics.collector.fetch import WORKER_ENDINGS
+
+    store = Labelled(WORKER_ENDINGS.name, names, 25)
+    assert store.joined() == {n: 1 for n in names}
+    deepest = max(map(len, store.endings_asked()))
+    assert deepest > shared  # split before what they share
+    assert deepest > WORKER_ENDINGS.depth or not shared
+    assert len(store.asked) < 5 * len(names)
+
+
+def test_a_worker_over_the_limit_alone_is_the_stores_error() -> None:
+    """A part that no ending can split, one worker's own series over the limit, is
+    refused as the store says, after as many characters as its name has."""
+    from dask_metrics.collector.fetch import LONGEST_ENDING, WORKER_ENDINGS
+
+    names = [f"tcp://10.0.0.{i}:9000" for i in range(30)]
+    store = Labelled(WORKER_ENDINGS.name, names, 25, weights={names[7]: 40})
+    with pytest.raises(PrometheusError, match="too many series") as refused:
+        store.joined()
+    assert "7:9000" in str(refused.value)  # a part that holds that worker alone
+    assert max(map(len, store.endings_asked())) <= len(names[7])
+    long = "x" * 100
+    store = Labelled(WORKER_ENDINGS.name, [long, long[1:]], 1, weights={long: 2})
+    with pytest.raises(PrometheusError):
+        store.joined()
+    assert max(map(len, store.endings_asked())) == LONGEST_ENDING
