@@ -84,17 +84,17 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
         ids = sorted({plain(job) for job in jobs}) if len(batches) > 1 else None
         fold = Increases(start)
         for k in range(0, len(only), group):
-            try:
-                fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
-                                          only[k:k + group]))
-            except PrometheusError as exc:  # every job's counters at once: too many series
-                if ids is not None or not exc.series_bound:
-                    raise
-                ids = sorted({plain(job) for job in jobs})
-                # as many were just refused: the halves are asked first
-                client.refused_batches["activities"] = len(ids)
-                fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
-                                          only[k:k + group]))
+            while True:
+                try:
+                    fold.add(fetch_activities(client, begin, end, age, chunk, scope, ids,
+                                              only[k:k + group]))
+                    break
+                except PrometheusError as exc:  # every job's counters at once: too many series
+                    if ids is not None or not exc.series_bound:
+                        raise
+                    ids = sorted({plain(job) for job in jobs})
+                    # as many were just refused: the halves are asked first
+                    client.refused_batches["activities"] = len(ids)
         totals = fold.result()
         if ids is not None:  # another life of a job id is another batch's
             mine = set(jobs)
