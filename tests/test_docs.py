@@ -248,6 +248,7 @@ ACCOUNTS: dict[str, Account] = {
     "fc12744": Parsed(),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b": Parsed(),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at c2dab52": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 300 --rounds 3 --commands report": Parsed(),
     "python benchmarks/bench_fleet.py --workers 300 --rounds 1 --commands report --at "
     "c2dab52": Parsed(),
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
