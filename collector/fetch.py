@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
 from dask_metrics.collector.lifetimes import job_key, restarts
@@ -286,7 +286,8 @@ samples: ``--since 1y`` over a week of data costs a week's queries, not a year's
 class Endings(NamedTuple):
     """How a question about every series of a label is split for a store's limit on series:
     by the last ``alphabet`` characters of the label's values, branching at most ``depth``
-    times (a suffix that every value of a part shares, a port or a domain, does not count)."""
+    times (a level where one character's part alone is refused, a port or a domain that the
+    values share, does not count)."""
 
     name: str
     alphabet: str  # a "-" last, so that the alphabet is a regex class as it is
@@ -302,8 +303,15 @@ MIG devices' in "/GI/CI")."""
 WORKER_ENDINGS = Endings(WORKER, "0123456789abcdefghijklmnopqrstuvwxyz:._/-", 2)
 """Dask's worker names end in a port, a number or a pod's random suffix; workers named by
 their addresses on one port share the port, and are split by the address before it."""
-LONGEST_ENDING = 64
-"""A suffix shared this long is one value's own series, over the limit alone."""
+LONGEST_ENDING = 256
+"""No part is split by an ending longer than this (a host name is at most 253 characters):
+longer, it holds one value's own series, over the limit alone."""
+MOST_PARTS = 10_000
+"""The most questions one question about every series is split into: beyond, it is the
+store's refusal (an adversarial set of values would ask far more)."""
+ANY = "(?s:.*)"
+"""Any characters, newlines too: Prometheus, VictoriaMetrics and Python's ``.`` disagree
+on a newline, and a value matched by both a part and the rest would be counted twice."""
 
 
 def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings) -> Iterator[_T]:
@@ -317,37 +325,70 @@ def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings) -> Iterator
     except PrometheusError as exc:
         if not exc.series_bound:
             raise
-        yield from _ending_parts(ask, endings, "", endings.depth, exc)
+        yield from _ending_parts(_Budget(ask), endings, "", endings.depth, exc, list)
     else:
         yield found
 
 
-def _ending_parts(ask: Callable[[Sequence[str]], _T], endings: Endings, ending: str,
-                  depth: int, refusal: PrometheusError) -> Iterator[_T]:
+class _Budget:
+    """``ask``, refused with ``refusal`` once MOST_PARTS questions have been asked."""
+
+    def __init__(self, ask: Callable[[Sequence[str]], Any]) -> None:
+        self.ask, self.left = ask, MOST_PARTS
+
+    def __call__(self, matchers: Sequence[str], refusal: PrometheusError) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise refusal
+        return self.ask(matchers)
+
+
+def _ending_parts(ask: _Budget, endings: Endings, ending: str, depth: int,
+                  refusal: PrometheusError, pieces: Callable[[str], Sequence[str]]
+                  ) -> Iterator[_T]:
     """The parts of the series whose label ends in ``ending`` (refused whole with
-    ``refusal``): the rest first, then each character's, those refused split again once
-    the others are answered, ``depth`` more times where they branch (a part of them all,
-    the others empty, is a suffix they share: the same depth)."""
+    ``refusal``): the rest first, then the characters before the ending in ``pieces`` of
+    the alphabet (each alone, or halves split again where refused), those refused alone
+    split again once the others are answered: ``depth`` more times where several are, and
+    by halves of the alphabet after a level where one alone is (a suffix the values share
+    costs a few questions a character, not one per character)."""
     if depth <= 0 or len(ending) >= LONGEST_ENDING:
         raise refusal
     name, escaped = endings.name, re.escape(ending)
-    mine = [f"{name}=~{label('.*' + escaped)}"] if ending else []
-    rest = ask([*mine, f"{name}!~{label('.*[' + endings.alphabet + ']' + escaped)}"])
-    yield rest
-    held, refused = bool(rest), []
-    for char in endings.alphabet:
-        try:
-            found = ask([f"{name}=~{label('.*' + re.escape(char + ending))}"])
-        except PrometheusError as exc:
-            if not exc.series_bound:
-                raise
-            refused.append((char, exc))
-        else:
-            held = held or bool(found)
-            yield found
-    deeper = depth if len(refused) == 1 and not held else depth - 1
+    mine = [f"{name}=~{label(ANY + escaped)}"] if ending else []
+    yield ask([*mine, f"{name}!~{label(ANY + '[' + endings.alphabet + ']' + escaped)}"],
+              refusal)
+    refused: list[tuple[str, PrometheusError]] = []
+    yield from _char_parts(ask, name, endings.alphabet, escaped, refused, refusal, pieces)
+    shared = len(refused) == 1
     for char, exc in refused:
-        yield from _ending_parts(ask, endings, char + ending, deeper, exc)
+        yield from _ending_parts(ask, endings, char + ending, depth if shared else depth - 1,
+                                 exc, _halves if shared else list)
+
+
+def _char_parts(ask: _Budget, name: str, chars: str, escaped: str,
+                refused: list[tuple[str, PrometheusError]], refusal: PrometheusError,
+                pieces: Callable[[str], Sequence[str]]) -> Iterator[_T]:
+    """The parts of the values ending in one of ``chars`` and then ``escaped``, asked by
+    ``pieces`` of them; a piece refused is split in halves, a character refused alone is
+    added to ``refused``."""
+    for piece in pieces(chars):
+        matched = re.escape(piece) if len(piece) == 1 else f"[{piece}]"
+        try:
+            found = ask([f"{name}=~{label(ANY + matched + escaped)}"], refusal)
+        except PrometheusError as exc:
+            if not exc.series_bound or exc is refusal:
+                raise
+            if len(piece) == 1:
+                refused.append((piece, exc))
+            else:
+                yield from _char_parts(ask, name, piece, escaped, refused, exc, _halves)
+        else:
+            yield found
+
+
+def _halves(chars: str) -> tuple[str, str]:
+    return chars[:len(chars) // 2], chars[len(chars) // 2:]
 
 
 def gpu_parts(ask: Callable[[Sequence[str]], list[_T]]) -> list[_T]:

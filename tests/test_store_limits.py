@@ -493,7 +493,7 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
     """A store that refuses even a part of the workers' names for a limit on series has
     every worker read, said in a warning; as has one that refuses for another limit,
     without asking parts (they would hold as many samples)."""
-    from dask_metrics.collector.fetch import WORKER_ENDINGS, executing_workers
+    from dask_metrics.collector.fetch import ANY, WORKER_ENDINGS, executing_workers
 
     class Refusing:
         def __init__(self, series_bound: bool) -> None:
@@ -517,7 +517,7 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
     found = executing_workers(client, 0, 600_000, 3_600_000, 60_000, workers)  # type: ignore[arg-type]
     assert found == workers and len(client.warnings) == 1
     assert "every worker's prefix tasks are read" in client.warnings[0]
-    assert any(f'worker!~".*[{WORKER_ENDINGS.alphabet}]"' in e for e in client.asked)  # split
+    assert any(f'worker!~"{ANY}[{WORKER_ENDINGS.alphabet}]"' in e for e in client.asked)
     client = Refusing(series_bound=False)  # a limit on samples: a part would not help
     found = executing_workers(client, 0, 600_000, 3_600_000, 60_000, workers)  # type: ignore[arg-type]
     assert found == workers and not any("worker!~" in e for e in client.asked)
@@ -594,7 +594,7 @@ class Labelled:
             return re.sub(r"\\(.)", r"\1", text)
 
         return [plain(plain(e[1])) for m in self.asked if m
-                if (e := re.fullmatch(r'\w+=~"\.\*(.*)"', m[0]))]
+                if (e := re.fullmatch(r'\w+=~"\(\?s:\.\*\)([^[]*)"', m[0]))]
 
 
 @pytest.mark.parametrize(("endings", "values", "unsplit"), [
@@ -620,7 +620,7 @@ def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_
     assert 11 < len(store.asked) < len(values) // 4  # parts split only where refused
     assert max(len(m) for m in store.asked) == 2  # an ending and the rest of it
     assert max(len(e) for e in store.endings_asked()) <= ending.depth
-    rest = f'{ending.name}!~".*[{ending.alphabet}]"'
+    rest = f'{ending.name}!~"{fetch.ANY}[{ending.alphabet}]"'
     store = Labelled(ending.name, values, len(unsplit) - 1)
     with pytest.raises(PrometheusError) as refused:
         store.joined()  # these end in none of the alphabet: one part, not split
@@ -639,11 +639,18 @@ def test_a_question_about_every_series_refused_for_its_series_is_asked_by_label_
     assert asked == [[]]
 
 
+KUBERNETES = ".dask-worker-headless.data-science-production.svc.cluster.local:8788"
+
+
 @pytest.mark.parametrize(("names", "shared"), [
     ([f"tcp://10.0.{i // 200}.{i % 200}:9000" for i in range(400)], len(":9000")),
+    ([f"tcp://10.0.{i // 200}.{i % 200}:9000" for i in range(1000)]
+     + ["tcp://10.9.9.9:9001", "w-1", ""], len(":9000")),  # and a few others
     ([f"dask-{i}.compute.example.org" for i in range(300)], len(".compute.example.org")),
-    ([f"worker-{i:03d}" for i in range(500)] + ["w-Q", "w_Z", ""], 0),
-], ids=["addresses on one port", "one domain", "numbered"])
+    ([f"tcp://dask-worker-{i}{KUBERNETES}" for i in range(300)], len(KUBERNETES)),
+    ([f"worker-{i:03d}" for i in range(500)] + ["w-Q", "w_Z", "", "x\ny0", "\n0"], 0),
+], ids=["addresses on one port", "and others", "one domain", "a pod's service",
+        "numbered"])
 def test_workers_that_share_their_last_characters_are_split_before_them(
         names: list[str], shared: int) -> None:
     """Workers named by their addresses on one port (or by hosts of one domain) end
@@ -656,7 +663,24 @@ def test_workers_that_share_their_last_characters_are_split_before_them(
     deepest = max(map(len, store.endings_asked()))
     assert deepest > shared  # split before what they share
     assert deepest > WORKER_ENDINGS.depth or not shared
-    assert len(store.asked) < 5 * len(names)
+    assert len(store.asked) < 15 * shared + 3 * len(names)  # a few a shared character
+
+
+def test_a_question_split_into_too_many_parts_is_the_stores_refusal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set of values that would take more than MOST_PARTS questions is refused as the
+    store refused it, not asked on and on."""
+    from dask_metrics.collector import fetch
+
+    names = [f"{i}{'y' * 40}{j}" for i in range(10) for j in range(10)]
+    store = Labelled(fetch.WORKER_ENDINGS.name, names, 3)
+    assert store.joined() == {n: 1 for n in names}
+    needed = len(store.asked)
+    monkeypatch.setattr(fetch, "MOST_PARTS", needed // 2)
+    store = Labelled(fetch.WORKER_ENDINGS.name, names, 3)
+    with pytest.raises(PrometheusError, match="too many series"):
+        store.joined()
+    assert len(store.asked) == needed // 2 + 1  # the whole, then the parts allowed
 
 
 def test_a_worker_over_the_limit_alone_is_the_stores_error() -> None:
@@ -670,7 +694,7 @@ def test_a_worker_over_the_limit_alone_is_the_stores_error() -> None:
         store.joined()
     assert "7:9000" in str(refused.value)  # a part that holds that worker alone
     assert max(map(len, store.endings_asked())) <= len(names[7])
-    long = "x" * 100
+    long = "x" * 300
     store = Labelled(WORKER_ENDINGS.name, [long, long[1:]], 1, weights={long: 2})
     with pytest.raises(PrometheusError):
         store.joined()
