@@ -310,8 +310,9 @@ MOST_PARTS = 10_000
 """The most questions one question about every series is split into: beyond, it is the
 store's refusal (an adversarial set of values would ask far more)."""
 ANY = "(?s:.*)"
-"""Any characters, newlines too: Prometheus, VictoriaMetrics and Python's ``.`` disagree
-on a newline, and a value matched by both a part and the rest would be counted twice."""
+"""Any characters, newlines too: a bare ``.*`` matched a newline in one of
+VictoriaMetrics' two matchers and not in the other, and a value matched by both a part and
+the rest would be counted twice."""
 
 
 def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings) -> Iterator[_T]:

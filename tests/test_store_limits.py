@@ -547,6 +547,11 @@ def test_a_selector_is_narrowed_by_more_matchers() -> None:
     assert narrower('{__name__=~"a|b"}', more[:1]) == '{__name__=~"a|b",uuid=~".*0"}'
 
 
+def unescaped(text: str) -> str:
+    """A PromQL string literal's text (or an escaped regex's characters) as it reads."""
+    return re.sub(r"\\(.)", lambda c: "\n" if c[1] == "n" else c[1], text)
+
+
 class Labelled:
     """A scripted store of one series per value of a label (``weights``: more for some),
     refusing a question of more than ``limit`` series as a store's limit on series does,
@@ -564,7 +569,7 @@ class Labelled:
         for m in matchers:
             name, op, quoted = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', m).groups()
             assert name == self.name
-            pattern = re.sub(r"\\(.)", lambda c: "\n" if c[1] == "n" else c[1], quoted)
+            pattern = unescaped(quoted)
             chosen = [i for i in chosen if bool(re.fullmatch(pattern, i)) == (op == "=~")]
         if sum(self.weights.get(i, 1) for i in chosen) > self.limit:
             raise PrometheusError(f"too many series: {matchers}", 422, "execution",
@@ -590,10 +595,7 @@ class Labelled:
     def endings_asked(self) -> list[str]:
         """The endings of the parts asked, as the values end (the PromQL string and the
         regex unescaped)."""
-        def plain(text: str) -> str:
-            return re.sub(r"\\(.)", r"\1", text)
-
-        return [plain(plain(e[1])) for m in self.asked if m
+        return [unescaped(unescaped(e[1])) for m in self.asked if m
                 if (e := re.fullmatch(r'\w+=~"\(\?s:\.\*\)([^[]*)"', m[0]))]
 
 
