@@ -173,8 +173,9 @@ OPTIONS: tuple[Option, ...] = (
            "counter, which costs ~4 ms of CPU per GPU on an H100; in between it advances by "
            f"power x time (default {ExporterConfig.energy_interval:g}; at most --interval: every "
            "sample)", "S"),
-    Option("gpus", _list, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated "
-           "(default: CUDA_VISIBLE_DEVICES, else the worker-info file, else all)", "LIST"),
+    Option("gpus", _list, "GPUs of the worker: NVML indices, GPU-/MIG- UUIDs, comma-separated, "
+           "or 'all' (every device CUDA_VISIBLE_DEVICES lists; default: its first, as "
+           "dask-cuda's workers use, else the worker-info file, else every GPU)", "LIST"),
     Option("worker", _text, "the worker label (default: DASK_WORKER_NAME, else the "
            "worker-info file, else the host name)", "NAME"),
     Option("worker_info_file", _text, "worker-info file the worker preload writes (sidecar: "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 # Values that batch systems put in CUDA_VISIBLE_DEVICES to mean "no GPU at all".
 _NO_DEVICE_VALUES = {"", "-1", "none", "nodevfiles", "void"}
+ALL = "all"  # --gpus all: every device the process can see, not only its first
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,22 @@ def split_tokens(spec: str) -> list[str]:
     if spec.strip().lower() in _NO_DEVICE_VALUES:
         return []
     return [t.strip() for t in spec.split(",")]
+
+
+def owned(option: str | None, visible: str | None) -> str | None:
+    """The spec of the GPUs a worker owns: ``option`` (``--gpus``) where given, else the
+    first device of ``visible`` (``CUDA_VISIBLE_DEVICES``); None where neither says.
+
+    dask-cuda gives every worker all of a node's GPUs, its own first (``"1,2,3,0"``), and
+    distributed and dask-cuda take the first as the worker's: so does this. ``all`` keeps
+    every device ``visible`` lists, or every GPU where it is unset."""
+    if option is not None and option.strip().lower() == ALL:
+        return visible
+    if option is not None:
+        return option
+    if visible is None:
+        return None
+    return ",".join(split_tokens(visible)[:1])
 
 
 def _match(token: str, candidates: Sequence[Candidate]) -> Candidate | None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from dask_metrics.exporter.identity import WorkerIdentity, read_info_file
+from dask_metrics.exporter.selection import owned
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,9 @@ class Target:
 class TargetSource:
     """Resolves the target each sampling round; cheap unless the worker-info file changed.
 
-    Precedence, per field: explicit options, then the environment (``CUDA_VISIBLE_DEVICES``,
-    ``DASK_WORKER_NAME``), then the worker-info file, then defaults (all GPUs, host name).
+    Precedence, per field: explicit options, then the environment (the first device of
+    ``CUDA_VISIBLE_DEVICES``, ``DASK_WORKER_NAME``), then the worker-info file, then defaults
+    (all GPUs, host name); ``gpus="all"`` takes every device ``CUDA_VISIBLE_DEVICES`` lists.
     ``file_gpus=False`` takes only the worker's name and pid from the file, not its GPUs: a
     sidecar simulating GPUs serves its own, whatever the worker found (none, on a machine
     without a GPU).
@@ -46,7 +48,7 @@ class TargetSource:
     ) -> None:
         # os.environ holds undecodable bytes as surrogates, which no scrape could encode
         self._worker = worker or _decodable(environ.get("DASK_WORKER_NAME")) or None
-        self._gpus = gpus if gpus is not None else environ.get("CUDA_VISIBLE_DEVICES")
+        self._gpus = owned(gpus, environ.get("CUDA_VISIBLE_DEVICES"))
         self._pids = pids
         self._info_file = info_file
         self._file_gpus = file_gpus

@@ -63,9 +63,23 @@ def _options(fn: Any) -> Any:
     return fn
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+class _SharedArgv(click.Command):
+    """A command that leaves unknown options to the other preloads: Dask's ``dask worker``
+    parses a preload's argv in a bare ``click.Context``, which reads this attribute and
+    not ``context_settings``."""
+
+    ignore_unknown_options = True
+
+
+@click.command(cls=_SharedArgv)
 @_options
-def dask_setup(dask_worker: Any, **cli: Any) -> None:
+@click.argument("others", nargs=-1, type=click.UNPROCESSED)
+def dask_setup(dask_worker: Any, others: tuple[str, ...] = (), **cli: Any) -> None:
+    # Dask hands one flat preload_argv to every preload of a worker (dask-cuda adds
+    # --create-cuda-context for its own): what is not ours is another preload's.
+    if others:  # their values may be another preload's secrets: only the flags are named
+        logger.info("dask-metrics: leaving %d argument(s) to the other preloads (%s)",
+                    len(others), " ".join(a for a in others if a.startswith("-")) or "values")
     try:
         _setup(dask_worker, cli)
     except ConfigError as exc:

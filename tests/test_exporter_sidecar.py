@@ -387,6 +387,11 @@ def test_selection_by_cuda_visible_devices_and_uuid(fake_nvml):
     with sidecar("--worker", "w0", env=env) as base:
         # no worker-info file to learn dask_cluster from: the host name
         s = scrape(base + "/metrics").of_cluster(socket.gethostname())
+    # dask-cuda's rotated list: the worker's own device is the first
+    assert list(values(s, "dask_gpu_up")) == [
+        tuple(sorted(gpu_labels(fake_nvml, 1, position=0).items()))]
+    with sidecar("--worker", "w0", "--gpus", "all", env=env) as base:
+        s = scrape(base + "/metrics").of_cluster(socket.gethostname())
     assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 1, position=0)) == 1
     assert value(s, "dask_gpu_up", **gpu_labels(fake_nvml, 0, position=1)) == 1
     with sidecar("--worker", "w0", "--gpus", fake_nvml.uuid(1), env=env) as base:

@@ -10,7 +10,7 @@ import pytest
 from distributed import Client, LocalCluster
 from prometheus_client import REGISTRY
 
-from tests.fake_nvml import GiB
+from tests.fake_nvml import FakeGPU, GiB
 from tests.helpers import (
     no_nvml_env,
     scheduler_and_worker,
@@ -56,6 +56,23 @@ def test_worker_preload_serves_its_gpus_and_publishes_its_identity(fake_nvml, tm
         assert written["name"] == "gpu-worker-1" and written["pid"] == pid
         assert written["gpus"] == [{"index": 0, "uuid": fake_nvml.uuid(1)}]
         assert written["address"].startswith("tcp://127.0.0.1:")
+
+
+def test_a_rotated_device_list_is_the_first_devices_worker(fake_nvml):
+    """dask-cuda's second worker of four: ``CUDA_VISIBLE_DEVICES=1,2,3,0`` and dask-cuda's
+    own preload argument beside ours; the worker owns GPU 1 alone."""
+    fake_nvml.gpus.extend(FakeGPU() for _ in range(2))
+    fake_nvml.write()
+    env = {**fake_nvml.env, "CUDA_VISIBLE_DEVICES": "1,2,3,0"}
+    cluster, sched_port, worker_http = start_cluster(env, "--interval", "0.2",
+                                                     "--create-cuda-context")
+    with cluster, Client(f"tcp://127.0.0.1:{sched_port}", timeout=30) as client:
+        client.wait_for_workers(1, timeout=60)
+        s = wait_for(lambda: scrape(f"http://127.0.0.1:{worker_http}/metrics"),
+                     lambda s: values(s, "dask_gpu_info"), what="worker GPU series")
+        assert {dict(k)["uuid"] for k in values(s, "dask_gpu_up")} == {fake_nvml.uuid(1)}
+        assert identities(client)["gpu-worker-1"]["gpus"] == [
+            {"index": 0, "uuid": fake_nvml.uuid(1)}]
 
 
 def test_worker_without_nvml_runs_and_says_so(tmp_path):

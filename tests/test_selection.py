@@ -2,7 +2,7 @@
 
 import pytest
 
-from dask_metrics.exporter.selection import Candidate, select, select_uuids
+from dask_metrics.exporter.selection import Candidate, owned, select, select_uuids
 
 GPU0 = Candidate(0, "GPU-aaaaaaaa-0000-0000-0000-000000000000")
 GPU1 = Candidate(1, "GPU-bbbbbbbb-0000-0000-0000-000000000001")
@@ -54,3 +54,19 @@ def test_worker_info_uuids():
     assert [c.uuid for c in select_uuids([GPU2.uuid, GPU0.uuid], ALL).devices] == [
         GPU2.uuid, GPU0.uuid]
     assert select_uuids([], ALL).devices == ()
+
+
+@pytest.mark.parametrize(("option", "visible", "spec"), [
+    (None, "1,2,3,0", "1"),  # dask-cuda's second worker of four: its own device first
+    (None, f"{MIG.uuid},{GPU1.uuid}", MIG.uuid),
+    (None, f" {GPU2.uuid} ,{GPU0.uuid}", GPU2.uuid),
+    (None, "-1", ""),  # no device stays no device
+    (None, "", ""),
+    (None, None, None),  # not said: the worker-info file, else every GPU
+    ("all", "1,2,3,0", "1,2,3,0"),
+    (" ALL ", None, None),
+    ("2,0", "1,2,3,0", "2,0"),  # a list given is the worker's, whole
+    ("", "1,0", ""),
+])
+def test_a_worker_owns_the_first_visible_device_unless_told(option, visible, spec):
+    assert owned(option, visible) == spec

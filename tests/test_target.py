@@ -13,7 +13,10 @@ IDENTITY = WorkerIdentity("w-7", "tcp://10.0.0.7:4000", 4242, "node-7",
 
 def test_environment_then_defaults():
     t = TargetSource(environ={"DASK_WORKER_NAME": "env-name", "CUDA_VISIBLE_DEVICES": "1,0"})()
-    assert (t.worker, t.gpus) == ("env-name", "1,0")
+    assert (t.worker, t.gpus) == ("env-name", "1")  # dask-cuda's rotation: its own first
+    t = TargetSource(gpus="all", environ={"CUDA_VISIBLE_DEVICES": "1,0"})()
+    assert t.gpus == "1,0"
+    assert TargetSource(gpus="ALL", environ={})().gpus is None  # every GPU
     t = TargetSource(environ={})()
     assert t.gpus is None and t.worker  # all GPUs, host name
 
