@@ -36,7 +36,8 @@ from dask_metrics.options import add_arguments
 
 EXIT_USAGE = 2
 EXIT_NO_NVML = 3
-WORKER_ONLY = ("serve_metrics", "nvml")  # worker-preload options, not the sidecar's
+# worker-preload options, not the sidecar's
+WORKER_ONLY = ("serve_metrics", "nvml", "metrics_url")
 
 logger = logging.getLogger("dask_metrics.exporter")
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from dask_metrics.configfile import ConfigError, parse_bytes
 from dask_metrics.contract import CLUSTER_ENV
@@ -114,6 +115,19 @@ def parse_listen(value: Any) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", number
 
 
+def _metrics_url(value: Any) -> str:
+    """Where GPU series are served: a URL, or ``HOST:PORT`` for ``http://HOST:PORT/metrics``."""
+    text = _text(value).strip()
+    url = urlsplit(text if "://" in text else f"http://{text}")
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme not in ("http", "https") or not url.hostname or port is None:
+        raise ValueError("must look like HOST:PORT or http(s)://HOST:PORT/PATH")
+    return urlunsplit((url.scheme, url.netloc, url.path or "/metrics", "", ""))
+
+
 def _listen(value: Any) -> str:
     parse_listen(value)
     return str(value).strip()
@@ -147,6 +161,7 @@ class ExporterConfig:
     connection_timeout: float = DEFAULT_CONNECTION_TIMEOUT
     dask_cluster: str | None = None
     scheduler: str | None = None
+    metrics_url: str | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -210,6 +225,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("scheduler", _text, "sidecar: the Dask scheduler's address, to learn the "
            "dask_cluster name from when no worker-info file names it (default: "
            "DASK_SCHEDULER_ADDRESS)", "ADDRESS"),
+    Option("metrics_url", _metrics_url, "worker preload only: where this worker's GPU series "
+           "are served when a sidecar serves them (HOST:PORT or URL), listed in the "
+           "scheduler's /dask-metrics/targets (default: the worker's own /metrics where the "
+           "preload serves them there)", "URL"),
     Option("log_level", _level, "debug, info, warning or error (default "
            f"{ExporterConfig.log_level.lower()})", "LEVEL"),
 )

@@ -44,6 +44,9 @@ class WorkerIdentity:
     # The dask_cluster label: in the worker-info file, the value the worker uses ("" until
     # it knows it); to the scheduler, the worker's own setting ("" when it has none).
     cluster: str = ""
+    # Where the worker's GPU series are served (its own /metrics or a sidecar's), for the
+    # scheduler's /dask-metrics/targets; "" where nowhere is known.
+    metrics_url: str = ""
 
     @property
     def label(self) -> str:
@@ -67,6 +70,7 @@ class WorkerIdentity:
                 host=_utf8(data.get("host") or ""),
                 gpus=gpus,
                 cluster=_utf8(data.get("cluster") or ""),
+                metrics_url=_utf8(data.get("metrics_url") or ""),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # pid: Infinity
             raise ValueError(f"malformed worker identity: {exc!r}") from None

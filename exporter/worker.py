@@ -27,6 +27,7 @@ from dask_metrics.contract import DASK_CLUSTER, Handler
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.cli import make_sampler
 from dask_metrics.exporter.config import ENV_PREFIX, OPTIONS, ExporterConfig, resolve
+from dask_metrics.exporter.dask_http import dashboard_url
 from dask_metrics.exporter.gpu_collector import GpuCollector
 from dask_metrics.exporter.identity import (
     STARTUP_KEY,
@@ -97,7 +98,7 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
     if refusal:
         # Publish who the worker is (a sidecar still wants its name and pid), with no GPU.
         logger.warning("dask-metrics: %s", refusal)
-        identity = _identity(worker, (), own)
+        identity = replace(_identity(worker, (), own), metrics_url=config.metrics_url or "")
         worker.startup_information[STARTUP_KEY] = lambda _w: identity.to_dict()
         _learn_cluster(worker, own, None, identity, config.worker_info_file)
         return
@@ -108,13 +109,14 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
     if not first.nvml_up:
         logger.warning("dask-metrics: %s; the worker runs on, NVML is retried in the "
                        "background", sampler.last_error)
-    identity = _identity(worker, tuple(g.ref for g in first.gpus), own)
+    served = config.serve_metrics and _start(worker, sampler, config)
+    if not served:
+        sampler.stop()
+    url = config.metrics_url or (dashboard_url(worker) if served else None)
+    identity = replace(_identity(worker, tuple(g.ref for g in first.gpus), own),
+                       metrics_url=url or "")
     worker.startup_information[STARTUP_KEY] = lambda _w: _current_identity(identity, sampler)
     _learn_cluster(worker, own, target, identity, config.worker_info_file)
-    if not config.serve_metrics:
-        sampler.stop()
-        return
-    _start(worker, sampler, config)
 
 
 def _learn_cluster(worker: Any, own: str | None, target: TargetSource | None,
@@ -185,18 +187,19 @@ def _current_identity(identity: WorkerIdentity, sampler: Sampler) -> dict[str, A
     return replace(identity, gpus=gpus).to_dict()
 
 
-def _start(worker: Any, sampler: Sampler, config: ExporterConfig) -> None:
+def _start(worker: Any, sampler: Sampler, config: ExporterConfig) -> bool:
+    """Sample and serve on the worker's /metrics; False where the series cannot be served."""
     if not _samplers:
         try:
             REGISTRY.register(_collector)
         except ValueError as exc:  # someone else already serves dask_gpu_* in this process
             logger.warning("dask-metrics: GPU series not served: %s", exc)
-            sampler.stop()
-            return
+            return False
     _samplers[id(worker)] = sampler
     sampler.start()
     logger.info("dask-metrics: sampling %d GPU(s) every %g s for worker %s",
                 len(sampler.snapshot.gpus), config.interval, sampler.snapshot.worker)
+    return True
 
 
 def dask_teardown(worker: Any) -> None:

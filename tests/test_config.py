@@ -103,3 +103,18 @@ def test_parse_listen(text, expected):
 def test_sizes_in_bytes(text, expected):
     assert parse_bytes(text) == expected
     assert resolve({"simulate_memory": text}, {}).simulate_memory == expected
+
+
+@pytest.mark.parametrize(("given", "url"), [
+    ("node7:9446", "http://node7:9446/metrics"),
+    ("https://node7:9446", "https://node7:9446/metrics"),
+    ("http://[fd00::7]:9446/gpu", "http://[fd00::7]:9446/gpu"),
+])
+def test_metrics_url_of_a_sidecar(given, url):
+    assert resolve({"metrics_url": given}, environ={}).metrics_url == url
+
+
+@pytest.mark.parametrize("given", ["node7", "ftp://node7:21", "node7:port", ":9446"])
+def test_a_metrics_url_without_host_and_port_is_refused(given):
+    with pytest.raises(ConfigError, match="--metrics-url"):
+        resolve({"metrics_url": given}, environ={})

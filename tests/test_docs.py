@@ -118,7 +118,8 @@ ACCOUNTS: dict[str, Account] = {
     "curl -s http://worker-host:8788/metrics | grep dask_gpu_": Run("test_local_deployment"),
     "dask scheduler --preload dask_metrics.scheduler &": Run("test_local_deployment"),
     "CUDA_VISIBLE_DEVICES=0 dask worker tcp://127.0.0.1:8786 --name gpu0 --preload "
-    "dask_metrics.worker --worker-info-file /tmp/gpu0.json --serve-metrics false &":
+    "dask_metrics.worker --worker-info-file /tmp/gpu0.json --serve-metrics false "
+    "--metrics-url 127.0.0.1:9446 &":
         Run("test_local_deployment"),
     "dask-metrics-exporter --worker-info-file /tmp/gpu0.json --listen 127.0.0.1:9446 &":
         Run("test_local_deployment"),
@@ -645,8 +646,10 @@ def test_local_deployment(fake_nvml, tmp_path):
     cmds.append((argv, {**base, **env}))
     argv, env = dask_argv(localise(documented(
         "CUDA_VISIBLE_DEVICES=0 dask worker tcp://127.0.0.1:8786 --name gpu0 --preload "
-        "dask_metrics.worker --worker-info-file /tmp/gpu0.json --serve-metrics false &"),
-        {"tcp://127.0.0.1:8786": addr, "/tmp/gpu0.json": str(info)}), ["--host", "127.0.0.1"])
+        "dask_metrics.worker --worker-info-file /tmp/gpu0.json --serve-metrics false "
+        "--metrics-url 127.0.0.1:9446 &"),
+        {"tcp://127.0.0.1:8786": addr, "/tmp/gpu0.json": str(info),
+         "127.0.0.1:9446": f"127.0.0.1:{sidecar_port}"}), ["--host", "127.0.0.1"])
     assert env == {"CUDA_VISIBLE_DEVICES": "0"}
     cmds.append((argv, {**base, **env}))
     cmds.append((exporter_argv(localise(documented(
@@ -694,6 +697,13 @@ def test_local_deployment(fake_nvml, tmp_path):
                                              if ln.startswith("dask_gpu_up{")],
                          timeout=60, what="the in-process worker's GPU series")
         assert len(lines) == 2 and all('worker="inproc"' in ln for ln in lines), lines
+        # deploy.md: the scheduler lists both GPU endpoints for Prometheus to discover
+        sd = f"http://127.0.0.1:{sched[0][1]}/dask-metrics/targets"
+        groups = wait_for(lambda: alive() or json.loads(http_get(sd)[1]),
+                          lambda g: len(g) == 3, timeout=60, what="the discovered targets")
+        assert {(g["labels"].get("worker"), g["targets"][0]) for g in groups} == {
+            (None, f"127.0.0.1:{sched[0][1]}"), ("gpu0", f"127.0.0.1:{sidecar_port}"),
+            ("inproc", f"127.0.0.1:{worker_dashboard}")}
         statuses = [scheduler_status(f"tcp://127.0.0.1:{sched[i][0]}") for i in (0, 1, 2, 3)]
     expected = [("client", None), ("client", "http://prometheus:9090"),
                 ("span", "http://prometheus:9090"), ("span", "http://prometheus:9090")]

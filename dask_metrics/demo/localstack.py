@@ -115,19 +115,21 @@ def find_prometheus() -> str:
     return found
 
 
-def scrape_config(sidecars: Mapping[str, int], dashboard_port: int,
-                  rule_files: Sequence[Path] = ()) -> dict[str, Any]:
-    """Prometheus' configuration: the sidecars and the scheduler's /metrics, every second,
-    and ``rule_files``."""
+def scrape_config(targets_url: str, rule_files: Sequence[Path] = ()) -> dict[str, Any]:
+    """Prometheus' configuration: every endpoint the scheduler lists at ``targets_url``
+    (its /dask-metrics/targets), the workers' GPU endpoints and the scheduler in a job each,
+    every second, and ``rule_files``. honor_labels keeps the series' own labels where the
+    targets' (the same values) would add exported_* copies."""
+    def job(name: str, role: str) -> dict[str, Any]:
+        return {"job_name": name, "honor_labels": True,
+                "http_sd_configs": [{"url": targets_url, "refresh_interval": "1s"}],
+                "relabel_configs": [{"source_labels": ["__meta_dask_role"], "regex": role,
+                                     "action": "keep"}]}
+
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(f) for f in rule_files],
-        "scrape_configs": [
-            {"job_name": "dask-gpu", "static_configs": [
-                {"targets": [f"{HOST}:{port}" for port in sidecars.values()]}]},
-            {"job_name": "dask-scheduler",
-             "static_configs": [{"targets": [f"{HOST}:{dashboard_port}"]}]},
-        ],
+        "scrape_configs": [job("dask-gpu", "worker"), job("dask-scheduler", "scheduler")],
     }
 
 
@@ -229,8 +231,8 @@ class LocalStack:
         sidecars = {name: free_port() for name in self.worker_names}
 
         config = opts.folder / "prometheus.yml"
-        atomic_write_text(config, yaml.safe_dump(scrape_config(sidecars, dash_port,
-                                                               opts.rule_files)))
+        targets = f"{self.dashboard_url}/dask-metrics/targets"
+        atomic_write_text(config, yaml.safe_dump(scrape_config(targets, opts.rule_files)))
         self._spawn("prometheus", [
             prometheus, f"--config.file={config}", f"--storage.tsdb.path={self.prometheus_data}",
             f"--web.listen-address={HOST}:{prom_port}", "--storage.tsdb.retention.time=7d",
@@ -255,7 +257,8 @@ class LocalStack:
                 *dask, "worker", self.scheduler_address, "--name", name, "--nthreads", "1",
                 "--nworkers", "1", "--no-nanny", "--host", HOST, "--dashboard-address",
                 f"{HOST}:{free_port()}", "--preload", "dask_metrics.worker",
-                "--worker-info-file", str(info), "--serve-metrics", "false", *simulate], env)
+                "--worker-info-file", str(info), "--serve-metrics", "false",
+                "--metrics-url", f"{HOST}:{sidecars[name]}", *simulate], env)
             self._spawn(f"{name}-exporter", [
                 sys.executable, "-m", "dask_metrics.exporter",
                 "--listen", f"{HOST}:{sidecars[name]}", "--worker-info-file", str(info),

@@ -16,6 +16,12 @@ from tornado.ioloop import PeriodicCallback
 from dask_metrics.contract import DASK_CLUSTER
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.activity_ledger import ActivityLedger
+from dask_metrics.exporter.dask_http import (
+    dashboard_url,
+    http_application,
+    http_url,
+    server_host,
+)
 from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_model import JobMode
 from dask_metrics.exporter.job_tracker import JobTracker
@@ -31,6 +37,7 @@ from dask_metrics.exporter.scheduler.fine import ClusterTotals, fine_snapshot
 from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
 from dask_metrics.exporter.scheduler.serving import MetricsServer
 from dask_metrics.exporter.scheduler.settings import Settings
+from dask_metrics.exporter.scheduler.targets import serve_targets, target_groups
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +54,14 @@ HOOKS = (
     "collect",
 )
 _TASK_OVER = frozenset({"memory", "erred", "forgotten"})
+_ROUTED = "_dask_metrics_targets"  # marks a scheduler's HTTP application as routed
+
+
+def _attached(scheduler: Any) -> list[dict[str, Any]] | None:
+    """The target groups of the plugin attached to ``scheduler`` now, if any: the route
+    outlives a plugin removed and added again."""
+    plugin = scheduler.plugins.get(PLUGIN_NAME)
+    return plugin.targets() if isinstance(plugin, JobPlugin) else None
 
 
 class JobPlugin(SchedulerPlugin):
@@ -116,6 +131,10 @@ class JobPlugin(SchedulerPlugin):
                            "dask_job_activity_* series per job (the cluster-wide ones stay)")
         else:
             self._detach.append(untap)
+        app = http_application(scheduler)
+        if app is not None and not getattr(app, _ROUTED, False):
+            serve_targets(app, lambda: _attached(scheduler))
+            setattr(app, _ROUTED, True)
         for address in dask_internals.worker_addresses(scheduler):
             self.add_worker(scheduler, address)
         period = max(0.1, min(self.settings.finished_dag_ttl / 2, 5.0))
@@ -139,6 +158,27 @@ class JobPlugin(SchedulerPlugin):
         for undo in self._detach:
             undo()
         self._detach = []
+
+    # -- service discovery -------------------------------------------------------------------
+
+    def targets(self) -> list[dict[str, Any]] | None:
+        """The http_sd target groups of this cluster now; None once detached."""
+        scheduler, cluster = self._scheduler, self.cluster
+        if scheduler is None or cluster is None:
+            return None
+        own = dashboard_url(scheduler)
+        bound = self.settings.metrics_address
+        host = bound if bound not in ("", "0.0.0.0", "::") else server_host(scheduler)
+        if self._server is not None and host:  # dask_job_* are on a port of their own
+            own = http_url(host, self._server.port, False)
+        workers = []
+        for address in dask_internals.worker_addresses(scheduler):
+            name, address, published = dask_internals.worker_info(scheduler, address,
+                                                                  STARTUP_KEY)
+            url = published.get("metrics_url") if isinstance(published, dict) else None
+            if isinstance(url, str) and url:
+                workers.append((worker_label(name, address), url))
+        return target_groups(cluster, own, workers)
 
     # -- error accounting ------------------------------------------------------------------
 
