@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from dask_metrics.collector import cluster_plugins
 from dask_metrics.collector.columns import DEFAULT_NAMES, select
 from dask_metrics.collector.connection import OPTIONS as CONNECTION_OPTIONS
 from dask_metrics.collector.errors import CollectorError, MonitorError, MonitorUsageError
@@ -32,6 +33,7 @@ from dask_metrics.collector.notebook import monitor_html
 from dask_metrics.collector.session_identity import address_of, same_session, user_name
 from dask_metrics.collector.session_window import (
     Recorded,
+    await_exporters,
     last_session,
     recorded_session,
 )
@@ -87,6 +89,7 @@ class Monitor(SessionResults):
         # the session this Monitor started, as start() answered: its id and start time
         # identify it (a restarted scheduler numbers its sessions from 0 again)
         self._started: dict[str, Any] | None = None
+        self._plugins_checked = False
 
     # ---- sessions (on the scheduler) -------------------------------------------------------
 
@@ -106,6 +109,7 @@ class Monitor(SessionResults):
             chosen = [c.name for c in select(list(names))]
         except ValueError as exc:
             raise MonitorUsageError(f"attach(): {exc}") from None
+        self._ensure_plugins()
         status = self.status()
         session = status.get("session") or {}
         if status.get("running"):
@@ -120,6 +124,7 @@ class Monitor(SessionResults):
     def start(self) -> dict[str, Any]:
         """Start a monitor session, owned by this Monitor; refused while one runs (from any
         client)."""
+        self._ensure_plugins()
         reply = self._checked(self._versioned(Handler.MONITOR_START, {"owner": self.owner},
                                               metrics=self.metrics))
         self._started = dict(reply["session"])
@@ -252,6 +257,29 @@ class Monitor(SessionResults):
                 "interrupted": found.interrupted}
 
     # ---- plumbing --------------------------------------------------------------------------
+
+    def _ensure_plugins(self) -> None:
+        """Give a cluster started without dask-metrics its plugins (once per Monitor): the
+        original workflow needs no change to the cluster."""
+        if self._plugins_checked:
+            return
+        self._require_open()
+        added = time.time()
+        if cluster_plugins.ensure(self.client):
+            self._await_exporters(added)
+        self._plugins_checked = True
+
+    def _await_exporters(self, t: float) -> None:
+        """Wait for Prometheus to scrape the workers' new GPU endpoints (where a Prometheus
+        is configured): a session started before would lose its first seconds."""
+        try:
+            prom = self._prometheus_client()
+        except CollectorError:
+            return  # none configured yet: start() needs none, the export will say
+        workers = cluster_plugins.worker_labels(self.client)
+        with prom:
+            await_exporters(prom, workers, t, self.scope(), patience=self.scrape_wait,
+                            warn=lambda m: warnings.warn(m, stacklevel=5))
 
     def scope(self) -> Scope:
         """The queries' scope: this Monitor's cluster, asked of the scheduler once (its

@@ -23,11 +23,13 @@ from dask_metrics.contract import (
     DAG_STATUS,
     DAGS_UNSCRAPED,
     DASK_CLUSTER,
+    EXPORTER_NVML_UP,
     INFO,
     MONITOR_START,
     MONITOR_STOP,
     SCHEDULER_START,
     UP,
+    WORKER,
 )
 
 #: Look-backs for the last session, shortest first, so a recent session stays cheap to find.
@@ -221,6 +223,28 @@ def await_scheduler(client: PrometheusClient, t: float, scope: Scope, *, patienc
                  "stopped since then is not seen; the last one scraped is taken")
             return t
         time.sleep(0.25)
+
+
+def await_exporters(client: PrometheusClient, workers: Sequence[str], t: float, scope: Scope,
+                    *, patience: float, warn: Warn) -> None:
+    """Wait (at most ``patience`` s) until Prometheus has scraped each of ``workers``' GPU
+    exporters at ``t`` or later: a cluster just given its plugins has endpoints Prometheus
+    discovers at its next refresh, and a session started before would miss its first
+    seconds. Workers still unscraped then are named in a warning."""
+    deadline = time.monotonic() + patience
+    while True:
+        newest = client.query(f"max by ({WORKER}) (timestamp("
+                              f"{scope.of(EXPORTER_NVML_UP.name)}))", time.time())
+        seen = {s.labels.get(WORKER) for s in newest if s.values and s.values[-1] >= t}
+        missing = sorted(w for w in workers if w not in seen)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            warn(f"Prometheus has not scraped the GPU exporter of {', '.join(missing)} "
+                 f"{patience:g} s after dask-metrics' plugins were added: is it discovering "
+                 "the scheduler's /dask-metrics/targets? (docs/deploy.md)")
+            return
+        time.sleep(0.5)
 
 
 def _scraped_past(client: PrometheusClient, until: float, scope: Scope) -> bool:

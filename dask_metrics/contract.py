@@ -66,6 +66,9 @@ class Handler:
     # The cluster's name (the dask_cluster label's value) as a plain string; a scheduler
     # that does not answer it leaves a Monitor unscoped, with a warning.
     CLUSTER = "dask_metrics_cluster"
+    # A worker's identity, from a worker plugin added after the worker registered (its
+    # startup_information was sent without it).
+    IDENTITY = "dask_metrics_worker_identity"
 
 
 # -- GPU exporter series --------------------------------------------------------------------

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +50,8 @@ DASK_NVML = "distributed.diagnostics.nvml"  # Dask's own switch for NVML in its 
 # one collector serves every live sampler of the process.
 _samplers: dict[int, Sampler] = {}
 _learners: dict[int, asyncio.Task[None]] = {}  # asking the scheduler for dask_cluster
+_announcing: set[asyncio.Task[None]] = set()  # identities on their way to the scheduler
+_set_up: set[int] = set()  # the workers (by id) whose GPUs are sampled and published
 _collector = GpuCollector(lambda: [s.snapshot for s in list(_samplers.values())])
 
 
@@ -81,15 +84,27 @@ def dask_setup(dask_worker: Any, others: tuple[str, ...] = (), **cli: Any) -> No
     if others:  # their values may be another preload's secrets: only the flags are named
         logger.info("dask-metrics: leaving %d argument(s) to the other preloads (%s)",
                     len(others), " ".join(a for a in others if a.startswith("-")) or "values")
+    set_up(dask_worker, cli)
+
+
+def set_up(worker: Any, cli: dict[str, Any], announce: bool = False) -> bool:
+    """Sample and publish ``worker``'s GPUs, once per worker (a preload and a plugin may both
+    ask); False where it was set up already. ``announce``: send the identity to the
+    scheduler now, for a worker that registered before (its startup_information went
+    without it)."""
+    if id(worker) in _set_up:
+        return False
+    _set_up.add(id(worker))
     try:
-        _setup(dask_worker, cli)
+        _setup(worker, cli, announce)
     except ConfigError as exc:
         logger.error("dask-metrics: bad option, GPU metrics disabled: %s", exc)
     except Exception:
         logger.exception("dask-metrics: GPU metrics disabled after an unexpected error")
+    return True
 
 
-def _setup(worker: Any, cli: dict[str, Any]) -> None:
+def _setup(worker: Any, cli: dict[str, Any], announce: bool) -> None:
     config = resolve(cli, os.environ, dask.config.get(CONFIG_SECTION, default=None) or None,
                      origin=f"dask config {CONFIG_SECTION}")
     label = config.worker or worker_label(worker.name, worker.address)
@@ -101,6 +116,8 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
         identity = replace(_identity(worker, (), own), metrics_url=config.metrics_url or "")
         worker.startup_information[STARTUP_KEY] = lambda _w: identity.to_dict()
         _learn_cluster(worker, own, None, identity, config.worker_info_file)
+        if announce:
+            _announce(worker, identity.to_dict)
         return
     target = TargetSource(worker=label, gpus=config.gpus,
                           pids=frozenset({os.getpid(), *config.pids}), cluster=own)
@@ -117,6 +134,8 @@ def _setup(worker: Any, cli: dict[str, Any]) -> None:
                        metrics_url=url or "")
     worker.startup_information[STARTUP_KEY] = lambda _w: _current_identity(identity, sampler)
     _learn_cluster(worker, own, target, identity, config.worker_info_file)
+    if announce:
+        _announce(worker, lambda: _current_identity(identity, sampler))
 
 
 def _learn_cluster(worker: Any, own: str | None, target: TargetSource | None,
@@ -151,6 +170,23 @@ def _learn_cluster(worker: Any, own: str | None, target: TargetSource | None,
     _learners[id(worker)] = task
     task.add_done_callback(lambda t: _learners.pop(id(worker), None)
                            if _learners.get(id(worker)) is t else None)
+
+
+def _announce(worker: Any, identity: Callable[[], dict[str, Any]]) -> None:
+    """Send the identity to the scheduler in the background; a scheduler that does not take
+    it (no dask-metrics plugin) is logged, and the worker carries on."""
+
+    async def send() -> None:
+        try:
+            await getattr(worker.scheduler, Handler.IDENTITY)(worker=worker.address,
+                                                              identity=identity())
+        except Exception as exc:  # the scheduler's answer, whatever it is: log and run on
+            logger.warning("dask-metrics: the scheduler did not take this worker's GPUs: %s",
+                           str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    task = asyncio.get_running_loop().create_task(send())
+    _announcing.add(task)
+    task.add_done_callback(_announcing.discard)
 
 
 def nvml_refusal(config: ExporterConfig) -> str | None:
@@ -203,6 +239,7 @@ def _start(worker: Any, sampler: Sampler, config: ExporterConfig) -> bool:
 
 
 def dask_teardown(worker: Any) -> None:
+    _set_up.discard(id(worker))
     learner = _learners.pop(id(worker), None)
     if learner is not None:
         learner.cancel()

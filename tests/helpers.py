@@ -190,16 +190,17 @@ def no_nvml_env() -> dict[str, str]:
 
 
 @contextmanager
-def processes(*cmds: tuple[list[str], Mapping[str, str]]) -> Iterator[list[subprocess.Popen]]:
-    """Run commands (argv, env) in the background; stop them all, whatever happens.
+def processes(*cmds: tuple[Any, ...]) -> Iterator[list[subprocess.Popen]]:
+    """Run commands (argv, env[, cwd]) in the background; stop them all, whatever happens.
 
     Each process's output is in ``proc.output`` once the block has ended.
     """
     procs: list[subprocess.Popen] = []
     try:
-        for argv, env in cmds:
+        for argv, env, *cwd in cmds:
             procs.append(subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+                                          stderr=subprocess.STDOUT, text=True,
+                                          cwd=cwd[0] if cwd else None))
         yield procs
     finally:
         for proc in procs:

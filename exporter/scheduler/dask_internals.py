@@ -183,6 +183,17 @@ def worker_info(scheduler: Any, address: str, startup_key: str) -> tuple[Any, st
     return ws.name, ws.address, ws.extra.get(startup_key)
 
 
+def publish(scheduler: Any, address: str, startup_key: str, value: Any) -> bool:
+    """Store ``value`` as what worker ``address`` published under ``startup_key`` (where
+    its ``startup_information`` lands: ``WorkerState.extra``; 2024.1.0, 2026.8.0); False
+    for a worker the scheduler does not know."""
+    ws = scheduler.workers.get(address)
+    if ws is None:
+        return False
+    ws.extra[startup_key] = value
+    return True
+
+
 # -- work stealing ----------------------------------------------------------------------------
 
 

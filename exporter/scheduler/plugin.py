@@ -13,7 +13,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from prometheus_client.metrics_core import Metric
 from tornado.ioloop import PeriodicCallback
 
-from dask_metrics.contract import DASK_CLUSTER
+from dask_metrics.contract import DASK_CLUSTER, Handler
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.activity_ledger import ActivityLedger
 from dask_metrics.exporter.dask_http import (
@@ -122,7 +122,8 @@ class JobPlugin(SchedulerPlugin):
         self._scheduler = scheduler
         self.started = time.time()
         self._detach = [
-            dask_internals.add_handlers(scheduler, self.monitor.handlers()),
+            dask_internals.add_handlers(scheduler, {**self.monitor.handlers(),
+                                                    Handler.IDENTITY: self.identity}),
             dask_internals.tap_update_graph(scheduler),
         ]
         untap = dask_internals.tap_span_heartbeats(scheduler, self._heartbeat)
@@ -158,6 +159,15 @@ class JobPlugin(SchedulerPlugin):
         for undo in self._detach:
             undo()
         self._detach = []
+
+    def identity(self, worker: str, identity: Any) -> dict[str, Any]:
+        """Take a worker's identity from a worker plugin added after it registered."""
+        scheduler = self._scheduler
+        if scheduler is None or not dask_internals.publish(scheduler, worker, STARTUP_KEY,
+                                                           identity):
+            return {"ok": False, "error": f"no worker {worker!r} here"}
+        self.add_worker(scheduler, worker)
+        return {"ok": True}
 
     # -- service discovery -------------------------------------------------------------------
 

@@ -47,25 +47,29 @@ def dask_setup(
     cluster: str | None,
 ) -> None:
     """Add the plugin to the scheduler (once: a second preload of it is ignored)."""
+    try:
+        install(scheduler, job_mode=job_mode, prometheus_url=prometheus_url,
+                metrics_port=metrics_port, metrics_address=metrics_address, cluster=cluster)
+    except (ValueError, TypeError, OSError) as exc:
+        _stop(scheduler, exc)
+
+
+def install(scheduler: Any, **options: Any) -> bool:
+    """Add the plugin with ``options`` over the Dask config; False where it is there already.
+    A bad setting raises (ValueError, TypeError, OSError) with nothing added."""
     if PLUGIN_NAME in scheduler.plugins:
         logger.warning(
             "dask-metrics: the scheduler already has %s; not adding it twice", PLUGIN_NAME
         )
-        return
-    try:
-        settings = Settings.from_config(
-            job_mode=job_mode, prometheus_url=prometheus_url, metrics_port=metrics_port,
-            metrics_address=metrics_address, cluster=cluster,
-        )
-        plugin = JobPlugin(settings)
-        plugin.attach(scheduler)
-    except (ValueError, TypeError, OSError) as exc:
-        _stop(scheduler, exc)
-        return
+        return False
+    settings = Settings.from_config(**options)
+    plugin = JobPlugin(settings)
+    plugin.attach(scheduler)
     scheduler.add_plugin(plugin, name=PLUGIN_NAME)
     logger.info("dask-metrics: tracking jobs and DAGs, job mode %s, dask_cluster %r (%s)",
                 settings.job_mode.value, plugin.cluster,
                 "set" if settings.cluster else "derived")
+    return True
 
 
 def _stop(scheduler: Any, exc: BaseException) -> None:

@@ -1446,6 +1446,28 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *i
     return instance_id(device, 1, id);
 }
 
+/* CPU affinity: every online CPU is "close" to every GPU (dask-cuda's CPUAffinity plugin asks
+ * nvmlDeviceGetCpuAffinity(handle, ceil(ncpu / 64)) for each GPU). cpuSet is an array of
+ * cpuSetSize unsigned longs, bit i of word w = CPU w * 64 + i. */
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                      unsigned long *cpuSet)
+{
+    struct ctx c;
+    nvmlReturn_t rc = dev_begin(device, 0, MIG_OK, &c);
+    if (rc == NVML_SUCCESS) {
+        if (!cpuSet || cpuSetSize == 0) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            const unsigned bits = 8 * sizeof(unsigned long);
+            long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+            memset(cpuSet, 0, cpuSetSize * sizeof(unsigned long));
+            for (long i = 0; i < ncpu && (unsigned long)i < (unsigned long)cpuSetSize * bits; i++)
+                cpuSet[i / bits] |= 1UL << (i % bits);
+        }
+    }
+    return done(rc);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* GPM                                                                                        */
 
