@@ -9,6 +9,7 @@ else a ``config`` file, else the URL the scheduler preload advertises.
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import time
@@ -45,6 +46,7 @@ from dask_metrics.contract import (
 )
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
+logger = logging.getLogger("dask_metrics")
 
 
 class Monitor(SessionResults):
@@ -76,7 +78,9 @@ class Monitor(SessionResults):
         self.stop_timeout = read(STOP_TIMEOUT_OPTION, stop_timeout)
         if not callable(getattr(client, "sync", None)):  # Monitor("tcp://...") is a slip
             raise MonitorUsageError(f"Monitor needs a distributed.Client, not {client!r}")
-        self._prometheus = prometheus
+        # "local": the scheduler's own Prometheus, started for this Monitor where none runs
+        self._local = isinstance(prometheus, str) and prometheus.strip().lower() == "local"
+        self._prometheus = None if self._local else prometheus
         self._config = config
         self._connection = connection
         self._replica_labels = tuple(dict.fromkeys([*REPLICA_LABELS, *replica_labels]))
@@ -265,7 +269,13 @@ class Monitor(SessionResults):
             return
         self._require_open()
         added = time.time()
-        if cluster_plugins.ensure(self.client):
+        fresh = cluster_plugins.ensure(self.client)
+        if self._local:
+            reply = self._checked(self._call(Handler.LOCAL_PROMETHEUS))
+            self._prometheus = reply["url"]
+            logger.warning("dask-metrics: the cluster's local Prometheus is at %s, data in %s "
+                           "(kept after the cluster stops)", reply["url"], reply["folder"])
+        if fresh:
             self._await_exporters(added)
         self._plugins_checked = True
 

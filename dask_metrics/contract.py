@@ -69,6 +69,8 @@ class Handler:
     # A worker's identity, from a worker plugin added after the worker registered (its
     # startup_information was sent without it).
     IDENTITY = "dask_metrics_worker_identity"
+    # Start the scheduler's local Prometheus unless it runs: {"ok", "url", "folder"}.
+    LOCAL_PROMETHEUS = "dask_metrics_local_prometheus"
 
 
 # -- GPU exporter series --------------------------------------------------------------------

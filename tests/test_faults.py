@@ -483,7 +483,14 @@ def test_an_export_into_a_mount_point_itself(tmp_path: Path):
      "dask-metrics.scheduler.finished-dag-ttl: 'soon' is not a duration"),
     ([], {"DASK_DASK_METRICS__SCHEDULER__MAX_JOBS": "many"},
      "dask-metrics.scheduler.max-jobs: 'many' is not a whole number"),
-], ids=["port-in-use", "bad-address", "job-mode", "ttl", "max-jobs"])
+    (["--prometheus", "local", "--local-prometheus-port", "BUSY"], {},
+     "the local Prometheus cannot listen on 127.0.0.1:"),
+    (["--prometheus", "local"], {"PATH": "/nonexistent"},
+     "Prometheus is not installed: 'sudo apt-get install prometheus'"),
+    ([], {"DASK_DASK_METRICS__SCHEDULER__PROMETHEUS": "remote"},
+     "dask-metrics.scheduler.prometheus: 'remote' is not local"),
+], ids=["port-in-use", "bad-address", "job-mode", "ttl", "max-jobs", "local-port-in-use",
+        "no-prometheus-binary", "prometheus-not-local"])
 def test_a_bad_preload_setting_stops_the_scheduler_with_one_line(args: list[str],
                                                                  env: dict[str, str], says: str):
     with socket.socket() as busy:

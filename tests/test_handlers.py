@@ -14,7 +14,7 @@ from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
 
 
 def handlers(mode: JobMode = JobMode.CLIENT) -> MonitorHandlers:
-    return MonitorHandlers(JobTracker(mode), None, lambda: None)
+    return MonitorHandlers(JobTracker(mode), lambda: None, lambda: None)
 
 
 def refused(reply: Any, word: str) -> bool:

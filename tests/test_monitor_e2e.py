@@ -216,15 +216,17 @@ def test_watch_exports_each_session_once_and_retries_when_prometheus_is_down(clu
     assert os.stat(out / folders[0] / "gpu-a.csv").st_mtime_ns == stamp
 
 
-def test_monitor_without_the_scheduler_preload():
+def test_monitor_without_the_scheduler_preload_adds_its_plugins(monkeypatch):
+    """A cluster started without dask-metrics: the Monitor registers the plugins and the
+    session runs (no Prometheus configured: nothing to wait for)."""
     from distributed import LocalCluster
 
-    from dask_metrics.collector.monitor import MonitorError
-
-    refusal = pytest.raises(MonitorError, match=r"--preload dask_metrics\.scheduler")
+    monkeypatch.delenv("DASK_METRICS_PROMETHEUS_URL", raising=False)
     with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as lc, \
-            Client(lc) as client, refusal:
-        Monitor(client).start()
+            Client(lc) as client:
+        assert Monitor(client).start()["ok"]
+        assert Monitor(client).status()["running"]
+        assert "dask-metrics-jobs" in lc.scheduler.plugins
 
 
 def test_a_session_shorter_than_a_scrape_still_has_its_peaks(cluster, session):

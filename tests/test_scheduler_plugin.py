@@ -397,7 +397,7 @@ def test_registered_once_newest_scheduler_wins_and_teardown_unregisters():
             assert len(dag_rows(newest)) == 1
             assert generate_latest(REGISTRY).decode().count("# TYPE dask_job_current_job ") == 1
             c2.run_on_scheduler(
-                lambda dask_scheduler: dask_setup.callback(dask_scheduler, *[None] * 5)
+                lambda dask_scheduler: dask_setup.callback(dask_scheduler)
             )
             assert (
                 sum(isinstance(p, JobPlugin) for p in two.scheduler.plugins.values()) == 1
@@ -442,7 +442,8 @@ def test_settings_come_from_dask_config_and_the_command_line():
          "--metrics-address", "127.0.0.1"],
     )
     assert ctx.params == {"job_mode": "span", "metrics_port": 9123, "prometheus_url": "http://p",
-                          "metrics_address": "127.0.0.1", "cluster": None}
+                          "metrics_address": "127.0.0.1", "cluster": None, "prometheus": None,
+                          "local_prometheus_dir": None, "local_prometheus_port": None}
     with pytest.raises(click.BadParameter):
         dask_setup.make_context("dask_setup", ["--job-mode", "bogus"])
 

@@ -31,6 +31,7 @@ from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.contract import UP, WORKER_GPU_INFO
 from dask_metrics.exporter.cluster import scheduler_default
+from dask_metrics.exporter.scheduler.targets import scrape_jobs
 
 HOST = "127.0.0.1"
 START_TRIES = 3  # starts with fresh ports when one was taken in between
@@ -117,19 +118,11 @@ def find_prometheus() -> str:
 
 def scrape_config(targets_url: str, rule_files: Sequence[Path] = ()) -> dict[str, Any]:
     """Prometheus' configuration: every endpoint the scheduler lists at ``targets_url``
-    (its /dask-metrics/targets), the workers' GPU endpoints and the scheduler in a job each,
-    every second, and ``rule_files``. honor_labels keeps the series' own labels where the
-    targets' (the same values) would add exported_* copies."""
-    def job(name: str, role: str) -> dict[str, Any]:
-        return {"job_name": name, "honor_labels": True,
-                "http_sd_configs": [{"url": targets_url, "refresh_interval": "1s"}],
-                "relabel_configs": [{"source_labels": ["__meta_dask_role"], "regex": role,
-                                     "action": "keep"}]}
-
+    (its /dask-metrics/targets), every second, and ``rule_files``."""
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(f) for f in rule_files],
-        "scrape_configs": [job("dask-gpu", "worker"), job("dask-scheduler", "scheduler")],
+        "scrape_configs": scrape_jobs(targets_url, refresh="1s"),
     }
 
 

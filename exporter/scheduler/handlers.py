@@ -28,13 +28,13 @@ class MonitorHandlers:
     def __init__(
         self,
         tracker: JobTracker,
-        prometheus_url: str | None,
+        prometheus_url: Callable[[], str | None],
         metrics_port: Callable[[], int | None],
         cluster: Callable[[], str | None] = lambda: None,
         lifetime: Callable[[], str] = lambda: "",
     ) -> None:
         self.tracker = tracker
-        self._prometheus_url = prometheus_url
+        self._prometheus_url = prometheus_url  # the setting's, or a local Prometheus'
         self._metrics_port = metrics_port  # known only once the plugin serves
         self._cluster = cluster  # known once the plugin is attached
         self._lifetime = lifetime  # the scheduler_start label of this scheduler's series
@@ -125,7 +125,7 @@ class MonitorHandlers:
             "current_job": job_id,
             "current_dag": dag_id,
             "unfinished_dags": len(self.tracker.unfinished()),
-            "prometheus_url": self._prometheus_url,
+            "prometheus_url": self._prometheus_url(),
             "metrics_port": self._metrics_port(),
             "dask_cluster": self._cluster(),
         }
@@ -159,7 +159,7 @@ class MonitorHandlers:
         return [d.to_dict() for d in sorted(held, key=lambda d: (d.job.id, d.id))]
 
     def prometheus_url(self) -> str | None:
-        return self._prometheus_url
+        return self._prometheus_url()
 
     def cluster(self) -> str | None:
         """The dask_cluster label of this cluster's series: what workers and sidecars use."""

@@ -4,6 +4,7 @@ scheduler carries on."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -16,12 +17,7 @@ from tornado.ioloop import PeriodicCallback
 from dask_metrics.contract import DASK_CLUSTER, Handler
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.activity_ledger import ActivityLedger
-from dask_metrics.exporter.dask_http import (
-    dashboard_url,
-    http_application,
-    http_url,
-    server_host,
-)
+from dask_metrics.exporter.dask_http import dashboard_url, http_application
 from dask_metrics.exporter.identity import STARTUP_KEY, WorkerIdentity, worker_label
 from dask_metrics.exporter.job_model import JobMode
 from dask_metrics.exporter.job_tracker import JobTracker
@@ -35,9 +31,14 @@ from dask_metrics.exporter.scheduler.families import (
 )
 from dask_metrics.exporter.scheduler.fine import ClusterTotals, fine_snapshot
 from dask_metrics.exporter.scheduler.handlers import MonitorHandlers
+from dask_metrics.exporter.scheduler.local_prometheus import (
+    LOCAL,
+    LocalPrometheus,
+    LocalPrometheusError,
+)
 from dask_metrics.exporter.scheduler.serving import MetricsServer
 from dask_metrics.exporter.scheduler.settings import Settings
-from dask_metrics.exporter.scheduler.targets import serve_targets, target_groups
+from dask_metrics.exporter.scheduler.targets import TARGETS_PATH, cluster_targets, serve_targets
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,9 @@ class JobPlugin(SchedulerPlugin):
             on_forget=self.ledger.forget,
             series_elsewhere=self.ledger.counters_of,
         )
-        self.monitor = MonitorHandlers(self.tracker, s.prometheus_url, lambda: self.metrics_port,
+        self._local: LocalPrometheus | None = None  # --prometheus local
+        self.monitor = MonitorHandlers(self.tracker, self._prometheus_url,
+                                       lambda: self.metrics_port,
                                        lambda: self.cluster,
                                        lambda: lifetime_label(self.started))
         # The dask_cluster label: the setting, else derived from the scheduler at attach.
@@ -112,6 +115,10 @@ class JobPlugin(SchedulerPlugin):
         if self.settings.cluster is None:
             self.cluster = cluster_name.scheduler_default(
                 dask_internals.scheduler_address(scheduler))
+        if self.settings.prometheus == LOCAL and self._local is None:
+            local = self._local_of(scheduler)
+            local.start()  # may fail (no binary, port taken): nothing else done yet
+            self._local = local
         if self.settings.metrics_port is None:
             HUB.add(self)
         else:  # may fail (port taken): nothing else done yet
@@ -122,8 +129,9 @@ class JobPlugin(SchedulerPlugin):
         self._scheduler = scheduler
         self.started = time.time()
         self._detach = [
-            dask_internals.add_handlers(scheduler, {**self.monitor.handlers(),
-                                                    Handler.IDENTITY: self.identity}),
+            dask_internals.add_handlers(scheduler, {
+                **self.monitor.handlers(), Handler.IDENTITY: self.identity,
+                Handler.LOCAL_PROMETHEUS: self.local_prometheus}),
             dask_internals.tap_update_graph(scheduler),
         ]
         untap = dask_internals.tap_span_heartbeats(scheduler, self._heartbeat)
@@ -151,6 +159,8 @@ class JobPlugin(SchedulerPlugin):
         if scheduler is None:
             return
         HUB.remove(self)
+        if self._local is not None:
+            self._local.stop()
         if self._evictor is not None:
             self._evictor.stop()
         if self._server is not None:
@@ -159,6 +169,33 @@ class JobPlugin(SchedulerPlugin):
         for undo in self._detach:
             undo()
         self._detach = []
+
+    # -- a local Prometheus --------------------------------------------------------------------
+
+    def _local_of(self, scheduler: Any) -> LocalPrometheus:
+        s = self.settings
+        return LocalPrometheus.of_cluster(dashboard_url(scheduler, TARGETS_PATH),
+                                          self.cluster or "", s.local_prometheus_dir,
+                                          s.local_prometheus_port)
+
+    def _prometheus_url(self) -> str | None:
+        """The Prometheus advertised to Monitors: the local one where it runs."""
+        local = self._local
+        return local.url if local is not None and local.running else self.settings.prometheus_url
+
+    async def local_prometheus(self) -> dict[str, Any]:
+        """Start the local Prometheus unless it runs (``Monitor(prometheus="local")``)."""
+        if self._local is None or not self._local.running:
+            if self._scheduler is None:
+                return {"ok": False, "error": "dask-metrics' plugin is not attached"}
+            try:
+                local = self._local_of(self._scheduler)
+                local.launch()  # here: the child dies with this (the event loop's) thread
+                await asyncio.to_thread(local.wait_ready)
+            except LocalPrometheusError as exc:
+                return {"ok": False, "error": str(exc)}
+            self._local = local
+        return {"ok": True, "url": self._local.url, "folder": str(self._local.folder)}
 
     def identity(self, worker: str, identity: Any) -> dict[str, Any]:
         """Take a worker's identity from a worker plugin added after it registered."""
@@ -176,19 +213,8 @@ class JobPlugin(SchedulerPlugin):
         scheduler, cluster = self._scheduler, self.cluster
         if scheduler is None or cluster is None:
             return None
-        own = dashboard_url(scheduler)
-        bound = self.settings.metrics_address
-        host = bound if bound not in ("", "0.0.0.0", "::") else server_host(scheduler)
-        if self._server is not None and host:  # dask_job_* are on a port of their own
-            own = http_url(host, self._server.port, False)
-        workers = []
-        for address in dask_internals.worker_addresses(scheduler):
-            name, address, published = dask_internals.worker_info(scheduler, address,
-                                                                  STARTUP_KEY)
-            url = published.get("metrics_url") if isinstance(published, dict) else None
-            if isinstance(url, str) and url:
-                workers.append((worker_label(name, address), url))
-        return target_groups(cluster, own, workers)
+        own = None if self._server is None else self._server.port
+        return cluster_targets(scheduler, cluster, own, self.settings.metrics_address)
 
     # -- error accounting ------------------------------------------------------------------
 

@@ -23,33 +23,32 @@ EXIT_BAD_SETTING = 2  # the scheduler command's exit status after a bad setting 
 _SET = {o.name: o for o in SETTINGS}  # the options below are declared there
 
 
+def _options(fn: Any) -> Any:
+    """The preload's options, as SETTINGS declares them, and --dask-cluster."""
+    fn = click.option(
+        CLUSTER_OPTION, "cluster", default=None,
+        help=f"the dask_cluster label of every series (default: {CLUSTER_ENV}, else config "
+        f"{CLUSTER_CONFIG}, else derived: the DaskCluster or Helm release name on Kubernetes, "
+        "else <host>-<scheduler port>)")(fn)
+    for name, kind in reversed(_CLI):
+        setting = _SET[name]
+        kind = click.Choice(list(setting.choices)) if setting.choices else kind
+        fn = click.option(setting.flag, name, type=kind, default=None, help=setting.help)(fn)
+    return fn
+
+
+# The settings the preload takes as options (the others: Dask config), with their types.
+_CLI = (("job_mode", str), ("prometheus_url", str), ("prometheus", str),
+        ("local_prometheus_dir", str), ("local_prometheus_port", int), ("metrics_port", int),
+        ("metrics_address", str))
+
+
 @click.command()
-@click.option(_SET["job_mode"].flag, type=click.Choice(list(_SET["job_mode"].choices or ())),
-              default=None, help=_SET["job_mode"].help)
-@click.option(_SET["prometheus_url"].flag, default=None, help=_SET["prometheus_url"].help)
-@click.option(_SET["metrics_port"].flag, type=int, default=None,
-              help=_SET["metrics_port"].help)
-@click.option(_SET["metrics_address"].flag, default=None, help=_SET["metrics_address"].help)
-@click.option(
-    CLUSTER_OPTION,
-    "cluster",
-    default=None,
-    help=f"the dask_cluster label of every series (default: {CLUSTER_ENV}, else config "
-    f"{CLUSTER_CONFIG}, else derived: the DaskCluster or Helm release name on Kubernetes, "
-    "else <host>-<scheduler port>)",
-)
-def dask_setup(
-    scheduler: Any,
-    job_mode: str | None,
-    prometheus_url: str | None,
-    metrics_port: int | None,
-    metrics_address: str | None,
-    cluster: str | None,
-) -> None:
+@_options
+def dask_setup(scheduler: Any, **options: Any) -> None:
     """Add the plugin to the scheduler (once: a second preload of it is ignored)."""
     try:
-        install(scheduler, job_mode=job_mode, prometheus_url=prometheus_url,
-                metrics_port=metrics_port, metrics_address=metrics_address, cluster=cluster)
+        install(scheduler, **options)
     except (ValueError, TypeError, OSError) as exc:
         _stop(scheduler, exc)
 

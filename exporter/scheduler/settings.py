@@ -22,14 +22,18 @@ from dask_metrics.values import whole_number
 CONFIG_SECTION = "dask-metrics.scheduler"
 
 
-def _load_defaults() -> None:
+def _load_defaults() -> dict[str, Any]:
     """Register scheduler.yaml as Dask config defaults, the way Dask extensions do, so
-    ``dask.config.get`` knows every key before the first Settings is made."""
+    ``dask.config.get`` knows every key before the first Settings is made; returns them."""
     text = files("dask_metrics.exporter").joinpath("scheduler.yaml").read_text(encoding="utf-8")
-    dask.config.update_defaults(yaml.safe_load(text))
+    defaults = yaml.safe_load(text)
+    dask.config.update_defaults(defaults)
+    return defaults
 
 
-_load_defaults()
+# Also read directly: a ``dask.config.set`` block that first named a dask-metrics key
+# removes the whole section when it ends, defaults registered meanwhile included.
+_DEFAULTS = _load_defaults()["dask-metrics"]["scheduler"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Settings:
     max_sessions: int
     label_max_length: int
     max_prefixes_per_job: int
+    prometheus: str | None = None  # "local": run a Prometheus beside the scheduler
+    local_prometheus_dir: str | None = None  # its data; None: under the temporary directory
+    local_prometheus_port: int = 0  # 0: a free one
     cluster: str | None = None  # the user's dask_cluster value; None: derived at attach
 
     @classmethod
@@ -59,7 +66,7 @@ class Settings:
         for o in SETTINGS:
             raw = overrides.get(o.name)
             if raw is None:
-                raw = dask.config.get(f"{CONFIG_SECTION}.{o.key}")
+                raw = dask.config.get(f"{CONFIG_SECTION}.{o.key}", default=_DEFAULTS[o.key])
             try:
                 values[o.name] = o.parse(raw)  # type: ignore[misc]
             except (ValueError, TypeError, KeyError) as exc:
@@ -97,10 +104,26 @@ def _port(value: Any) -> int | None:
     return None if value is None or value == "" else _count(0, 65536, "a port (0-65535)")(value)
 
 
+def _prometheus(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if str(value).strip().lower() != "local":
+        raise ValueError("local (a Prometheus beside the scheduler), or null")
+    return "local"
+
+
 SETTINGS = (
     Option("job_mode", _job_mode, f"how submissions form jobs (default: config "
            f"{CONFIG_SECTION}.job-mode, else client)", choices=tuple(m.value for m in JobMode)),
     Option("prometheus_url", lambda v: v or None, "Prometheus URL advertised to Monitors"),
+    Option("prometheus", _prometheus, "local: run the prometheus binary on PATH beside the "
+           "scheduler, scraping this cluster, and advertise it to Monitors",
+           choices=("local",)),
+    Option("local_prometheus_dir", lambda v: str(v) if v else None, "the local Prometheus' "
+           "folder, kept after the cluster stops (default: dask-metrics-prometheus/<cluster> "
+           "under the temporary directory)"),
+    Option("local_prometheus_port", _count(0, 65536, "a port (0-65535)"), "the local "
+           "Prometheus' port on 127.0.0.1 (default 0: a free one)"),
     Option("metrics_port", _port, "serve dask_job_* on this port's /metrics instead of the "
            "scheduler's (0: any free)"),
     Option("metrics_address", lambda v: str(v or ""), "the address --metrics-port listens on "
@@ -116,5 +139,5 @@ SETTINGS = (
     Option("max_prefixes_per_job", _count(1), "task prefixes with series of their own, per job"),
 )
 """The preload's settings, declared once: their Dask config keys (``job-mode``), the
-preload's options (``--job-mode``: the first four) and how each is read. Their defaults are
+preload's options (``--job-mode``: the first seven) and how each is read. Their defaults are
 scheduler.yaml's."""

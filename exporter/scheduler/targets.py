@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 import tornado.web
 
 from dask_metrics.contract import DASK_CLUSTER, WORKER
+from dask_metrics.exporter.dask_http import dashboard_url, http_url, server_host
+from dask_metrics.exporter.identity import STARTUP_KEY, worker_label
+from dask_metrics.exporter.scheduler import dask_internals
 
 TARGETS_PATH = "/dask-metrics/targets"
 DEFAULT_PATH = "/metrics"
@@ -56,6 +59,39 @@ def target_groups(cluster: str, scheduler_url: str | None,
             shared[WORKER] = labels[0]
         groups.append(target_group(url, shared))
     return [g for g in groups if g is not None]
+
+
+def cluster_targets(scheduler: Any, cluster: str, metrics_port: int | None,
+                    metrics_address: str) -> list[dict[str, Any]]:
+    """The groups of ``scheduler``'s cluster now: its own endpoint (``metrics_port``'s
+    server where dask_job_* are served on a port of their own, else the dashboard) and
+    every worker that published where its GPU series are."""
+    own = dashboard_url(scheduler)
+    bound = metrics_address if metrics_address not in ("", "0.0.0.0", "::") else None
+    host = bound or server_host(scheduler)
+    if metrics_port is not None and host:
+        own = http_url(host, metrics_port, False)
+    workers = []
+    for address in dask_internals.worker_addresses(scheduler):
+        name, address, published = dask_internals.worker_info(scheduler, address, STARTUP_KEY)
+        url = published.get("metrics_url") if isinstance(published, dict) else None
+        if isinstance(url, str) and url:
+            workers.append((worker_label(name, address), url))
+    return target_groups(cluster, own, workers)
+
+
+def scrape_jobs(targets_url: str, refresh: str = "15s") -> list[dict[str, Any]]:
+    """Prometheus' scrape jobs over ``targets_url``: the workers' GPU endpoints and the
+    scheduler, a job each (the names the alerts and dashboards expect). honor_labels keeps
+    the series' own labels where the targets' (the same values) would add exported_*
+    copies."""
+    def job(name: str, role: str) -> dict[str, Any]:
+        return {"job_name": name, "honor_labels": True,
+                "http_sd_configs": [{"url": targets_url, "refresh_interval": refresh}],
+                "relabel_configs": [{"source_labels": [ROLE], "regex": role,
+                                     "action": "keep"}]}
+
+    return [job("dask-gpu", "worker"), job("dask-scheduler", "scheduler")]
 
 
 class TargetsHandler(tornado.web.RequestHandler):
