@@ -3,6 +3,7 @@
 #   1. the fast tier: pure logic, no servers (under a minute),
 #   2. the integration tier: real Prometheus, Dask, sidecars over the fake NVML driver,
 #   3. the Dask-facing tests again on the oldest distributed that pyproject.toml allows,
+#      and the real dask-cuda's in an environment of its own (it pins its Dask),
 #   4. the containers tier: the image built and the compose stack run with podman.
 # Extra arguments run pytest with them instead (e.g. a file, -k EXPR, -m integration).
 set -euo pipefail
@@ -15,6 +16,7 @@ if [ $# -gt 0 ]; then
 fi
 .venv/bin/python -m pytest -m "not integration" -q
 bash scripts/test-dask-oldest.sh -q
+bash scripts/test-dask-cuda.sh -q
 .venv/bin/python -m pytest -m integration -q
 bash scripts/setup-containers.sh
 .venv/bin/python -m pytest -m containers tests/test_containers.py

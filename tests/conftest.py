@@ -22,7 +22,7 @@ import pytest
 from dask_metrics.collector.connection import ENV_URL
 from tests.fake_nvml import FakeNVML, FakeNVMLBuildError, build_fake_nvml
 
-OPT_IN = ("gpu", "containers")
+OPT_IN = ("gpu", "containers", "dask_cuda")
 STRICT_ENV = "DASK_METRICS_NO_SKIPS"
 
 

@@ -326,8 +326,8 @@ PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
                "test_parquet_export_is_the_tidy_rows_as_one_dataset_by_worker",
                "the same three readers over a Parquet export (its folder an input)"),
     "docs/deploy.md: from dask_cuda import LocalCUDACluster":
-        CompileOnly("LocalCUDACluster needs dask-cuda and NVIDIA GPUs; the same preloads on a "
-                "LocalCluster: tests/test_exporter_worker.py"),
+        Mapped("tests/test_dask_cuda.py::"
+               "test_the_documented_recipe_gives_each_worker_its_own_gpu"),
     "docs/deploy.md: from dask_jobqueue import SLURMCluster":
         CompileOnly("needs dask-jobqueue and a SLURM cluster; the options it passes are the "
                 "ones test_local_deployment runs"),
