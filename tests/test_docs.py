@@ -329,8 +329,8 @@ PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
         Mapped("tests/test_dask_cuda.py::"
                "test_the_documented_recipe_gives_each_worker_its_own_gpu"),
     "docs/deploy.md: from dask_jobqueue import SLURMCluster":
-        CompileOnly("needs dask-jobqueue and a SLURM cluster; the options it passes are the "
-                "ones test_local_deployment runs"),
+        Mapped("tests/test_jobqueue.py::test_the_hpc_recipe_runs_as_written",
+               "over a stand-in sbatch/scancel that runs each job on this machine"),
     "docs/scheduler.md: from distributed import LocalCluster":
         Mapped(PLUGIN + "test_settings_come_from_dask_config_and_the_command_line"),
     'docs/scheduler.md: alice = Client(addr, name="alice")':
