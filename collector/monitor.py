@@ -313,9 +313,13 @@ class Monitor(SessionResults):
 
     def _call(self, handler: str, **kwargs: Any) -> Any:
         """Call a scheduler preload handler; every one of them answers something, and a
-        scheduler without the preload answers None (and logs the unknown handler)."""
+        scheduler without the preload answers None (and logs the unknown handler). A
+        scheduler without it (started so, or restarted since the plugins were registered)
+        is given the plugins, once, and asked again."""
         self._require_open()
         reply = self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
+        if reply is None and cluster_plugins.ensure(self.client):
+            reply = self.client.sync(getattr(self.client.scheduler, handler), **kwargs)
         if reply is None:
             raise MonitorError("the scheduler has no dask-metrics preload: start it with "
                                "'dask scheduler --preload dask_metrics.scheduler'")
