@@ -9,24 +9,7 @@ cd "$(dirname "$0")/.."
 
 venv=.venv-cuda
 pins=("dask-cuda==26.10.0" "cuda-bindings>=12,<13")
-stamp="$venv/.installed"
-want="${pins[*]} $(sha256sum pyproject.toml | cut -d' ' -f1)"
-
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "test-dask-cuda: installing dask-metrics[test] with ${pins[*]} into $venv" >&2
-  log=$(mktemp)
-  trap 'rm -f "$log"' EXIT
-  if ! {
-    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } &&
-      "$venv/bin/python" -m pip install --upgrade pip &&
-      "$venv/bin/python" -m pip install -e ".[test]" "${pins[@]}"
-  } >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "test-dask-cuda: installing into $venv failed (pip's output above)" >&2
-    exit 1
-  fi
-  echo "$want" >"$stamp"
-fi
+bash scripts/venv-with.sh "$venv" "${pins[@]}"
 
 "$venv/bin/python" -c 'import dask_cuda, distributed; print(
     f"test-dask-cuda: dask-cuda {dask_cuda.__version__}, distributed {distributed.__version__}")'

@@ -23,24 +23,7 @@ if [ -z "$floor" ]; then
   exit 1
 fi
 pins=("distributed==$floor" "dask==$floor")
-stamp="$venv/.installed"
-want="${pins[*]} $(sha256sum pyproject.toml | cut -d' ' -f1)"
-
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "test-dask-oldest: installing dask-metrics[test] with ${pins[*]} into $venv" >&2
-  log=$(mktemp)
-  trap 'rm -f "$log"' EXIT
-  if ! {
-    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } &&
-      "$venv/bin/python" -m pip install --upgrade pip &&
-      "$venv/bin/python" -m pip install -e ".[test]" "${pins[@]}"
-  } >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "test-dask-oldest: installing into $venv failed (pip's output above)" >&2
-    exit 1
-  fi
-  echo "$want" >"$stamp"
-fi
+bash scripts/venv-with.sh "$venv" "${pins[@]}"
 
 "$venv/bin/python" -c 'import dask, distributed; print(
     f"test-dask-oldest: dask {dask.__version__}, distributed {distributed.__version__}")'
