@@ -96,3 +96,30 @@ def test_a_scheduler_without_the_package_is_said_and_nothing_is_registered(
         plugins = client.run_on_scheduler(lambda dask_scheduler: (
             sorted(dask_scheduler.plugins), sorted(dask_scheduler.worker_plugins)))
     assert not [p for p in plugins[0] + plugins[1] if "dask-metrics" in p]
+
+
+def test_a_restarted_scheduler_gets_the_plugins_again_on_the_next_call(fake_nvml, tmp_path,
+                                                                       monkeypatch):
+    """The plugins live in the scheduler's memory: after a restart (its workers restarted
+    too, as a supervisor does) the next Monitor call, here the original README's second
+    snippet's kind, which only stops and exports, registers them again."""
+    monkeypatch.delenv("DASK_METRICS_PROMETHEUS_URL", raising=False)
+    env = clean_env(fake_nvml.env)
+    port, dashboard, http = free_port(), free_port(), free_port()
+    gpu0 = {**env, "CUDA_VISIBLE_DEVICES": "0"}
+
+    def served() -> set[str]:
+        s = scrape(f"http://127.0.0.1:{http}/metrics")
+        return {dict(k)["uuid"] for k in values(s, "dask_gpu_info")}
+
+    for life in range(2):
+        with processes(scheduler(port, dashboard, env), worker(port, "w0", http, gpu0)), \
+                Client(f"tcp://127.0.0.1:{port}", timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            monitor = Monitor(client)
+            if life == 0:
+                assert monitor.start()["ok"]
+            else:
+                assert monitor.status()["running"] is False  # a new scheduler: no session
+            assert wait_for(served, what=f"the GPU served in life {life}") == {
+                fake_nvml.uuid(0)}
