@@ -961,12 +961,16 @@ def test_relative_links_and_anchors_resolve():
 
 
 def test_documented_exporter_options_exist():
-    """Every option of docs/exporter.md's table is one the exporter accepts."""
-    from dask_metrics.exporter.cli import build_parser
+    """Every option of docs/exporter.md's table is one the sidecar or the worker preload
+    accepts."""
+    from dask_metrics.exporter.cli import WORKER_ONLY, build_parser
+    from dask_metrics.exporter.config import OPTIONS
 
     help_text = build_parser().format_help()
+    worker_only = {o.flag for o in OPTIONS if o.name in WORKER_ONLY}
     table = (ROOT / "docs" / "exporter.md").read_text()
     options = set(re.findall(r"^\| `(--[a-z-]+)", table, flags=re.M))
     assert len(options) >= 10
-    missing = {o for o in options if o not in help_text and o != "--serve-metrics"}
+    missing = {o for o in options if o not in help_text and o not in worker_only}
     assert not missing, missing
+    assert worker_only <= options, worker_only - options  # and every worker-only one is there
