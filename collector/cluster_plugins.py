@@ -9,12 +9,16 @@ is registered: its workers serve their GPUs as deployed (a sidecar, the worker p
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
 from dask_metrics import __version__, plugins
-from dask_metrics.collector.errors import MonitorError
+from dask_metrics.collector.errors import CollectorError, MonitorError
+from dask_metrics.collector.fetch import Scope
+from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.session_window import await_exporters
 from dask_metrics.contract import Handler
 
 INSTALL = f"python -m pip install 'dask-metrics=={__version__}' (the wheel or checkout this " \
@@ -45,6 +49,19 @@ def ensure(client: Any) -> bool:
                            f"({_first_line(exc)}): nothing was registered") from None
     _say_refusals({_labels(client).get(a, a): r for a, r in (replies or {}).items()})
     return True
+
+
+def await_endpoints(client: Any, prometheus: Callable[[], PrometheusClient],
+                    scope: Callable[[], Scope], t: float, patience: float) -> None:
+    """Wait for Prometheus to scrape the workers' new GPU endpoints (registered at ``t``),
+    where one is configured: a session started before would lose its first seconds."""
+    try:
+        prom = prometheus()
+    except CollectorError:
+        return  # none configured yet: start() needs none, the export will say
+    with prom:
+        await_exporters(prom, worker_labels(client), t, scope(), patience=patience,
+                        warn=lambda m: warnings.warn(m, stacklevel=6))
 
 
 def worker_labels(client: Any) -> list[str]:

@@ -34,7 +34,6 @@ from dask_metrics.collector.notebook import monitor_html
 from dask_metrics.collector.session_identity import address_of, same_session, user_name
 from dask_metrics.collector.session_window import (
     Recorded,
-    await_exporters,
     last_session,
     recorded_session,
 )
@@ -263,8 +262,9 @@ class Monitor(SessionResults):
     # ---- plumbing --------------------------------------------------------------------------
 
     def _ensure_plugins(self) -> None:
-        """Give a cluster started without dask-metrics its plugins (once per Monitor): the
-        original workflow needs no change to the cluster."""
+        """Give a cluster started without dask-metrics its plugins (once per Monitor), and
+        a Prometheus where it asks for the local one: the original workflow needs no change
+        to the cluster."""
         if self._plugins_checked:
             return
         self._require_open()
@@ -275,21 +275,10 @@ class Monitor(SessionResults):
             self._prometheus = reply["url"]
             logger.warning("dask-metrics: the cluster's local Prometheus is at %s, data in %s "
                            "(kept after the cluster stops)", reply["url"], reply["folder"])
-        if fresh:
-            self._await_exporters(added)
+        if fresh:  # where a Prometheus is configured: the session's first seconds kept
+            cluster_plugins.await_endpoints(self.client, self._prometheus_client, self.scope,
+                                            added, self.scrape_wait)
         self._plugins_checked = True
-
-    def _await_exporters(self, t: float) -> None:
-        """Wait for Prometheus to scrape the workers' new GPU endpoints (where a Prometheus
-        is configured): a session started before would lose its first seconds."""
-        try:
-            prom = self._prometheus_client()
-        except CollectorError:
-            return  # none configured yet: start() needs none, the export will say
-        workers = cluster_plugins.worker_labels(self.client)
-        with prom:
-            await_exporters(prom, workers, t, self.scope(), patience=self.scrape_wait,
-                            warn=lambda m: warnings.warn(m, stacklevel=5))
 
     def scope(self) -> Scope:
         """The queries' scope: this Monitor's cluster, asked of the scheduler once (its

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from dask_metrics.atomicfile import atomic_write_text
 from dask_metrics.collector.errors import CollectorError
 from dask_metrics.contract import UP, WORKER_GPU_INFO
 from dask_metrics.exporter.cluster import scheduler_default
+from dask_metrics.exporter.scheduler import local_prometheus
 from dask_metrics.exporter.scheduler.targets import scrape_jobs
 
 HOST = "127.0.0.1"
@@ -109,11 +109,10 @@ def _ephemeral_low() -> int:
 
 def find_prometheus() -> str:
     """The prometheus binary, or a StackError that says how to install it."""
-    found = shutil.which("prometheus")
-    if not found:
-        raise StackError("Prometheus is not installed: 'sudo apt-get install prometheus' "
-                         "(Debian/Ubuntu), or put a prometheus binary on PATH")
-    return found
+    try:
+        return local_prometheus.find_prometheus()
+    except local_prometheus.LocalPrometheusError as exc:
+        raise StackError(str(exc)) from None
 
 
 def scrape_config(targets_url: str, rule_files: Sequence[Path] = ()) -> dict[str, Any]:
