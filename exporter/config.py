@@ -8,6 +8,7 @@ environment variables, a YAML file (``--config``) or, in a worker, the Dask conf
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -115,6 +116,9 @@ def parse_listen(value: Any) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", number
 
 
+_CREDENTIALS = re.compile(r"//[^/@\s]*@")
+
+
 def _metrics_url(value: Any) -> str:
     """Where GPU series are served: a URL, or ``HOST:PORT`` for ``http://HOST:PORT/metrics``."""
     text = _text(value).strip()
@@ -125,6 +129,8 @@ def _metrics_url(value: Any) -> str:
         port = None
     if url.scheme not in ("http", "https") or not url.hostname or port is None:
         raise ValueError("must look like HOST:PORT or http(s)://HOST:PORT/PATH")
+    if url.username is not None or url.password is not None:  # served to anyone who asks
+        raise ValueError("must hold no credentials: they go in Prometheus' scrape config")
     return urlunsplit((url.scheme, url.netloc, url.path or "/metrics", "", ""))
 
 
@@ -271,5 +277,6 @@ def resolve(
                     "environment": known[name].env(ENV_PREFIX),
                     "command line": known[name].flag,
                 }.get(origin_name, name)
-                raise ConfigError(f"{where}={raw!r} ({origin_name}): {exc}") from None
+                shown = _CREDENTIALS.sub("//***@", str(raw))  # a URL's, never echoed
+                raise ConfigError(f"{where}={shown!r} ({origin_name}): {exc}") from None
     return ExporterConfig(**values)

@@ -118,3 +118,9 @@ def test_metrics_url_of_a_sidecar(given, url):
 def test_a_metrics_url_without_host_and_port_is_refused(given):
     with pytest.raises(ConfigError, match="--metrics-url"):
         resolve({"metrics_url": given}, environ={})
+
+
+def test_a_metrics_url_with_credentials_is_refused_without_echoing_them():
+    with pytest.raises(ConfigError, match="no credentials") as caught:
+        resolve({"metrics_url": "http://scraper:s3cret@node7:9446"}, environ={})
+    assert "s3cret" not in str(caught.value) and "scraper" not in str(caught.value)
