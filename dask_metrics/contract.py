@@ -218,7 +218,8 @@ EXPORTER_LAST_SAMPLE = MetricSpec(
 )
 EXPORTER_PEAK_WINDOW = MetricSpec(
     "dask_gpu_exporter_peak_window_seconds", "gauge", "seconds", EXPORTER_LABELS,
-    "The trailing window of dask_gpu_memory_peak_bytes (--peak-window), so readers need "
+    "The trailing window of dask_gpu_memory_peak_bytes at this scrape: it follows the gaps "
+    "between scrapes, from --peak-window up to --peak-window-max, so readers need "
     "not be told it.",
 )
 EXPORTER_SAMPLE_INTERVAL = MetricSpec(

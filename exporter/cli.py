@@ -30,6 +30,7 @@ from dask_metrics.exporter.http import make_app, serve, tls_context
 from dask_metrics.exporter.learn_cluster import learn_in_background
 from dask_metrics.exporter.nvml_source import NvmlSource
 from dask_metrics.exporter.sampler import Sampler
+from dask_metrics.exporter.scrapes import ScrapeLog
 from dask_metrics.exporter.simulated import SimulatedSource
 from dask_metrics.exporter.target import TargetSource
 from dask_metrics.options import add_arguments
@@ -64,8 +65,10 @@ def load_config(argv: list[str] | None) -> ExporterConfig:
     return resolve(args, os.environ, file_data, origin=path or "config file")
 
 
-def make_sampler(config: ExporterConfig, target: TargetSource, unnamed: bool = False) -> Sampler:
-    """The sampler of the sidecar and of the worker preload: NVML, or simulated GPUs.
+def make_sampler(config: ExporterConfig, target: TargetSource, unnamed: bool = False,
+                 scrapes: ScrapeLog | None = None) -> Sampler:
+    """The sampler of the sidecar and of the worker preload: NVML, or simulated GPUs, its
+    peak window following ``scrapes`` (those of the /metrics that serves it).
 
     Simulated GPUs take their UUIDs from the host and the worker label, so a worker preload
     and its sidecar agree; ``unnamed`` (a sidecar told no worker name, whose label is only
@@ -78,7 +81,8 @@ def make_sampler(config: ExporterConfig, target: TargetSource, unnamed: bool = F
     source: GpuSource = (SimulatedSource(config.simulate, config.simulate_memory, instance)
                          if config.simulate else NvmlSource())
     return Sampler(source, target, interval=config.interval, peak_window=config.peak_window,
-                   energy_interval=config.energy_interval)
+                   energy_interval=config.energy_interval, scrapes=scrapes,
+                   longest_window=config.peak_window_max)
 
 
 def fail(code: int, message: str) -> int:
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                           file_gpus=not config.simulate, cluster=start)
     unnamed = not (config.worker or os.environ.get("DASK_WORKER_NAME")
                    or config.worker_info_file)
-    sampler = make_sampler(config, target, unnamed=unnamed)
+    scrapes = ScrapeLog()
+    sampler = make_sampler(config, target, unnamed=unnamed, scrapes=scrapes)
     try:
         sampler.source.start()
     except SourceUnavailable as exc:
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     # Sampling before serving: a /healthz answered in between would say "stalled" (503).
     sampler.start()
     try:
-        app = make_app(gpu, process, healthy, version=lambda: sampler.snapshot)
+        app = make_app(gpu, process, healthy, version=lambda: sampler.snapshot,
+                       scraped=scrapes.scraped)
         httpd, _ = serve(host, port, app, tls, max_connections=config.max_connections,
                          timeout=config.connection_timeout)
     except OSError as exc:

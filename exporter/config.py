@@ -151,6 +151,7 @@ class ExporterConfig:
     listen: str = f":{DEFAULT_PORT}"
     interval: float = 0.5
     peak_window: float = 30.0
+    peak_window_max: float = 600.0
     energy_interval: float = 5.0
     gpus: str | None = None
     worker: str | None = None
@@ -187,9 +188,12 @@ OPTIONS: tuple[Option, ...] = (
            f":{DEFAULT_PORT}, all interfaces)", "ADDR:PORT"),
     Option("interval", _positive_float, "seconds between two NVML samples "
            f"(default {ExporterConfig.interval:g})", "S"),
-    Option("peak_window", _seconds(MAX_PEAK_WINDOW), "trailing window of "
-           "dask_gpu_memory_peak_bytes, at least the scrape interval (default "
-           f"{ExporterConfig.peak_window:g})", "S"),
+    Option("peak_window", _seconds(MAX_PEAK_WINDOW), "the shortest trailing window of "
+           "dask_gpu_memory_peak_bytes; it grows to cover each scraper's gap between two "
+           f"scrapes (default {ExporterConfig.peak_window:g})", "S"),
+    Option("peak_window_max", _seconds(MAX_PEAK_WINDOW), "the longest the peak window grows "
+           f"to (default {ExporterConfig.peak_window_max:g}; --peak-window or less: fixed)",
+           "S"),
     Option("energy_interval", _positive_float, "seconds between two reads of NVML's energy "
            "counter, which costs ~4 ms of CPU per GPU on an H100; in between it advances by "
            f"power x time (default {ExporterConfig.energy_interval:g}; at most --interval: every "

@@ -7,9 +7,11 @@ are known when a preload or plugin sets up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from distributed.comm.addressing import get_address_host
+from tornado.web import OutputTransform
 
 
 def http_url(host: str, port: int, tls: bool, path: str = "/metrics") -> str:
@@ -40,3 +42,27 @@ def dashboard_url(server: Any, path: str = "/metrics") -> str | None:
 def http_application(server: Any) -> Any:
     """The tornado Application that routes ``server``'s HTTP requests, or None."""
     return getattr(server, "http_application", None)
+
+
+def watch_scrapes(server: Any, scraped: Callable[[str], None]) -> bool:
+    """Tell ``scraped`` the client address of every GET of ``server``'s ``/metrics``, once
+    per application however often asked; False where it serves no HTTP. Tornado makes an
+    output transform for each request before its handler runs: the one hook that sees the
+    request of a route Dask owns."""
+    app = http_application(server)
+    if app is None:
+        return False
+    if getattr(app, _WATCHED, None) != scraped:
+        setattr(app, _WATCHED, scraped)
+
+        class _Scrapes(OutputTransform):
+            def __init__(self, request: Any) -> None:
+                super().__init__(request)
+                if request.method == "GET" and request.path.endswith("/metrics"):
+                    scraped(request.remote_ip or "")
+
+        app.add_transform(_Scrapes)
+    return True
+
+
+_WATCHED = "_dask_metrics_scrapes"

@@ -93,7 +93,7 @@ def restrict(families: Iterable[Metric], names: set[str]) -> list[Metric]:
 
 def make_app(
     gpu: Collector, rest: CollectorRegistry, healthy: Callable[[], tuple[bool, str]],
-    version: Callable[[], object] | None = None,
+    version: Callable[[], object] | None = None, scraped: Callable[[str], None] | None = None,
 ) -> WSGIApp:
     """/metrics serves ``gpu`` (encoded by dask_metrics.exporter.exposition) and ``rest`` (by
     prometheus_client), both filtered by ``?name[]=``; /healthz says whether sampling is
@@ -102,7 +102,8 @@ def make_app(
     ``version`` (the sampler's current snapshot) changes whenever ``gpu`` would collect
     something new: an unfiltered page (and its gzip) is encoded once per version and format
     and reused for at most ``PAGE_MAX_AGE`` seconds, so the process series stay that fresh
-    and a burst of scrapes costs HTTP handling, not encoding."""
+    and a burst of scrapes costs HTTP handling, not encoding. ``scraped`` is told the
+    client address of every GET of /metrics (the peak window follows them)."""
     cached: dict[str, tuple[object, float, bytes, list[bytes]]] = {}  # by content type
 
     def page(encoder: Any, content_type: str) -> tuple[bytes, list[bytes]]:
@@ -118,6 +119,8 @@ def make_app(
         return body, gz
 
     def metrics(environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+        if scraped is not None and environ.get("REQUEST_METHOD") == "GET":
+            scraped(environ.get("REMOTE_ADDR", ""))
         names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
         encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
         gz: list[bytes] = []

@@ -23,6 +23,7 @@ from dask_metrics.exporter.gpu_source import (
 )
 from dask_metrics.exporter.identity import GpuRef
 from dask_metrics.exporter.peak import WindowMax
+from dask_metrics.exporter.scrapes import ScrapeLog
 from dask_metrics.exporter.selection import select
 from dask_metrics.exporter.target import Target
 
@@ -58,7 +59,7 @@ class Snapshot:
     timestamp: float = 0.0
     errors: dict[tuple[str, str], int] = field(default_factory=dict)
     cluster: str | None = None  # the dask_cluster label; None: not known, not exported
-    peak_window: float = 0.0  # seconds: the trailing window of every GPU's peak
+    peak_window: float = 0.0  # seconds: the trailing window of every GPU's peak this round
     interval: float = 0.0  # seconds between sampling rounds
 
 
@@ -89,6 +90,9 @@ class Sampler:
         peak_window: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         energy_interval: float = 5.0,
+        scrapes: ScrapeLog | None = None,
+        longest_window: float | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -96,10 +100,13 @@ class Sampler:
             raise ValueError("peak window must be at least one sampling interval")
         self.source = source
         self.interval = interval
-        self.peak_window = peak_window
+        self.peak_window = peak_window  # the shortest; with ``scrapes``, it follows them
+        self.longest_window = max(peak_window, longest_window or peak_window)
+        self.scrapes = scrapes
         self._energy_every = max(1, round(energy_interval / interval))  # in rounds
         self._target = target
         self._clock = clock
+        self._wall = wall  # unix time, that of the stamps and the snapshots
         self._states: dict[str, _GpuState] = {}
         self._devices: tuple[tuple[GpuRef, DeviceInfo], ...] | None = None
         self._devices_for: Target | None = None
@@ -148,14 +155,24 @@ class Sampler:
             self._stop.wait(delay)
 
     # -- one round -------------------------------------------------------------------------
+    def window(self) -> float:
+        """This round's peak window: at least ``peak_window``, and long enough to reach
+        one sampling interval past every recent scraper's previous scrape (the sample its
+        page held may be that much older), up to ``longest_window``."""
+        if self.scrapes is None:
+            return self.peak_window
+        need = self.scrapes.longest_gap(self.longest_window) + self.interval
+        return min(max(need, self.peak_window), self.longest_window)
+
     def sample_once(self) -> Snapshot:
         started = self._clock()
         target = self._target()
+        window = self.window()
         gpus: list[GpuSnapshot] = []
         if self._ensure_source(started):
             try:
                 for ref, info in self._resolve(target):
-                    gpus.append(self._sample_gpu(ref, info, target))
+                    gpus.append(self._sample_gpu(ref, info, target, window))
             except SourceUnavailable as exc:
                 self._lose_source(str(exc), started)
                 gpus = []
@@ -169,10 +186,10 @@ class Sampler:
             gpus=tuple(gpus),
             samples_total=self._samples,
             sample_duration=self._clock() - started,
-            timestamp=time.time(),
+            timestamp=self._wall(),
             errors=dict(self.source.errors),
             cluster=target.cluster,
-            peak_window=self.peak_window,
+            peak_window=window,
             interval=self.interval,
         )
         return self.snapshot
@@ -239,10 +256,11 @@ class Sampler:
         except DeviceFailed:  # lost while being listed: sampled (and found down) all the same
             return DeviceInfo(uuid, "", "")
 
-    def _sample_gpu(self, ref: GpuRef, info: DeviceInfo, target: Target) -> GpuSnapshot:
+    def _sample_gpu(self, ref: GpuRef, info: DeviceInfo, target: Target, window: float
+                    ) -> GpuSnapshot:
         state = self._states.get(ref.uuid)
         if state is None:
-            state = self._states[ref.uuid] = _GpuState(WindowMax(self.peak_window))
+            state = self._states[ref.uuid] = _GpuState(WindowMax(self.longest_window))
         read_energy = state.rounds_to_energy <= 0
         try:
             reading = self.source.read(ref.uuid, target.pids, energy=read_energy)
@@ -272,7 +290,7 @@ class Sampler:
         reading = replace(reading, energy_joules=energy)
         peak, peak_time, after = None, 0.0, None
         if reading.memory_used is not None:
-            peak, peak_time = state.peak.add(now, reading.memory_used, time.time())
+            peak, peak_time = state.peak.add(now, reading.memory_used, self._wall(), window)
             after = state.peak.after()
         return GpuSnapshot(ref, info, True, reading, peak, state.busy_seconds, peak_time, after,
                            dict(state.active_seconds))

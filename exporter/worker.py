@@ -28,7 +28,7 @@ from dask_metrics.contract import DASK_CLUSTER, Handler
 from dask_metrics.exporter import cluster as cluster_name
 from dask_metrics.exporter.cli import make_sampler
 from dask_metrics.exporter.config import ENV_PREFIX, OPTIONS, ExporterConfig, resolve
-from dask_metrics.exporter.dask_http import dashboard_url
+from dask_metrics.exporter.dask_http import dashboard_url, watch_scrapes
 from dask_metrics.exporter.gpu_collector import GpuCollector
 from dask_metrics.exporter.identity import (
     STARTUP_KEY,
@@ -39,6 +39,7 @@ from dask_metrics.exporter.identity import (
 )
 from dask_metrics.exporter.learn_cluster import scheduler_cluster
 from dask_metrics.exporter.sampler import Sampler
+from dask_metrics.exporter.scrapes import ScrapeLog
 from dask_metrics.exporter.target import TargetSource
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ _learners: dict[int, asyncio.Task[None]] = {}  # asking the scheduler for dask_c
 _announcing: set[asyncio.Task[None]] = set()  # identities on their way to the scheduler
 _set_up: set[int] = set()  # the workers (by id) whose GPUs are sampled and published
 _collector = GpuCollector(lambda: [s.snapshot for s in list(_samplers.values())])
+_scrapes = ScrapeLog()  # of every worker's /metrics in the process: each serves all samplers
 
 
 # Options of the sidecar's own HTTP server: the worker serves /metrics on Dask's server.
@@ -121,7 +123,9 @@ def _setup(worker: Any, cli: dict[str, Any], announce: bool) -> None:
         return
     target = TargetSource(worker=label, gpus=config.gpus,
                           pids=frozenset({os.getpid(), *config.pids}), cluster=own)
-    sampler = make_sampler(config, target)
+    # no HTTP server of Dask's to see the scrapes of: the window stays --peak-window
+    watched = config.serve_metrics and watch_scrapes(worker, _scrapes.scraped)
+    sampler = make_sampler(config, target, scrapes=_scrapes if watched else None)
     first = sampler.sample_once()
     if not first.nvml_up:
         logger.warning("dask-metrics: %s; the worker runs on, NVML is retried in the "

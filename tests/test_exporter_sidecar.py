@@ -119,6 +119,30 @@ def test_spike_between_two_scrapes_shows_in_the_peak_with_its_time(fake_nvml):
     assert value(after, "dask_gpu_exporter_peak_window_seconds", worker="w0") == 20
 
 
+@pytest.mark.parametrize("longest", [None, "1"])
+def test_the_peak_window_grows_to_the_gap_between_two_scrapes(fake_nvml, longest):
+    """A 0.5 s shortest window, scraped 3 s apart: the spike in between is in the peak; with
+    --peak-window-max 1 (a fixed window shorter than the gap) it is not."""
+    fixed = ("--peak-window-max", longest) if longest else ()
+    with sidecar("--worker", "w0", "--interval", "0.1", "--peak-window", "0.5", *fixed,
+                 env=fake_nvml.env) as base:
+        fake_nvml.epoch = time.time()
+        fake_nvml.at(1.0, 0, memory_used=60 * GiB).at(1.3, 0, memory_used=0)
+        fake_nvml.write()
+        before = scrape(base + "/metrics")
+        wait_until_scripted(fake_nvml, 3.0)
+        after = scrape(base + "/metrics")
+    gpu0 = gpu_labels(fake_nvml, 0)
+    assert value(before, "dask_gpu_memory_peak_bytes", **gpu0) == 0
+    window = value(after, "dask_gpu_exporter_peak_window_seconds", worker="w0")
+    if longest:
+        assert window <= 1.0
+        assert value(after, "dask_gpu_memory_peak_bytes", **gpu0) == 0  # lost, as configured
+    else:
+        assert window >= 2.0  # since the scrape before, plus an interval
+        assert value(after, "dask_gpu_memory_peak_bytes", **gpu0) == 60 * GiB
+
+
 def test_busy_seconds_rate_is_the_mean_utilisation(fake_nvml):
     fake_nvml.gpus[0].gpu_util = 40
     fake_nvml.write()

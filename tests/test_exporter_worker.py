@@ -5,6 +5,7 @@ worker-info file, and a worker that starts fine without any NVML."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from distributed import Client, LocalCluster
@@ -117,3 +118,28 @@ def test_two_workers_in_one_process_share_one_registry():
         wait_for(collected, lambda found: found == names, what="both workers' GPUs")
         assert all(g for g in identities(client).values())
     assert not [m for m in REGISTRY.collect() if m.name == "dask_gpu_info"]
+
+
+def test_the_worker_peak_window_follows_the_scrapes_of_its_metrics():
+    """Dask serves the worker's /metrics: the preload sees its scrapes all the same, and the
+    window of a 0.5 s shortest grows to the 2 s between two of them."""
+    import dask.config
+
+    with dask.config.set({"distributed.worker.preload": ["dask_metrics.worker"],
+                          "dask-metrics.exporter.simulate": 1,
+                          "dask-metrics.exporter.interval": 0.1,
+                          "dask-metrics.exporter.peak-window": 0.5}), LocalCluster(
+        n_workers=1, processes=False, dashboard_address=":0", worker_dashboard_address=":0"
+    ) as cluster, Client(cluster):
+        (worker,) = cluster.workers.values()
+        url = f"http://127.0.0.1:{worker.http_server.port}/metrics"
+        first = wait_for(lambda: scrape(url), lambda s: values(s, "dask_gpu_info"),
+                         what="worker GPU series")
+        assert values(first, "dask_gpu_exporter_peak_window_seconds")
+        scraped = time.monotonic()
+        wait_for(lambda: time.monotonic() - scraped >= 2.0, timeout=10, what="2 s")
+        scrape(url)  # the second scrape: 2 s after the first
+        grown = wait_for(lambda: scrape(url), lambda s: min(
+            values(s, "dask_gpu_exporter_peak_window_seconds").values()) >= 2.0,
+            timeout=10, what="a window as long as the gap")
+        assert max(values(grown, "dask_gpu_exporter_peak_window_seconds").values()) <= 600

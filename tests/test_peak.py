@@ -40,3 +40,34 @@ def test_matches_brute_force_on_random_series():
 def test_window_must_be_positive():
     with pytest.raises(ValueError):
         WindowMax(0)
+
+
+def test_a_shorter_window_asked_per_sample_matches_brute_force():
+    # the window follows the scrapes: each sample asks its own, never beyond the longest
+    rng = random.Random(9)
+    w = WindowMax(20.0)
+    history = []
+    t = 0.0
+    for _ in range(5000):  # long enough for the kept lists to be cut several times
+        t += rng.uniform(0.05, 0.6)
+        v = rng.choice([rng.uniform(0, 100), 100 - t / 100])  # falling runs fill the queue
+        span = rng.uniform(0.5, 40)
+        history.append((t, v))
+        inside = [(s, x) for s, x in history if s >= t - min(span, 20.0)]
+        expected = max(x for _, x in inside)
+        last_at_max = max(s for s, x in inside if x == expected)
+        assert w.add(t, v, t + 1000, span) == (expected, last_at_max + 1000)
+        later = [x for s, x in inside if s > last_at_max]
+        assert w.after() == ((max(later), max(s for s, x in inside if s > last_at_max
+                                                and x == max(later)) + 1000)
+                             if later else None)
+
+
+def test_a_long_fall_is_cut_from_memory_and_stays_right():
+    w = WindowMax(5.0)
+    for k in range(4000):  # falling memory: every sample stays queued until it ages out
+        t = k * 0.01
+        span = 5.0 if k % 2 else 2.5
+        oldest = next(j for j in range(max(0, k - 600), k + 1) if j * 0.01 >= t - span)
+        assert w.add(t, 1e6 - k, t, span) == (1e6 - oldest, oldest * 0.01)
+    assert len(w._times) < 2000  # what aged out was let go
