@@ -16,6 +16,7 @@ NEXT_PEAK_METRIC = contract.MEMORY_NEXT_PEAK.name
 NEXT_PEAK_TIME_METRIC = contract.MEMORY_NEXT_PEAK_TIME.name
 SAMPLES_METRIC = contract.EXPORTER_SAMPLES.name  # the exporter's rounds: how long it has run
 ROUND_TIME_METRIC = contract.EXPORTER_LAST_SAMPLE.name  # when the scraped round was sampled
+WINDOW_METRIC = contract.EXPORTER_PEAK_WINDOW.name  # how far back each scrape's peak reaches
 # Derived values are rounded so that 0.29 * 100 reads 29, not 28.999999999999996.
 _DIGITS = 6
 

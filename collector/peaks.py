@@ -39,6 +39,7 @@ from dask_metrics.collector.columns import (
     SAMPLES_METRIC,
     TOTAL_METRIC,
     USED_METRIC,
+    WINDOW_METRIC,
 )
 from dask_metrics.collector.discovery import Progress, find_workers
 from dask_metrics.collector.fetch import (
@@ -79,7 +80,7 @@ exporters that do not say theirs (dask_gpu_exporter_peak_window_seconds)."""
 LONGEST_PEAK_WINDOW = 3600.0
 """Seconds: the longest window a range is fetched past its end for (the exporter's limit)."""
 PEAK_DATING = (PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC, SAMPLES_METRIC,
-               ROUND_TIME_METRIC)
+               ROUND_TIME_METRIC, WINDOW_METRIC)
 """The series that date the peak gauge's samples and bound what they hide (peaktime)."""
 PEAK_METRICS = (PEAK_METRIC, USED_METRIC, TOTAL_METRIC, *PEAK_DATING)
 
@@ -250,6 +251,7 @@ class PeakFold:
         moments = (a, min(b, hi))
         rounds = _exporter_series(series_by_metric.get(SAMPLES_METRIC, ()))
         rounds_at = _exporter_series(series_by_metric.get(ROUND_TIME_METRIC, ()))
+        windows = _exporter_series(series_by_metric.get(WINDOW_METRIC, ()))
         # the exporter dates every GPU's used memory alike: at the end of its sampling round
         ended = stamps_ms(rounds_at, rounds_at) if rounds_at else None
         local = {key: metrics for key, metrics in gpu_series(series_by_metric).items()
@@ -274,7 +276,8 @@ class PeakFold:
             dates = None
             if peak:
                 dates = peak_dates(metrics)
-                reach = reaches(peak[0], rounds, self.peak_window, self.sample_interval)
+                reach = reaches(peak[0], rounds, self.peak_window, self.sample_interval,
+                                windows)
                 known = cover(metrics, reach, dates)
                 if g.first is None:
                     g.first, g.first_at = peak[0][0] - reach[0], peak[0][0]

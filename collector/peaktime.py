@@ -78,19 +78,25 @@ def dated_readings(metrics: Mapping[str, Samples], lo: int, hi: int,
     return [t for t, _ in kept], [v for _, v in kept]
 
 
-def reaches(peak_times: list[int], rounds: Samples | None, window: int, interval: int
-            ) -> list[int]:
-    """How far back (ms) each peak sample surely reaches: ``window`` (the exporter's peak
-    window plus one sampling interval), or less while the exporter has not yet sampled that
-    long: ``rounds`` (its dask_gpu_exporter_samples_total) x ``interval`` at that scrape,
-    after a start or a restart. Without ``rounds``, ``window`` everywhere."""
+def reaches(peak_times: list[int], rounds: Samples | None, window: int, interval: int,
+            windows: Samples | None = None) -> list[int]:
+    """How far back (ms) each peak sample surely reaches: its exporter's peak window at that
+    scrape (``windows``: dask_gpu_exporter_peak_window_seconds, which follows the scrapes)
+    plus one sampling ``interval``, ``window`` where a scrape does not say; or less while
+    the exporter has not yet sampled that long: ``rounds`` (its
+    dask_gpu_exporter_samples_total) x ``interval`` at that scrape, after a start or a
+    restart."""
+    said = aligned(windows, peak_times)
+    # a window that is no positive number says as little as a missing one
+    full = [window if w is None or not 0 < w < math.inf else round(w * 1000) + interval
+            for w in said]
     if not rounds or not rounds[0] or interval <= 0:
-        return [window] * len(peak_times)
-    # a count that is no number says as little as a missing one; from ``enough`` rounds on
-    # the exporter has sampled for a whole window (half a ms to spare for round())
-    enough = (window + 0.5) / interval
-    return [window if n is None or n >= enough or not math.isfinite(n)
-            else min(window, round(n * interval)) for n in aligned(rounds, peak_times)]
+        return full
+    # from ``enough`` rounds on the exporter has sampled for a whole window (half a ms to
+    # spare for round()); a count that is no number says as little as a missing one
+    return [r if n is None or n >= (r + 0.5) / interval or not math.isfinite(n)
+            else min(r, round(n * interval)) for r, n in zip(full, aligned(rounds, peak_times),
+                                                            strict=True)]
 
 
 def aligned(samples: Samples | None, times: list[int]) -> list[float | None]:
