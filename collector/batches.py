@@ -89,8 +89,10 @@ def samples_per_gpu(client: PrometheusClient, lo: int, hi: int, chunk: int, metr
     span = max(min(chunk, hi - lo + 1), 1)
     window = min(PROBE_WINDOW, max(hi - lo, 0)) + 1  # 1 ms more: a left-open window too
     try:
-        found = gpu_parts(lambda more: client.query(
-            f"max(count_over_time({scope.of(INFO.name, more)}[{window}ms]))", hi / 1000))
+        found = gpu_parts(client, scope.of(INFO.name), hi - window, hi,
+                          lambda more: client.query(f"max(count_over_time("
+                                                    f"{scope.of(INFO.name, more)}[{window}ms]))",
+                                                    hi / 1000))
     except PrometheusError as exc:
         if not exc.splittable:  # the store is unreachable or refuses: the next query says so
             raise

@@ -17,9 +17,9 @@ from dask_metrics.collector.fetch import (
     Scope,
     fetch_label_sets,
     gpu_parts,
-    narrower,
 )
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.promql import narrower
 from dask_metrics.collector.series import (
     WorkerInfo,
     natural_key,
@@ -46,7 +46,7 @@ def clusters_in(client: PrometheusClient, start: int, end: int) -> list[str]:
     ("" for series without one): one instant query, whatever the range (by parts of the
     GPUs where a store's limit on series is below them)."""
     window = max(end - start, 1) + 1
-    found = gpu_parts(lambda more: client.query(
+    found = gpu_parts(client, INFO.name, start, end, lambda more: client.query(
         f"count by ({DASK_CLUSTER}) (last_over_time({narrower(INFO.name, more)}"
         f"[{window}ms]))", end / 1000))
     return clusters_of([series.labels for series in found])
@@ -58,8 +58,8 @@ def discover(client: PrometheusClient, start: int, end: int, chunk: int,
     clusters (their dask_cluster labels) and their workers, from the same two queries (on a
     store that refuses them for a limit on series, by parts of the GPUs' UUIDs)."""
     def label_sets(metric: str) -> list[dict[str, str]]:
-        return gpu_parts(lambda more: fetch_label_sets(client, scope.of(metric, more), start,
-                                                       end, chunk, scope))
+        return gpu_parts(client, scope.of(metric), start, end, lambda more: fetch_label_sets(
+            client, scope.of(metric, more), start, end, chunk, scope))
 
     return label_sets(INFO.name), label_sets(WORKER_GPU_INFO.name)
 

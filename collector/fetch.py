@@ -11,15 +11,16 @@ of the workers, down to one worker, whose range is then halved.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from dask_metrics.collector.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
+from dask_metrics.collector.label_parts import LabelParts, joined, parts_of
 from dask_metrics.collector.lifetimes import job_key, restarts
 from dask_metrics.collector.promapi import PrometheusClient, PrometheusError
+from dask_metrics.collector.promql import label, literal_matchers, narrower
 from dask_metrics.collector.series import (
     Series,
     Timeline,
@@ -72,12 +73,6 @@ def _whole(lo: int, hi: int) -> None:
     """The halver of a query whose range is not halved here (a batch's: its workers are)."""
 
 
-def label(value: str) -> str:
-    """A PromQL string literal."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
 @dataclass(frozen=True)
 class Scope:
     """Which series a query may see: those of one Dask cluster (``cluster``; "" is the
@@ -105,26 +100,10 @@ UNSCOPED = Scope()
 Workers = Sequence[str] | str | None
 """Whose series a query selects: one worker, several (one query for a batch), or all."""
 
-_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
-
-
 def worker_matchers(workers: Workers) -> list[str]:
     """``worker="w"`` for one worker, ``worker=~"a|b"`` (each name matched literally) for
     several, nothing for None."""
     return literal_matchers(WORKER, workers)
-
-
-def literal_matchers(name: str, values: Workers) -> list[str]:
-    """``name="v"`` for one value, ``name=~"a|b"`` (each value matched literally; "" also
-    matches a series without the label) for several, nothing for None."""
-    if values is None:
-        return []
-    found = [values] if isinstance(values, str) else list(values)
-    if len(found) == 1:
-        return [f"{name}={label(found[0])}"]
-    literal = "|".join("".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
-                       for value in found)
-    return [f"{name}=~{label(literal)}"]
 
 
 def selector(metrics: Sequence[str], workers: Workers = None, scope: Scope = UNSCOPED,
@@ -283,123 +262,16 @@ TRIM_ABOVE_CHUNKS = 4
 samples: ``--since 1y`` over a week of data costs a week's queries, not a year's."""
 
 
-class Endings(NamedTuple):
-    """How a question about every series of a label is split for a store's limit on series:
-    by the last ``alphabet`` characters of the label's values, branching at most ``depth``
-    times (a level where one character's part alone is refused, a port or a domain that the
-    values share, does not count)."""
-
-    name: str
-    alphabet: str  # a "-" last, so that the alphabet is a regex class as it is
-    depth: int
-
-
-JOB_ENDINGS = Endings(JOB_ID, "0123456789", 3)
-"""A scheduler numbers its jobs 0, 1, 2, ...: 1,111 parts at most where they branch, 1,000 of
-three digits and the rest of each ending."""
-UUID_ENDINGS = Endings(UUID, "0123456789abcdef/", 3)
-"""NVML's GPU UUIDs end in random hex digits: parts of a 16th, a 256th, a 4,096th (older
-MIG devices' in "/GI/CI")."""
-WORKER_ENDINGS = Endings(WORKER, "0123456789abcdefghijklmnopqrstuvwxyz:._/-", 2)
-"""Dask's worker names end in a port, a number or a pod's random suffix; workers named by
-their addresses on one port share the port, and are split by the address before it."""
-LONGEST_ENDING = 256
-"""No part is split by an ending longer than this (a host name is at most 253 characters):
-longer, it holds one value's own series, over the limit alone."""
-MOST_PARTS = 10_000
-"""The most questions one question about every series is split into: beyond, it is the
-store's refusal (an adversarial set of values would ask far more)."""
-ANY = "(?s:.*)"
-"""Any characters, newlines too: a bare ``.*`` matched a newline in one of
-VictoriaMetrics' two matchers and not in the other, and a value matched by both a part and
-the rest would be counted twice."""
-
-
-def by_endings(ask: Callable[[Sequence[str]], _T], endings: Endings) -> Iterator[_T]:
-    """The answers of ``ask(matchers)`` for every series, one part at a time (``any`` stops
-    at the first that will do). Where the store refuses them whole for a limit on series,
-    they are asked for the label ``endings.name`` ending in each character of the alphabet,
-    and for the rest (no value, or one ending in another character), each part split again
-    by the character before its ending where refused: parts that hold every series once."""
-    try:
-        found = ask([])
-    except PrometheusError as exc:
-        if not exc.series_bound:
-            raise
-        yield from _ending_parts(_Budget(ask), endings, "", endings.depth, exc, list)
-    else:
-        yield found
-
-
-class _Budget:
-    """``ask``, refused with ``refusal`` once MOST_PARTS questions have been asked."""
-
-    def __init__(self, ask: Callable[[Sequence[str]], Any]) -> None:
-        self.ask, self.left = ask, MOST_PARTS
-
-    def __call__(self, matchers: Sequence[str], refusal: PrometheusError) -> Any:
-        self.left -= 1
-        if self.left < 0:
-            raise refusal
-        return self.ask(matchers)
-
-
-def _ending_parts(ask: _Budget, endings: Endings, ending: str, depth: int,
-                  refusal: PrometheusError, pieces: Callable[[str], Sequence[str]]
-                  ) -> Iterator[_T]:
-    """The parts of the series whose label ends in ``ending`` (refused whole with
-    ``refusal``): the rest first, then the characters before the ending in ``pieces`` of
-    the alphabet (each alone, or halves split again where refused), those refused alone
-    split again once the others are answered: ``depth`` more times where several are, and
-    by halves of the alphabet after a level where one alone is (a suffix the values share
-    costs a few questions a character, not one per character)."""
-    if depth <= 0 or len(ending) >= LONGEST_ENDING:
-        raise refusal
-    name, escaped = endings.name, re.escape(ending)
-    mine = [f"{name}=~{label(ANY + escaped)}"] if ending else []
-    yield ask([*mine, f"{name}!~{label(ANY + '[' + endings.alphabet + ']' + escaped)}"],
-              refusal)
-    refused: list[tuple[str, PrometheusError]] = []
-    yield from _char_parts(ask, name, endings.alphabet, escaped, refused, refusal, pieces)
-    shared = len(refused) == 1
-    for char, exc in refused:
-        yield from _ending_parts(ask, endings, char + ending, depth if shared else depth - 1,
-                                 exc, _halves if shared else list)
-
-
-def _char_parts(ask: _Budget, name: str, chars: str, escaped: str,
-                refused: list[tuple[str, PrometheusError]], refusal: PrometheusError,
-                pieces: Callable[[str], Sequence[str]]) -> Iterator[_T]:
-    """The parts of the values ending in one of ``chars`` and then ``escaped``, asked by
-    ``pieces`` of them; a piece refused is split in halves, a character refused alone is
-    added to ``refused``."""
-    for piece in pieces(chars):
-        matched = re.escape(piece) if len(piece) == 1 else f"[{piece}]"
-        try:
-            found = ask([f"{name}=~{label(ANY + matched + escaped)}"], refusal)
-        except PrometheusError as exc:
-            if not exc.series_bound or exc is refusal:
-                raise
-            if len(piece) == 1:
-                refused.append((piece, exc))
-            else:
-                yield from _char_parts(ask, name, piece, escaped, refused, exc, _halves)
-        else:
-            yield found
-
-
-def _halves(chars: str) -> tuple[str, str]:
-    return chars[:len(chars) // 2], chars[len(chars) // 2:]
-
-
-def gpu_parts(ask: Callable[[Sequence[str]], list[_T]]) -> list[_T]:
-    """``ask(matchers)`` about every GPU series, joined: asked whole, or where a store will
-    not count them at once for a limit on series, by parts of their UUIDs (``by_endings``)."""
-    return [x for part in by_endings(ask, UUID_ENDINGS) for x in part]
+def gpu_parts(client: PrometheusClient, sel: str, start: int, end: int,
+              ask: Callable[[Sequence[str]], list[_T]]) -> list[_T]:
+    """``ask(matchers)`` about every GPU series of ``sel`` in [start, end] (ms), joined:
+    asked whole, or where a store will not count them at once for a limit on series, by
+    parts of their UUIDs (``label_parts``)."""
+    return joined(parts_of(client, sel, UUID, start, end), ask)
 
 
 def any_sample(client: PrometheusClient, sel: str, start: int, end: int,
-               parts: Endings | None = None) -> bool:
+               parts: LabelParts | None = None) -> bool:
     """Whether the series of ``sel`` have a sample in [start, end] (ms): one instant query
     (series that a store will not count at once for a limit on series: by ``parts``, until
     one has a sample)."""
@@ -409,33 +281,24 @@ def any_sample(client: PrometheusClient, sel: str, start: int, end: int,
         return bool(client.query(f"count(last_over_time({narrower(sel, more)}[{window}ms]))",
                                  end / 1000))
 
-    return ask(()) if parts is None else any(by_endings(ask, parts))
-
-
-def narrower(sel: str, more: Sequence[str]) -> str:
-    """The selector ``sel`` (``metric``, ``metric{…}`` or ``{…}``) with the matchers
-    ``more`` too."""
-    if not more:
-        return sel
-    if sel.endswith("}"):
-        return f"{sel[:-1]},{','.join(more)}}}"
-    return f"{sel}{{{','.join(more)}}}"
+    return ask(()) if parts is None else any(parts.answers(ask))
 
 
 def present(client: PrometheusClient, metrics: Sequence[str], start: int, end: int,
             scope: Scope = UNSCOPED) -> set[str]:
     """The ``metrics`` with a sample in [start, end] (ms): one instant query each (by parts
     of their GPUs or workers where a store's limit on series is below them)."""
-    return {m for m in metrics if any_sample(client, scope.of(m), start, end, parts_of(m))}
+    return {m for m in metrics if any_sample(client, scope.of(m), start, end, parts_of(
+        client, scope.of(m), split_label(m), start, end))}
 
 
 _LABELS = {spec.name: spec.labels for spec in SPECS}
 
 
-def parts_of(metric: str) -> Endings:
+def split_label(metric: str) -> str:
     """What a question about every series of ``metric`` is split by: its GPUs' UUIDs where
     its series are a GPU's (or it is not ours), else its workers' names."""
-    return WORKER_ENDINGS if UUID not in _LABELS.get(metric, (UUID,)) else UUID_ENDINGS
+    return WORKER if UUID not in _LABELS.get(metric, (UUID,)) else UUID
 
 
 def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
@@ -446,8 +309,9 @@ def data_span(client: PrometheusClient, start: int, end: int, chunk: int,
     caller says so)."""
     if end - start <= TRIM_ABOVE_CHUNKS * chunk:
         return start, end
-    found = _narrowed(client, scope.of(INFO.name), start, end, max(chunk // 64, 1000),
-                      UUID_ENDINGS)
+    sel = scope.of(INFO.name)
+    found = _narrowed(client, sel, start, end, max(chunk // 64, 1000),
+                      parts_of(client, sel, UUID, start, end))
     if found is None:
         return start, end
     return on_grid(found[0], start, step), found[1]
@@ -479,7 +343,7 @@ def span_of(client: PrometheusClient, sel: str, start: int, end: int, chunk: int
 
 
 def _narrowed(client: PrometheusClient, sel: str, start: int, end: int, resolution: int,
-              parts: Endings | None = None) -> tuple[int, int] | None:
+              parts: LabelParts | None = None) -> tuple[int, int] | None:
     """From at most ``resolution`` ms before the first sample of ``sel`` in [start, end] to
     as much after the last (None: there is none), by bisection with instant queries whose
     cost follows the samples they cover (``any_sample``'s ``parts``)."""
@@ -599,7 +463,8 @@ def peak_windows(client: PrometheusClient, start: int, end: int, scope: Scope = 
             return {s.labels.get(WORKER, ""): s.values[-1]
                     for s in client.query(expr, end / 1000) if s.values and s.values[-1] > 0}
 
-        return {w: v for part in by_endings(ask, WORKER_ENDINGS) for w, v in part.items()}
+        parts = parts_of(client, scope.of(metric), WORKER, start, end)
+        return {w: v for part in parts.answers(ask) for w, v in part.items()}
 
     intervals = longest(EXPORTER_SAMPLE_INTERVAL.name)
     return {worker: (round((window + intervals.get(worker, 0.0)) * 1000),
@@ -648,10 +513,12 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
     sent): what a fleet's activities are read in batches of jobs by, each batch only where
     its jobs have samples (a job of ten minutes in a day: one or two chunks of 24). A sample
     on a chunk's edge may count twice. Counters the store will not count at once for a
-    limit on series are counted a part of the jobs at a time (``by_endings``)."""
-    return {job: n for part in by_endings(
-        lambda more: _activity_samples(client, start, end, max_age, chunk, scope, more),
-        JOB_ENDINGS) for job, n in part.items()}
+    limit on series are counted a part of the jobs at a time (``label_parts``)."""
+    parts = parts_of(client, selector([ACTIVITY_SERIES], scope=scope), JOB_ID,
+                     start - max_age, end)
+    return {job: n for part in parts.answers(
+        lambda more: _activity_samples(client, start, end, max_age, chunk, scope, more))
+        for job, n in part.items()}
 
 
 def _activity_samples(client: PrometheusClient, start: int, end: int, max_age: int,
@@ -735,7 +602,7 @@ def executing_workers(client: PrometheusClient, start: int, end: int, chunk: int
                             WORKER, start - age, lookahead(end, age), chunk)
 
     try:
-        found = set().union(*by_endings(ask, WORKER_ENDINGS))
+        found = set().union(*LabelParts(WORKER, lambda: workers).answers(ask))
     except PrometheusError as exc:
         if not exc.splittable:
             raise

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import orjson
 import yaml
@@ -139,6 +140,7 @@ class PrometheusClient:
         # per kind of worker-batched query, the fewest workers the store refused one for a
         # limit on series (fetch.by_worker_halves): what this store holds, learnt once
         self.refused_batches: dict[str, int] = {}
+        self._lists_labels = True  # until the labels API refuses: the series API then
 
     def close(self) -> None:
         self._transport.close()
@@ -161,6 +163,34 @@ class PrometheusClient:
         form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}",
                 **STORE_PARAMS}
         return self._series(self._api("query_range", form, expr), expr)
+
+    def label_values(self, name: str, sel: str, start: float, end: float) -> list[str]:
+        """The values of the label ``name`` among the series of ``sel`` in [start, end]
+        (unix seconds), or more: from the labels API, else the series API ("" for a series
+        without the label), else the labels API for every series of the store, whichever
+        it answers. VictoriaMetrics counts the series a match[] selects against its limit
+        on series in the first, and against -search.maxSeries (30,000) in the second."""
+        form = {"match[]": sel, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        what = f"the values of {name} in {sel}"
+        if self._lists_labels:
+            try:
+                return self._values(name, form, what)
+            except PrometheusError as exc:
+                if exc.status is None or exc.status in (401, 403):
+                    raise  # unreachable, or the credentials: the others would fail too
+                self._lists_labels = False
+        try:
+            found = self._decode(self._transport.request("POST", "series", form), what)
+        except PrometheusError as exc:
+            if not exc.splittable:
+                raise
+            del form["match[]"]  # every value the store holds: more, never fewer
+            return self._values(name, form, what)
+        return [str(labels.get(name, "")) for labels in found or () if isinstance(labels, dict)]
+
+    def _values(self, name: str, form: dict[str, str], what: str) -> list[str]:
+        path = f"label/{quote(name, safe='')}/values?{urlencode(form)}"
+        return [str(v) for v in self._decode(self._transport.request("GET", path), what) or ()]
 
     def read_raw(self, selector: str, lo: int, hi: int) -> list[Series] | None:
         """The raw samples of ``selector`` in [lo, hi] (ms) by the API the settings ask for

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
-from dask_metrics.collector.fetch import UNSCOPED, UUID_ENDINGS, Scope, any_sample, gpu_parts
+from dask_metrics.collector.fetch import UNSCOPED, Scope, any_sample, gpu_parts
 from dask_metrics.collector.jobs import unscraped_note
+from dask_metrics.collector.label_parts import parts_of
 from dask_metrics.collector.promapi import PrometheusClient
 from dask_metrics.contract import (
     CURRENT_JOB,
@@ -29,6 +30,7 @@ from dask_metrics.contract import (
     MONITOR_STOP,
     SCHEDULER_START,
     UP,
+    UUID,
     WORKER,
 )
 
@@ -41,6 +43,9 @@ SCRAPE_GAP = 60.0
 #: Series whose newest sample shows how far Prometheus has scraped the cluster: every GPU
 #: and the scheduler.
 FRESHNESS = (UP.name, CURRENT_JOB.name)
+#: Seconds back an instant selector's series are listed from, beyond any store's lookback
+#: (Prometheus' is 5 minutes).
+LOOKBACK = 3600.0
 #: Seconds to wait for Prometheus to scrape past a session's stop, by default.
 PATIENCE = 30.0
 
@@ -183,9 +188,10 @@ def window(client: PrometheusClient, start: float, stop: float | None, scope: Sc
         return start, until
     gpus, end = scope.of(INFO.name), round(until * 1000)
     span, gap = max(round((until - start) * 1000), 1), round(SCRAPE_GAP * 1000)
-    if (any_sample(client, gpus, end - span + 1, end, UUID_ENDINGS)
+    parts = parts_of(client, gpus, UUID, round(start * 1000) - gap + 1, end)
+    if (any_sample(client, gpus, end - span + 1, end, parts)
             or not any_sample(client, gpus, round(start * 1000) - gap + 1,
-                              round(start * 1000), UUID_ENDINGS)):
+                              round(start * 1000), parts)):
         return start, until
     # scraped just before, not inside: the session fell between two scrapes
     firsts = scrapes_after(client, until, scope, INFO.name, gpus=True)
@@ -252,8 +258,9 @@ def _scraped_past(client: PrometheusClient, until: float, scope: Scope) -> bool:
     by parts where a store's limit on series is below them)."""
     for metric in FRESHNESS:
         now = time.time()
-        newest = gpu_parts(lambda more, metric=metric, now=now: client.query(
-            f"min(timestamp({scope.of(metric, more)}))", now))
+        newest = gpu_parts(client, scope.of(metric), round((now - LOOKBACK) * 1000),
+                           round(now * 1000), lambda more, metric=metric, now=now: client.query(
+                               f"min(timestamp({scope.of(metric, more)}))", now))
         if any(s.values and s.values[-1] < until for s in newest):
             return False
     return True
@@ -271,7 +278,10 @@ def scrapes_after(client: PrometheusClient, t: float, scope: Scope, metric: str,
         return [min((ms / 1000 for ms in series.times if ms / 1000 >= t), default=None)
                 for series in client.query(f"{scope.of(metric, more)}[{span}s]", now)]
 
-    return gpu_parts(ask) if gpus else ask(())
+    if not gpus:
+        return ask(())
+    return gpu_parts(client, scope.of(metric), round((now - span) * 1000), round(now * 1000),
+                     ask)
 
 
 def first_scrape_after(client: PrometheusClient, t: float, scope: Scope) -> float:

@@ -24,8 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dask_metrics.collector.connection_settings import ConnectionSettings
-from dask_metrics.collector.fetch import Scope, fetch_raw, literal_matchers, selector
+from dask_metrics.collector.fetch import Scope, fetch_raw, selector
 from dask_metrics.collector.promapi import PrometheusClient
+from dask_metrics.collector.promql import literal_matchers
 from dask_metrics.collector.remote_read import (
     EQ,
     NRE,
