@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dask_metrics.collector.api_answer import decode
 from dask_metrics.collector.batches import (
     SAMPLES_PER_QUERY,
     WIDEST_CHUNKS,
@@ -55,7 +56,6 @@ from dask_metrics.collector.peak import Peak
 from dask_metrics.collector.peak_table import caveats, format_table
 from dask_metrics.collector.peaks import gpu_peaks
 from dask_metrics.collector.pieces import Piece, pieces
-from dask_metrics.collector.promapi import decode
 from dask_metrics.collector.ranges import check_step
 from dask_metrics.collector.redaction import Scrubber, redact_url, split_credentials
 from dask_metrics.collector.series import (

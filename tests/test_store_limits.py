@@ -426,7 +426,7 @@ def test_a_cluster_not_on_a_store_that_will_not_list_its_clusters_is_said_so() -
 def test_a_limit_on_series_is_told_from_the_others(error: str, series: bool) -> None:
     """Stores' own words: a limit on series is met by fewer workers (a shorter range only
     where series come and go), the others by either."""
-    from dask_metrics.collector.promapi import series_limit, too_big
+    from dask_metrics.collector.api_answer import series_limit, too_big
 
     assert too_big(error) and series_limit(error) is series
 
