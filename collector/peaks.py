@@ -431,14 +431,6 @@ def _exporter_series(series: Iterable[Series]) -> tuple[list[int], list[float]] 
     return (pieces[0].times, pieces[0].values) if len(pieces) == 1 else join(pieces)
 
 
-def _undated(metrics: Mapping[str, tuple[list[int], list[float]]], since: int | None,
-             hi: int, peak_window: int) -> tuple[list[int], list[float]]:
-    """The readings of an exporter that does not date its peaks, up to ``hi``, NaN left out."""
-    times, values = _sources(metrics, since, peak_window)
-    kept = [(t, v) for t, v in zip(times, values, strict=True) if t <= hi and not math.isnan(v)]
-    return [t for t, _ in kept], [v for _, v in kept]
-
-
 def _spans(activity: Timeline, max_age: int, lo: int, hi: int
            ) -> dict[str, list[tuple[int, int]]]:
     """{job: the stretches of [lo, hi] the timeline gives it}: from each scheduler scrape
