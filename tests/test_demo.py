@@ -145,6 +145,22 @@ def test_demo_end_to_end(first_run):
         assert not unexpected_errors(text), (log.name, text[-2000:])
 
 
+def test_the_readmes_table_of_files_is_what_the_demo_writes(first_run):
+    out, _ = first_run
+    table = (ROOT / "README.md").read_text().split("Where the files land", 1)[1]
+    cells = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| `DIR/")]
+    assert len(cells) >= 10
+    for cell in cells:
+        paths: list[str] = []
+        for token in re.findall(r"`([^`]+)`", cell):  # `DIR/a.png`, `.svg`: a.png, a.svg
+            paths.append(token[4:] if token.startswith("DIR/")
+                         else paths[-1].rsplit(".", 1)[0] + token)
+        for path in paths:
+            for name in ([path.replace("<worker>", w) for w in WORKERS] if "<worker>" in path
+                         else [path]):
+                assert (out / name).exists(), name
+
+
 def test_second_run_keeps_running_until_interrupted(first_run):
     out, _ = first_run
     proc = subprocess.Popen([*DEMO, "--out", str(out), "--keep-running"], text=True,
