@@ -276,9 +276,8 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_stores.py --workers 300 --commands export peaks --vm-limit 10000":
         Parsed(),
     "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
-    "--vm-limit 10000": Parsed(),
-    "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
-    "--vm-limit 1000": Parsed(),
+    "--vm-limit 1000 --before a61f589": Parsed(),
+    "python benchmarks/bench_store_limits.py --before a61f589": Parsed(),
     "python benchmarks/bench_stores.py --workers 1000 --commands export peaks report "
     "--vm-limit 5000": Parsed(),
     "python benchmarks/bench_stores.py --workers 1000 --commands export": Parsed(),

@@ -12,8 +12,9 @@ prefix tasks of the cluster (120), nor the activity counters of its JOBS jobs (1
 most 5 a job), nor the GPUs of the two clusters on the store (80 of this one, 60 of OTHERS
 workers of another); a spike at the last scrape before the range's end. A second
 VictoriaMetrics limited to TIGHT series holds fewer than the cluster's GPUs and workers
-(each with its exporter's peak window): which they are is asked by parts of their UUIDs
-and names."""
+(each with its exporter's peak window): which they are is asked in batches of their
+listed UUIDs and names. What each case costs the store in questions, this tree against an
+earlier one: benchmarks/bench_store_limits.py (docs/benchmarks.md, "A limit on series")."""
 
 from __future__ import annotations
 
