@@ -152,9 +152,13 @@ def test_the_readmes_table_of_files_is_what_the_demo_writes(first_run):
     assert len(cells) >= 10
     for cell in cells:
         paths: list[str] = []
-        for token in re.findall(r"`([^`]+)`", cell):  # `DIR/a.png`, `.svg`: a.png, a.svg
-            paths.append(token[4:] if token.startswith("DIR/")
-                         else paths[-1].rsplit(".", 1)[0] + token)
+        for token in re.findall(r"`([^`]+)`", cell):
+            if token.startswith("DIR/"):
+                paths.append(token[4:])
+            elif token.startswith("."):  # `DIR/a.png`, `.svg`: a.png and a.svg
+                paths.append(paths[-1].rsplit(".", 1)[0] + token)
+            else:  # `DIR/b/a.html`, `a.json`: b/a.html and b/a.json
+                paths.append(str(Path(paths[-1]).parent / token))
         for path in paths:
             for name in ([path.replace("<worker>", w) for w in WORKERS] if "<worker>" in path
                          else [path]):
