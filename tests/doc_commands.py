@@ -18,8 +18,8 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    """README.md and every docs/*.md, in a stable order."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """README.md, CONTRIBUTING.md and every docs/*.md, in a stable order."""
+    return [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
 
 
 @dataclass(frozen=True)

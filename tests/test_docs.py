@@ -96,6 +96,12 @@ ACCOUNTS: dict[str, Account] = {
     # ---- README.md: the two commands ----
     "bash scripts/demo.sh": Mapped(DEMO),
     "bash scripts/test.sh": Run("test_the_test_command_is_what_ci_runs"),
+    # ---- CONTRIBUTING.md ----
+    "bash scripts/test.sh tests/test_peak_window.py -q": Run("test_one_test_file_runs_as_ci_would"),
+    "bash scripts/test.sh -m integration tests/test_store_limits.py -k monitor_session -q":
+        Mapped("tests/test_store_limits.py::"
+               "test_a_monitor_session_between_two_scrapes_ends_alike_under_a_limit_below_the_gpus",
+               "the test the command selects"),
     # ---- install ----
     "bash scripts/setup.sh": Run("test_setup_runs_again_quietly_and_puts_the_commands_in_venv"),
     "source .venv/bin/activate": Run("test_setup_runs_again_quietly_and_puts_the_commands_in_venv"),
@@ -511,6 +517,15 @@ def test_the_test_command_is_what_ci_runs():
     assert command in ci.splitlines(), ".ci/run must run the README's test command"
     script = (ROOT / "scripts" / "test.sh").read_text()
     assert "ruff check" in script and "pytest" in script
+
+
+@pytest.mark.integration  # setup and lint first: seconds, and a venv being reinstalled
+def test_one_test_file_runs_as_ci_would():
+    command = documented("bash scripts/test.sh tests/test_peak_window.py -q")
+    done = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.search(r"\b\d+ passed\b", done.stdout) and "failed" not in done.stdout
 
 
 # ---- runs: the exporter ---------------------------------------------------------------------
