@@ -120,19 +120,14 @@ def test_two_workers_in_one_process_share_one_registry():
     assert not [m for m in REGISTRY.collect() if m.name == "dask_gpu_info"]
 
 
-def test_the_worker_peak_window_follows_the_scrapes_of_its_metrics():
+def test_the_worker_peak_window_follows_the_scrapes_of_its_metrics(fake_nvml):
     """Dask serves the worker's /metrics: the preload sees its scrapes all the same, and the
-    window of a 0.5 s shortest grows to the 2 s between two of them."""
-    import dask.config
-
-    with dask.config.set({"distributed.worker.preload": ["dask_metrics.worker"],
-                          "dask-metrics.exporter.simulate": 1,
-                          "dask-metrics.exporter.interval": 0.1,
-                          "dask-metrics.exporter.peak-window": 0.5}), LocalCluster(
-        n_workers=1, processes=False, dashboard_address=":0", worker_dashboard_address=":0"
-    ) as cluster, Client(cluster):
-        (worker,) = cluster.workers.values()
-        url = f"http://127.0.0.1:{worker.http_server.port}/metrics"
+    window of a 0.5 s shortest grows to the 2 s between two of them. (A worker process of its
+    own: scraped in this one, Dask's worker collector would stay in the test's registry.)"""
+    cluster, _, worker_http = start_cluster(fake_nvml.env, "--interval", "0.1",
+                                            "--peak-window", "0.5")
+    url = f"http://127.0.0.1:{worker_http}/metrics"
+    with cluster:
         first = wait_for(lambda: scrape(url), lambda s: values(s, "dask_gpu_info"),
                          what="worker GPU series")
         assert values(first, "dask_gpu_exporter_peak_window_seconds")
