@@ -65,7 +65,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from dask_metrics.collector.series import plan_chunks  # the floor's windows are the collector's
+from dask_metrics.collector.model.series import (
+    plan_chunks,  # the floor's windows are the collector's
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_VERSION = 3  # bump when the fixture changes: the cached TSDB is keyed by it
@@ -84,11 +86,11 @@ STORE_PARAMS = {"nocache": "1", "latency_offset": "0"}  # sent with the collecto
 
 METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem", "power", "temperature"]
 # The series those columns read, in the collector's order
-# (dask_metrics.collector.columns.source_metrics).
+# (dask_metrics.collector.model.columns.source_metrics).
 SOURCES = ["dask_gpu_memory_used_bytes", "dask_gpu_utilization_ratio",
            "dask_gpu_memory_peak_bytes", "dask_gpu_power_watts",
            "dask_gpu_temperature_celsius", "dask_gpu_memory_total_bytes"]
-# What the export also reads for gpu_by_prefix.csv (dask_metrics.collector.fetch
+# What the export also reads for gpu_by_prefix.csv (dask_metrics.collector.query.fetch
 # ATTRIBUTION_METRICS not among the columns' series), in the same query; the fixture has the
 # busy counter (every exporter serves it), not the energy one.
 ATTRIBUTION = ["dask_gpu_busy_seconds_total", "dask_gpu_energy_joules_total"]
@@ -648,7 +650,7 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
             peer = Contender("peer", "prometheus-api-client + MetricRangeDataFrame.to_csv")
             scaled = {n: Contender(f"ours, {n} worker{'s' if n > 1 else ''}", "") for n in scales}
             base = Contender("baseline",
-                             "python -c 'import dask_metrics.collector.cli' (no export)")
+                             "python -c 'import dask_metrics.collector.cli.main' (no export)")
             kept: dict[str, Path] = {}  # the last round's export of ours and before
 
             def once(c: Contender, i: int) -> None:
@@ -660,8 +662,8 @@ def benchmark(args: argparse.Namespace, report: TextIO) -> None:
                 elif c is peer:
                     cmd = [*me, "_peer", url, str(fix.t0), str(fix.t1), str(out), *names]
                 elif c is base:
-                    cmd = [sys.executable, "-c",
-                           "import dask_metrics.collector.cli, dask_metrics.collector.export"]
+                    cmd = [sys.executable, "-c", "import dask_metrics.collector.cli.main, "
+                           "dask_metrics.collector.output.export"]
                     tree = trees["ours"]
                 else:
                     n = next((k for k, v in scaled.items() if v is c), args.workers)

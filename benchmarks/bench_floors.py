@@ -14,7 +14,7 @@ gpu_by_prefix, the whole cluster, in one-hour chunks) read by each arm in a fres
   one query per metric and chunk, every frame read and its protobuf parsed, the chunks'
   bytes kept undecoded: what the transfer costs without turning the chunks into numbers;
   ``remote-read-decoded``: the same with every XOR chunk decoded by the collector's own
-  decoder (collector/remote_read.py: pure Python, no protobuf or snappy library);
+  decoder (collector/store/remote_read.py: pure Python, no protobuf or snappy library);
 - ``vm-export``: VictoriaMetrics' ``/api/v1/export`` (JSON lines) of the very same blocks
   (through ``vmctl``), where victoria-metrics and vmctl are installed.
 
@@ -48,8 +48,8 @@ def export_metrics() -> list[str]:
     """The GPU series an export of the default columns reads, gpu_by_prefix's counters too."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from dask_metrics.collector.columns import select, source_metrics
-    from dask_metrics.collector.fetch import ATTRIBUTION_METRICS
+    from dask_metrics.collector.model.columns import select, source_metrics
+    from dask_metrics.collector.query.fetch import ATTRIBUTION_METRICS
 
     return sorted({*source_metrics(select(None)), *ATTRIBUTION_METRICS})
 
@@ -87,11 +87,11 @@ def arm_json(url: str, steps: list[tuple[str, int, int]], loads: str) -> tuple[i
 
 def arm_remote_read(url: str, steps: list[tuple[str, int, int]], decoded: bool
                     ) -> tuple[int, float]:
-    """Remote read by the collector's own request and decoder (collector/remote_read.py);
+    """Remote read by the collector's own request and decoder (collector/store/remote_read.py);
     undecoded, the samples are counted from the chunks' headers."""
     import requests
 
-    from dask_metrics.collector.remote_read import (
+    from dask_metrics.collector.store.remote_read import (
         REQUEST_HEADERS,
         _fields,
         _read_uvarint,

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dask_metrics.collector.fetch import Scope, fetch_jobs  # noqa: E402
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient  # noqa: E402
+from dask_metrics.collector.query.fetch import Scope, fetch_jobs  # noqa: E402
+from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient  # noqa: E402
 from tests.prometheus_helpers import OpenMetrics, create_blocks, run_prometheus  # noqa: E402
 
 

@@ -56,8 +56,9 @@ def draw(folder: Path) -> dict[str, list[float]]:
     """One round, in this process: [wall, CPU] seconds per part (see PARTS)."""
     clock = (time.perf_counter, time.process_time)
     began = [c() for c in clock]
-    from dask_metrics.collector import plot, worker_traces
-    from dask_metrics.collector.provenance import read_provenance
+    from dask_metrics.collector.output import traces as worker_traces
+    from dask_metrics.collector.output.provenance import read_provenance
+    from dask_metrics.collector.plot import pages as plot
 
     def since(began: list[float]) -> list[float]:
         return [c() - b for c, b in zip(clock, began, strict=True)]
@@ -96,7 +97,7 @@ def export_folder(args: argparse.Namespace, work: Path) -> Path:
     """The fixture exported as ``collector plot`` exports it."""
     out = work / "export"
     with served_fixture(args.workers, args.gpus, args.hours, args.cache, work) as (fix, prom):
-        from dask_metrics.collector.plot import PLOT_METRICS
+        from dask_metrics.collector.plot.pages import PLOT_METRICS
 
         run_child([sys.executable, "-m", "dask_metrics.collector", "export", "--prometheus",
                    prom.url, "--since", str(fix.t0), "--until", str(fix.t1), "--out",

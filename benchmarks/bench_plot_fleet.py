@@ -35,9 +35,9 @@ GIB = 2**30
 def write_worker(path: Path, name: str, gpus: int, hours: float, interval: float,
                  rng: random.Random, stops: bool) -> int:
     """One worker's tidy file; returns its rows."""
-    from dask_metrics.collector.plot import PLOT_METRICS
-    from dask_metrics.collector.timespec import format_rfc3339
-    from dask_metrics.collector.worker_traces import FIXED
+    from dask_metrics.collector.model.timespec import format_rfc3339
+    from dask_metrics.collector.output.traces import FIXED
+    from dask_metrics.collector.plot.pages import PLOT_METRICS
 
     span = hours * 3600
     quiet = (0.4 * span, 0.5 * span) if stops else (span, span)

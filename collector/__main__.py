@@ -2,7 +2,7 @@
 
 import sys
 
-from dask_metrics.collector.cli import main
+from dask_metrics.collector.cli.main import main
 
 if __name__ == "__main__":  # a process of the report's pool imports this module too
     sys.exit(main())

@@ -28,14 +28,14 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:
-    from dask_metrics.collector.monitor import Monitor
+    from dask_metrics.collector.monitor.monitor import Monitor
 
 __all__ = ["Monitor", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Monitor":
-        from dask_metrics.collector.monitor import Monitor
+        from dask_metrics.collector.monitor.monitor import Monitor
 
         return Monitor
     raise AttributeError(f"module 'dask_metrics' has no attribute {name!r}")

@@ -520,7 +520,7 @@ SPECS: list[MetricSpec] = [*GPU_SPECS, *SCHEDULER_SPECS]
 
 # -- CSV files ------------------------------------------------------------------------------
 # The metric columns, as named by the original dask-metrics (first three) and since, and the
-# series each one reads; the unit conversions live in dask_metrics.collector.columns.
+# series each one reads; the unit conversions live in dask_metrics.collector.model.columns.
 CSV_METRICS: dict[str, str] = {
     "total-mem": MEMORY_USED.name,
     "mem-util": MEMORY_USED.name,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.connection import ENV_URL
+from dask_metrics.collector.store.connection import ENV_URL
 from tests.fake_nvml import FakeNVML, FakeNVMLBuildError, build_fake_nvml
 
 OPT_IN = ("gpu", "containers", "dask_cuda")

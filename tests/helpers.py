@@ -266,7 +266,7 @@ class Run(NamedTuple):
 
 def collector(*args: str) -> Run:
     """``collector ARGS`` in this process, its stdout and stderr captured."""
-    from dask_metrics.collector.cli import main
+    from dask_metrics.collector.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

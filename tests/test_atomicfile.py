@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dask_metrics.atomicfile import atomic_write_text, atomic_write_texts
+from dask_metrics.collector.output.staging import staged
 from dask_metrics.collector.report.build import make_report
-from dask_metrics.collector.staging import staged
 
 
 def test_a_pair_that_fails_halfway_leaves_both_old_files_and_no_temporary(tmp_path: Path):

@@ -9,10 +9,10 @@ from bisect import bisect_left
 
 import pytest
 
-from dask_metrics.collector.chart_layout import break_gaps
-from dask_metrics.collector.report.chart_rows import DRAWN, carried, chart_rows
-from dask_metrics.collector.tables import GpuTable, WorkerTable, joined
-from dask_metrics.collector.worker_traces import phases, trace_of_table
+from dask_metrics.collector.charts.layout import break_gaps
+from dask_metrics.collector.charts.rows import DRAWN, carried, chart_rows
+from dask_metrics.collector.model.tables import GpuTable, WorkerTable, joined
+from dask_metrics.collector.output.traces import phases, trace_of_table
 
 COLUMNS = ("compute-util", "total-mem", "mem-util", "peak-mem", "energy")
 LO, HI, BUCKETS = 0, 600_000, 20

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.collector.export import SUMMARIES
-from dask_metrics.collector.monitor import Monitor
-from dask_metrics.collector.worker_traces import read_export
+from dask_metrics.collector.monitor.monitor import Monitor
+from dask_metrics.collector.output.export import SUMMARIES
+from dask_metrics.collector.output.traces import read_export
 from dask_metrics.contract import Handler
 from tests.collector_dataset import (
     CLUSTERS,

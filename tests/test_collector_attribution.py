@@ -11,20 +11,20 @@ import random
 
 import pytest
 
-from dask_metrics.collector.activities import (
+from dask_metrics.collector.attribution.activities import (
     Increases,
     activity_rows,
-    increase,
     unit_of,
 )
-from dask_metrics.collector.columns import select, source_metrics, worker_metrics
-from dask_metrics.collector.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
-from dask_metrics.collector.layouts import seed_lines, tidy_lines
-from dask_metrics.collector.prefix_scrapes import attribute, prefix_timeline
-from dask_metrics.collector.prefix_use import PrefixUse, increments
-from dask_metrics.collector.series import Series, WorkerInfo, clip, cluster_timeline
-from dask_metrics.collector.tables import as_of, joined_by_metric, worker_table
-from dask_metrics.collector.worker_runs import span_timeline, worker_timeline
+from dask_metrics.collector.attribution.gpu_by_prefix import PrefixUses, prefix_rows, seen_by
+from dask_metrics.collector.attribution.prefix_scrapes import attribute, prefix_timeline
+from dask_metrics.collector.attribution.prefix_use import PrefixUse
+from dask_metrics.collector.model.columns import select, source_metrics, worker_metrics
+from dask_metrics.collector.model.counters import increase, steps
+from dask_metrics.collector.model.series import Series, WorkerInfo, clip, cluster_timeline
+from dask_metrics.collector.model.tables import as_of, joined_by_metric, worker_table
+from dask_metrics.collector.model.timeline import span_timeline, worker_timeline
+from dask_metrics.collector.output.csv_lines import seed_lines, tidy_lines
 from dask_metrics.contract import (
     ACTIVITY_COLUMNS,
     GPU_BY_PREFIX_COLUMNS,
@@ -122,11 +122,11 @@ def _tasks(prefix: str, points: dict[int, float], job: str = "0", dag: str = "0"
     return _s({"worker": "w", "job_id": job, "dag_id": dag, "prefix": prefix}, points)
 
 
-def test_increments_are_reset_safe_and_skip_gaps() -> None:
+def test_counter_steps_are_reset_safe_and_skip_gaps() -> None:
     times = [0, 5 * S, 10 * S, 15 * S, 200 * S, 205 * S]
     values = [0.0, 4.0, 1.0, 3.0, 50.0, 51.0]  # reset at 10 s; a 185 s gap
-    assert increments((times, values), 120 * S) == ([1, 2, 3, 5], [4.0, 1.0, 2.0, 1.0])
-    assert increments(([0, S, 2 * S], [1.0, math.nan, 3.0]), 120 * S) == ([], [])
+    assert steps((times, values), 120 * S) == ([1, 2, 3, 5], [4.0, 1.0, 2.0, 1.0])
+    assert steps(([0, S, 2 * S], [1.0, math.nan, 3.0]), 120 * S) == ([], [])
 
 
 def test_busy_seconds_and_energy_are_split_per_executing_task() -> None:
@@ -259,7 +259,7 @@ def test_as_of(t: int, expected: float | None) -> None:
     assert as_of(([1000, 2000], [1.0, 2.0]), [t], 100) == [expected]
 
 
-def test_increments_fast_and_careful_paths_agree() -> None:
+def test_counter_steps_fast_and_careful_paths_agree() -> None:
     rng = random.Random(5)
     for case in range(200):
         n = rng.randrange(0, 30)
@@ -272,7 +272,7 @@ def test_increments_fast_and_careful_paths_agree() -> None:
                    for i, (t0, t1, v0, v1) in enumerate(zip(times, times[1:], values, values[1:],
                                                             strict=False), 1)
                    if t1 - t0 <= 120 * S and v0 == v0 and v1 == v1]
-        got = increments((times, values), 120 * S)
+        got = steps((times, values), 120 * S)
         assert got == ([i for i, _ in careful], [d for _, d in careful]), (times, values)
 
 

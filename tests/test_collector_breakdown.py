@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.fetch import Scope
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
-from dask_metrics.collector.summaries import activity_table, read_activities, read_gpu_by_prefix
+from dask_metrics.collector.query.fetch import Scope
+from dask_metrics.collector.sources.summaries import (
+    activity_table,
+    read_activities,
+    read_gpu_by_prefix,
+)
+from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
     ACTIVITY_COLUMNS,

@@ -21,7 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
+from dask_metrics.collector.store.client import (
+    ConnectionSettings,
+    PrometheusClient,
+    PrometheusError,
+)
 from tests.helpers import collector, free_port, serve_http
 
 EMPTY_VECTOR = {"status": "success", "data": {"resultType": "vector", "result": []}}

@@ -18,11 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.cli_options import cli_option
-from dask_metrics.collector.connection import resolve
-from dask_metrics.collector.connection_settings import MAX_TIMEOUT
+from dask_metrics.collector.cli.options import cli_option
 from dask_metrics.collector.errors import UsageError
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
+from dask_metrics.collector.store.client import (
+    ConnectionSettings,
+    PrometheusClient,
+    PrometheusError,
+)
+from dask_metrics.collector.store.connection import resolve
+from dask_metrics.collector.store.settings import MAX_TIMEOUT
 from tests.helpers import collector, free_port, serve_http
 from tests.test_collector_faults import EMPTY_VECTOR, Reply, fails_in_one_line, stub_server
 

@@ -14,23 +14,24 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.batches import samples_per_gpu, worker_batches
-from dask_metrics.collector.columns import select, source_metrics
-from dask_metrics.collector.connection import ENV_URL
-from dask_metrics.collector.discovery import find_workers
-from dask_metrics.collector.export import SUMMARIES, export
-from dask_metrics.collector.fetch import (
+from dask_metrics.collector import ConnectionSettings, PrometheusClient, export
+from dask_metrics.collector.model.columns import select, source_metrics
+from dask_metrics.collector.model.series import Series, WorkerInfo
+from dask_metrics.collector.model.timespec import format_rfc3339
+from dask_metrics.collector.output.export import SUMMARIES
+from dask_metrics.collector.peaks import peaks
+from dask_metrics.collector.query.batches import samples_per_gpu, worker_batches
+from dask_metrics.collector.query.fetch import (
     executing_workers,
     fetch_cluster,
     fetch_raw,
     fetch_steps,
     selector,
 )
-from dask_metrics.collector.peaks import peaks
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient, PrometheusError
-from dask_metrics.collector.series import Series, WorkerInfo
-from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.collector.worker_fetch import fetch_workers
+from dask_metrics.collector.sources.discovery import find_workers
+from dask_metrics.collector.sources.worker_fetch import fetch_workers
+from dask_metrics.collector.store.client import PrometheusError
+from dask_metrics.collector.store.connection import ENV_URL
 from dask_metrics.contract import INFO, JOBS_COLUMNS, REPLICA_LABELS
 from tests.collector_dataset import (
     COLUMNS,

@@ -12,16 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.api_answer import decode
-from dask_metrics.collector.batches import (
-    SAMPLES_PER_QUERY,
-    WIDEST_CHUNKS,
-    batch_chunk,
-    range_batches,
-    worker_batches,
+from dask_metrics.collector.cli.options import Terminal, cli_option
+from dask_metrics.collector.errors import (
+    ArgumentError,
+    CollectorError,
+    PrometheusError,
+    UsageError,
+    setting,
 )
-from dask_metrics.collector.cli_options import Terminal, cli_option
-from dask_metrics.collector.columns import (
+from dask_metrics.collector.model.columns import (
     COLUMNS,
     NAMES,
     PEAK_METRIC,
@@ -32,33 +31,8 @@ from dask_metrics.collector.columns import (
     select,
     source_metrics,
 )
-from dask_metrics.collector.connection import load_config, parse_header, parse_timeout, resolve
-from dask_metrics.collector.errors import (
-    ArgumentError,
-    CollectorError,
-    PrometheusError,
-    UsageError,
-    setting,
-)
-from dask_metrics.collector.fetch import read_span, worker_matchers
-from dask_metrics.collector.jobs import JobNames
-from dask_metrics.collector.layouts import (
-    format_value,
-    safe_file_names,
-    seed_header,
-    seed_lines,
-    tidy_columns,
-    tidy_header,
-    tidy_lines,
-    workers_rows,
-)
-from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.peak_table import caveats, format_table
-from dask_metrics.collector.peaks import gpu_peaks
-from dask_metrics.collector.pieces import Piece, pieces
-from dask_metrics.collector.ranges import check_step
-from dask_metrics.collector.redaction import Scrubber, redact_url, split_credentials
-from dask_metrics.collector.series import (
+from dask_metrics.collector.model.jobs import JobNames
+from dask_metrics.collector.model.series import (
     NOTHING_RAN,
     Series,
     Timeline,
@@ -74,16 +48,47 @@ from dask_metrics.collector.series import (
     select_workers,
     worker_inventory,
 )
-from dask_metrics.collector.tables import worker_table
-from dask_metrics.collector.timespec import (
+from dask_metrics.collector.model.tables import worker_table
+from dask_metrics.collector.model.timeline import span_timeline, worker_timeline
+from dask_metrics.collector.model.timespec import (
     MONITOR,
     format_duration,
     format_rfc3339,
     parse_duration,
     parse_when,
 )
-from dask_metrics.collector.transport import Answer, Transport
-from dask_metrics.collector.worker_runs import span_timeline, worker_timeline
+from dask_metrics.collector.output.csv_lines import (
+    format_value,
+    safe_file_names,
+    seed_header,
+    seed_lines,
+    tidy_columns,
+    tidy_header,
+    tidy_lines,
+    workers_rows,
+)
+from dask_metrics.collector.peaks.fold import gpu_peaks
+from dask_metrics.collector.peaks.peak import Peak
+from dask_metrics.collector.peaks.table import caveats, format_table
+from dask_metrics.collector.query.batches import (
+    SAMPLES_PER_QUERY,
+    WIDEST_CHUNKS,
+    batch_chunk,
+    range_batches,
+    worker_batches,
+)
+from dask_metrics.collector.query.fetch import read_span, worker_matchers
+from dask_metrics.collector.query.pieces import Piece, pieces
+from dask_metrics.collector.query.ranges import check_step
+from dask_metrics.collector.store.answer import decode
+from dask_metrics.collector.store.connection import (
+    load_config,
+    parse_header,
+    parse_timeout,
+    resolve,
+)
+from dask_metrics.collector.store.redaction import Scrubber, redact_url, split_credentials
+from dask_metrics.collector.store.transport import Answer, Transport
 
 NOW = 1_700_000_000.0
 
@@ -613,7 +618,7 @@ def test_join_lays_following_and_touching_pieces_end_to_end_as_a_merge_would() -
     gives: every time once, in order, the first piece given winning a shared time."""
     import random
 
-    from dask_metrics.collector.series import Series, join
+    from dask_metrics.collector.model.series import Series, join
 
     def merged(pieces: list[Series]) -> tuple[list[int], list[float]]:
         unique: dict[int, float] = {}

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from dask_metrics import contract
-from dask_metrics.collector import columns, layouts
+from dask_metrics.collector.model import columns
+from dask_metrics.collector.output import csv_lines as layouts
 from dask_metrics.exporter.job_tracker import JobTracker
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,8 +34,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
-from dask_metrics.collector import cli as collector_cli
-from dask_metrics.collector.export import SUMMARIES
+from dask_metrics.collector.cli.main import main as collector_main
+from dask_metrics.collector.output.export import SUMMARIES
 from tests.doc_commands import (
     ROOT,
     doc_files,
@@ -322,7 +322,7 @@ PYTHON_EXAMPLES: dict[str, Mapped | CompileOnly] = {
     "README.md: from distributed import Client": Mapped(E2E),
     "docs/collector.md: from distributed import Client": Mapped(E2E),
     "docs/collector.md: "
-    "from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient":
+    "from dask_metrics.collector import ConnectionSettings, PrometheusClient, export":
         Mapped("tests/test_collector_prometheus.py::"
                "test_tidy_export_matches_the_dataset_value_by_value",
                "export() and peaks() as the example calls them (since/until are inputs)"),
@@ -775,7 +775,7 @@ def _dataset(now: float) -> tuple[OpenMetrics, float, float]:
 def run_collector(command: str, capsys) -> tuple[int, str, str]:
     argv = shlex.split(command)
     assert argv[0] == "collector", command
-    code = collector_cli.main(argv[1:])
+    code = collector_main(argv[1:])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -1,4 +1,4 @@
-"""A range longer than a chunk is exported a chunk at a time (collector/pieces.py): its
+"""A range longer than a chunk is exported a chunk at a time (collector/query/pieces.py): its
 files must be those of the range exported whole. The data: benchmarks/fleet_data.py's
 fleet (every series the exporter and the scheduler preload write, the DAGs' own start and
 end times among them), served by a real Prometheus, scraped every 15 s and every 60 s;
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
-from dask_metrics.collector.summaries import read_gpu_by_prefix
+from dask_metrics.collector.sources.summaries import read_gpu_by_prefix
+from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV
 from tests.helpers import csv_numbers
 from tests.prometheus_helpers import (
@@ -53,7 +53,7 @@ def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 def exported(server: PrometheusServer, since: float, until: float, out: Path,
              **options: Any) -> dict[str, Any]:
-    from dask_metrics.collector.export import export
+    from dask_metrics.collector.output.export import export
 
     with PrometheusClient(ConnectionSettings(server.url)) as client:  # its own warnings
         export(client, since, until, out, cluster=fleet_data.CLUSTER, **options)
@@ -109,7 +109,7 @@ def test_peaks_folded_a_chunk_at_a_time_are_the_peaks_read_whole(
     (peaks.PeakFold): the same peaks, bounds, times and jobs as the range read whole, with
     each piece's activity read around it alone. The fleet's stamps all say its first second,
     so every bound is asked of the windows, across the pieces' edges."""
-    from dask_metrics.collector.peaks import peaks
+    from dask_metrics.collector.peaks.command import peaks
 
     server, t0 = fleet
     since, until = t0 + 101.3, t0 + 1497.9

@@ -42,7 +42,7 @@ import pytest
 from distributed import Client
 
 from dask_metrics import Monitor, contract
-from dask_metrics.collector import watch
+from dask_metrics.collector.monitor import watch
 from tests.helpers import (
     clean_env,
     collector_process,
@@ -401,7 +401,7 @@ def test_steps_that_make_no_sense_are_refused(since: str, step: str, says: str,
 
 
 NO_MATPLOTLIB = ("import sys; sys.modules['matplotlib'] = None  # as if it were not installed\n"
-                 "from dask_metrics.collector.cli import main; sys.exit(main(sys.argv[1:]))")
+                 "from dask_metrics.collector.cli.main import main; sys.exit(main(sys.argv[1:]))")
 
 
 @pytest.mark.integration

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from distributed import Client, wait
 
-from dask_metrics.collector.connection import ENV_URL
-from dask_metrics.collector.monitor import Monitor, MonitorError, MonitorUsageError
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+from dask_metrics.collector.monitor.monitor import Monitor, MonitorError, MonitorUsageError
+from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
+from dask_metrics.collector.store.connection import ENV_URL
 from tests.helpers import preload_cluster, wait_for
 from tests.prometheus_helpers import run_prometheus
 

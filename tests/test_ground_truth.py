@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.connection import ConnectionSettings
-from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.timespec import parse_rfc3339
+from dask_metrics.collector.model.timespec import parse_rfc3339
+from dask_metrics.collector.store.client import PrometheusClient
+from dask_metrics.collector.store.connection import ConnectionSettings
 from tests.fake_nvml import FakeNVML, GiB
 from tests.ground_truth import honest
 from tests.helpers import collector, sidecar, wait_for

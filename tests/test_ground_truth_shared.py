@@ -173,8 +173,8 @@ def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
     intervals, inside both jobs) splits the device among the jobs as the whole range does.
     The range is at most four chunks, so that neither export narrows it to its data first
     (data_span, whose resolution follows the chunk)."""
-    from dask_metrics.collector.export import export
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.output.export import export
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
     from dask_metrics.contract import GPU_BY_PREFIX_CSV
 
     def rows(chunk: float) -> tuple[list[dict[str, str]], list[str]]:
@@ -189,7 +189,7 @@ def test_in_pieces_the_shared_device_is_split_as_in_the_whole_range(
     same_shares(pieces, whole)
     assert sum(float(r["gpu_seconds"]) for r in whole if r["job_name"] in "ab") > 0
     # peaks hold a batch's whole range: sized by its 4 s chunks and read several at a time
-    from dask_metrics.collector.peaks import peaks
+    from dask_metrics.collector.peaks.command import peaks
 
     with PrometheusClient(ConnectionSettings(truth.servers[every].url)) as client:
         for by in ("gpu", "job"):
@@ -205,10 +205,10 @@ def test_a_range_that_begins_after_a_scrape_keeps_the_jobs_before_its_first_samp
     four: narrowed to its data first) has its first GPU sample after job b ended: b, which
     ran inside the range, is still listed and named, every peak's job has its name, and
     every table, peak and the report are the ones read whole."""
-    from dask_metrics.collector.export import export
-    from dask_metrics.collector.peaks import peaks
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.output.export import export
+    from dask_metrics.collector.peaks.command import peaks
     from dask_metrics.collector.report.build import make_report
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
     from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV
 
     def table(folder: Path, name: str) -> list[dict[str, str]]:

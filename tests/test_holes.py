@@ -1,11 +1,11 @@
-"""Stretches without GPU samples (collector/holes.py), pure."""
+"""Stretches without GPU samples (collector/model/holes.py), pure."""
 
 from __future__ import annotations
 
 import random
 
-from dask_metrics.collector.holes import Holes, holes, warnings_of
-from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.collector.model.holes import Holes, holes, warnings_of
+from dask_metrics.collector.model.timespec import format_rfc3339
 
 S = 1000
 

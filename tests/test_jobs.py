@@ -1,8 +1,8 @@
-"""Job rows and phase names (collector/jobs.py): pure logic, no server."""
+"""Job rows and phase names (collector/model/jobs.py): pure logic, no server."""
 
 from __future__ import annotations
 
-from dask_metrics.collector.jobs import (
+from dask_metrics.collector.model.jobs import (
     JobNames,
     JobRow,
     job_rows,
@@ -10,8 +10,8 @@ from dask_metrics.collector.jobs import (
     status_word,
     unscraped_note,
 )
-from dask_metrics.collector.lifetimes import job_order, life, life_at, plain, restarts
-from dask_metrics.collector.series import Series
+from dask_metrics.collector.model.lifetimes import job_order, life, life_at, plain, restarts
+from dask_metrics.collector.model.series import Series
 
 S = 1000  # ms
 

@@ -22,7 +22,7 @@ import pytest
 from distributed import Client
 
 from dask_metrics import Monitor
-from dask_metrics.collector.watch import WatchOptions, export_pending, session_folder
+from dask_metrics.collector.monitor.watch import WatchOptions, export_pending, session_folder
 from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from tests.fake_nvml import FakeNVML
 from tests.helpers import clean_env, collector_process, wait_for

@@ -17,8 +17,8 @@ import pytest
 from distributed import Client, wait
 
 from dask_metrics import Monitor
-from dask_metrics.collector.monitor import MonitorError
-from dask_metrics.collector.timespec import parse_rfc3339
+from dask_metrics.collector.model.timespec import parse_rfc3339
+from dask_metrics.collector.monitor.monitor import MonitorError
 from dask_metrics.demo.localstack import LocalStack, StackOptions, WorkerSpec
 from tests.fake_nvml import FakeNVML, GiB
 from tests.helpers import clean_env, collector_process, free_port, wait_for

@@ -13,8 +13,8 @@ import pytest
 from distributed import Client, Event
 
 from dask_metrics.collector.errors import UsageError
-from dask_metrics.collector.monitor import Monitor, MonitorError
-from dask_metrics.collector.monitor_options import STOP_TIMEOUT
+from dask_metrics.collector.monitor.monitor import Monitor, MonitorError
+from dask_metrics.collector.monitor.options import STOP_TIMEOUT
 from tests.helpers import collector, preload_cluster, wait_for
 
 pytestmark = pytest.mark.integration

@@ -63,13 +63,13 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path):
     assert top_level in ([], ["dask_metrics"]), top_level
     for module in ("dask_metrics/contract.py", "dask_metrics/scheduler.py",
                    "dask_metrics/worker.py", "dask_metrics/exporter/cli.py",
-                   "dask_metrics/exporter/scheduler.yaml", "dask_metrics/collector/cli.py",
+                   "dask_metrics/exporter/scheduler.yaml", "dask_metrics/collector/cli/main.py",
                    "dask_metrics/collector/report/gpu_models.csv",
                    "dask_metrics/collector/report/mig_profiles.csv",
                    "dask_metrics/demo/localstack.py"):
         assert any(line.startswith(module + ",") for line in record.splitlines()), module
     assert "dask-metrics-exporter = dask_metrics.exporter.cli:main" in entry_points
-    assert "collector = dask_metrics.collector.cli:main" in entry_points
+    assert "collector = dask_metrics.collector.cli.main:main" in entry_points
 
 
 @pytest.mark.integration
@@ -82,7 +82,7 @@ def test_the_installed_wheel_works_without_the_source_tree(wheel: Path, tmp_path
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "import dask_metrics, dask_metrics.scheduler, dask_metrics.worker\n"
-        "import dask_metrics.exporter.cli, dask_metrics.collector.cli, dask_metrics.demo.cli\n"
+        "import dask_metrics.exporter.cli, dask_metrics.collector.cli.main, dask_metrics.demo.cli\n"
         "from dask_metrics import Monitor\n"
         "mods = [m for n, m in sys.modules.items() if n.split('.')[0] == 'dask_metrics']\n"
         "outside = [m.__name__ for m in mods if not m.__file__.startswith(sys.argv[1])]\n"
@@ -93,4 +93,4 @@ def test_the_installed_wheel_works_without_the_source_tree(wheel: Path, tmp_path
     result = subprocess.run([sys.executable, "-c", code, str(target)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("dask_metrics.collector.monitor ")
+    assert result.stdout.startswith("dask_metrics.collector.monitor.monitor ")

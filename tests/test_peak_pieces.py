@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from dask_metrics.collector.columns import PEAK_METRIC, PEAK_TIME_METRIC, TOTAL_METRIC
-from dask_metrics.collector.peaks import PeakFold, peaks_over
-from dask_metrics.collector.pieces import pieces
-from dask_metrics.collector.series import Series, Timeline
+from dask_metrics.collector.model.columns import PEAK_METRIC, PEAK_TIME_METRIC, TOTAL_METRIC
+from dask_metrics.collector.model.series import Series, Timeline
+from dask_metrics.collector.peaks.fold import PeakFold, peaks_over
+from dask_metrics.collector.query.pieces import pieces
 from tests.test_peak_time import TICK, GiB, ms, scrape, steps
 
 AGE = 30_000  # ms: the scheduler's scrapes are at most this old

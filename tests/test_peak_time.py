@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dask_metrics.collector.columns import (
+from dask_metrics.collector.model.columns import (
     NEXT_PEAK_METRIC,
     NEXT_PEAK_TIME_METRIC,
     PEAK_METRIC,
@@ -24,8 +24,8 @@ from dask_metrics.collector.columns import (
     SAMPLES_METRIC,
     USED_METRIC,
 )
-from dask_metrics.collector.peaks import gpu_peaks
-from dask_metrics.collector.series import Series, Timeline
+from dask_metrics.collector.model.series import Series, Timeline
+from dask_metrics.collector.peaks.fold import gpu_peaks
 from dask_metrics.exporter.peak import WindowMax
 
 GiB = 2**30
@@ -213,7 +213,7 @@ def test_a_session_between_two_scrapes_gets_the_bound_of_the_window_over_it():
 @pytest.mark.parametrize("seed", range(200))
 def test_where_no_stretch_is_above_the_peak_only_a_hole_raises_the_bound(seed):
     # upper_bound skips the sweep then: the sweep's own answer must be the same
-    from dask_metrics.collector.peaktime import _covered, _swept
+    from dask_metrics.collector.peaks.timing import _covered, _swept
 
     rng = random.Random(seed)
     lo, hi = 0, rng.randint(2, 200)
@@ -234,7 +234,7 @@ def test_the_sweep_bounds_each_moment_by_its_tightest_window(seed):
     nothing, so a moment under NaN windows alone is unbounded, as one under none. (A heap
     ordered by values with a NaN among them once gave its top: neither the least of the
     others nor nothing.)"""
-    from dask_metrics.collector.peaktime import _swept
+    from dask_metrics.collector.peaks.timing import _swept
 
     rng = random.Random(seed)
     for _ in range(50):
@@ -264,7 +264,7 @@ def test_the_bound_is_the_sweeps_of_every_stretch(seed):
     # upper_bound answers most ranges from each scrape's covered time and largest maximum:
     # the same as the sweep over every stretch, stamps outside their windows, NaN and
     # scrapes without a next peak included
-    from dask_metrics.collector.peaktime import _swept, cover, upper_bound
+    from dask_metrics.collector.peaks.timing import _swept, cover, upper_bound
 
     rng = random.Random(seed)
     times = sorted(rng.sample(range(0, 400), rng.randint(1, 25)))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dask_metrics.collector.columns import (
+from dask_metrics.collector.model.columns import (
     NEXT_PEAK_METRIC,
     NEXT_PEAK_TIME_METRIC,
     PEAK_METRIC,
@@ -25,8 +25,8 @@ from dask_metrics.collector.columns import (
     USED_METRIC,
     WINDOW_METRIC,
 )
-from dask_metrics.collector.peaks import gpu_peaks
-from dask_metrics.collector.series import Series, Timeline
+from dask_metrics.collector.model.series import Series, Timeline
+from dask_metrics.collector.peaks.fold import gpu_peaks
 from dask_metrics.exporter.sampler import Sampler
 from dask_metrics.exporter.scrapes import MAX_CLIENTS, ScrapeLog
 from dask_metrics.exporter.target import Target

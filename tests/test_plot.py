@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.chart_layout import break_gaps, envelope, place_labels, time_unit
+from dask_metrics.collector.charts.layout import break_gaps, envelope, place_labels, time_unit
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.overviews import OverviewFold, combine
-from dask_metrics.collector.provenance import UNKNOWN, read_provenance
-from dask_metrics.collector.tables import WorkerTable, joined
-from dask_metrics.collector.worker_traces import (
+from dask_metrics.collector.model.tables import WorkerTable, joined
+from dask_metrics.collector.output.provenance import UNKNOWN, read_provenance
+from dask_metrics.collector.output.traces import (
     FIXED,
     Phase,
     open_worker_file,
@@ -29,6 +28,7 @@ from dask_metrics.collector.worker_traces import (
     read_worker_file,
     worker_capacity,
 )
+from dask_metrics.collector.plot.overviews import OverviewFold, combine
 from dask_metrics.contract import JOBS_COLUMNS, JOBS_CSV
 from tests.helpers import collector_process, png_size
 
@@ -341,7 +341,7 @@ def test_plot_errors_are_one_line(export_dir, tmp_path, args, code, needle):
 
 
 def test_plot_export_draws_the_pictures_and_overview_asked_for(export_dir, tmp_path):
-    from dask_metrics.collector.plot import plot_export
+    from dask_metrics.collector.plot.pages import plot_export
 
     written = plot_export(export_dir, tmp_path / "one", pictures=["b"])
     assert sorted(p.name for p in written) == ["b.png", "cluster.png"]
@@ -355,7 +355,7 @@ def test_plot_export_draws_the_pictures_and_overview_asked_for(export_dir, tmp_p
 def test_a_fleets_cluster_page_shows_the_workers_spread_not_a_line_each(tmp_path):
     """More workers than lines can tell apart: the page draws their lowest, mean and highest
     per pixel column and one capacity line per capacity, and names them in its legend."""
-    from dask_metrics.collector.plot import MAX_LINES, plot_export
+    from dask_metrics.collector.plot.pages import MAX_LINES, plot_export
 
     count = MAX_LINES + 1
     folder = write_export(tmp_path / "fleet", {
@@ -386,7 +386,7 @@ def test_a_worker_of_many_jobs_names_what_its_legend_holds_and_counts_the_rest(t
     names as many jobs as it has rows left and counts the others."""
     import warnings
 
-    from dask_metrics.collector.plot import plot_export
+    from dask_metrics.collector.plot.pages import plot_export
 
     folder = write_export(tmp_path / "many", {
         "a": [row(t, "a", g, str(t // 2), "0") for t in range(60) for g in range(8)]})
@@ -403,7 +403,7 @@ def test_pictures_drawn_in_a_pool_are_those_drawn_here(tmp_path, count):
     """plot_export's processes read and draw the workers (the page's lines, or its spread
     beyond MAX_LINES): the same pictures, byte for byte, as one process draws; a file that
     is no tidy file stops it there with the same one-line error, and no picture is left."""
-    from dask_metrics.collector.plot import plot_export
+    from dask_metrics.collector.plot.pages import plot_export
 
     folder = write_export(tmp_path / "fleet", {
         f"w{i:02d}": [row(t, f"w{i:02d}", g, str(t // 8), "0", util=(i * 7 + t) % 100,

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dask_metrics.collector.chart_layout import GAP_FACTOR, break_gaps, envelope
-from dask_metrics.collector.overviews import MEMORY, UTIL, OverviewFold, Spread, combine
-from dask_metrics.collector.report.chart_rows import FEW
-from dask_metrics.collector.tables import joined
-from dask_metrics.collector.worker_traces import FIXED, WorkerFile, open_worker_file
+from dask_metrics.collector.charts.layout import GAP_FACTOR, break_gaps, envelope
+from dask_metrics.collector.charts.rows import FEW
+from dask_metrics.collector.model.tables import joined
+from dask_metrics.collector.output.traces import FIXED, WorkerFile, open_worker_file
+from dask_metrics.collector.plot.overviews import MEMORY, UTIL, OverviewFold, Spread, combine
 
 METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem"]
 STEP = 15.0

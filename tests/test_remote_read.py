@@ -1,5 +1,5 @@
-"""Raw samples read through Prometheus' remote-read API (collector/remote_read.py) and
-VictoriaMetrics' export API (collector/vm_export.py) are exactly those a query of the same
+"""Raw samples read through Prometheus' remote-read API (collector/store/remote_read.py) and
+VictoriaMetrics' export API (collector/store/vm_export.py) are exactly those a query of the same
 selector gives: the same series, times and values (NaN where a GPU reading failed, the
 infinities, -0.0), staleness markers left out as queries leave them out, and the server's
 external labels (which remote read adds) taken off again.
@@ -23,11 +23,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dask_metrics.collector.connection_settings import ConnectionSettings
-from dask_metrics.collector.fetch import Scope, fetch_raw, selector
-from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.promql import literal_matchers
-from dask_metrics.collector.remote_read import (
+from dask_metrics.collector.model.series import Series
+from dask_metrics.collector.query.fetch import Scope, fetch_raw, selector
+from dask_metrics.collector.query.promql import literal_matchers
+from dask_metrics.collector.store.client import PrometheusClient
+from dask_metrics.collector.store.remote_read import (
     EQ,
     NRE,
     RE,
@@ -42,8 +42,8 @@ from dask_metrics.collector.remote_read import (
     read_series,
     xor_samples,
 )
-from dask_metrics.collector.series import Series
-from dask_metrics.collector.vm_export import ExportError, export_series
+from dask_metrics.collector.store.settings import ConnectionSettings
+from dask_metrics.collector.store.vm_export import ExportError, export_series
 from tests.helpers import wait_for
 from tests.prometheus_helpers import (
     OpenMetrics,

@@ -18,10 +18,16 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.collector.columns import select
-from dask_metrics.collector.export import export
-from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+from dask_metrics.collector.attribution.edges import edge_usage
+from dask_metrics.collector.attribution.usage import Usage, gpu_usage
+from dask_metrics.collector.model.columns import select
+from dask_metrics.collector.model.series import Series, WorkerInfo
+from dask_metrics.collector.model.tables import GpuTable, WorkerTable
+from dask_metrics.collector.model.timeline import span_timeline, worker_spans, worker_timeline
+from dask_metrics.collector.model.timespec import format_rfc3339, to_ms
+from dask_metrics.collector.output.export import export
+from dask_metrics.collector.output.traces import read_worker_file, trace_of_table
+from dask_metrics.collector.peaks.peak import Peak
 from dask_metrics.collector.report.advice import (
     GIB,
     GpuModel,
@@ -31,18 +37,12 @@ from dask_metrics.collector.report.advice import (
     smallest_fitting,
 )
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
-from dask_metrics.collector.report.edges import edge_usage
 from dask_metrics.collector.report.figures import energy_entry
 from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.mig import mig_gpu, shipped_mig, slice_bytes, smallest_slices
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
-from dask_metrics.collector.report.usage import Usage, gpu_usage
-from dask_metrics.collector.series import Series, WorkerInfo
-from dask_metrics.collector.tables import GpuTable, WorkerTable
-from dask_metrics.collector.timespec import format_rfc3339, to_ms
-from dask_metrics.collector.worker_runs import span_timeline, worker_spans, worker_timeline
-from dask_metrics.collector.worker_traces import read_worker_file, trace_of_table
+from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
 from tests.browser import Page, png_size, render, requires_chromium
 from tests.helpers import collector, csv_numbers
@@ -909,10 +909,10 @@ def test_bad_input_is_one_line(prom: PrometheusServer, tmp_path: Path) -> None:
 
 def test_job_peaks_from_dag_peaks_are_gpu_peaks_by_job() -> None:
     """The report takes per-job peaks from its per-DAG ones: the same as peaks --by job."""
-    from dask_metrics.collector.columns import PEAK_METRIC, TOTAL_METRIC
-    from dask_metrics.collector.peaks import gpu_peaks
+    from dask_metrics.collector.model.columns import PEAK_METRIC, TOTAL_METRIC
+    from dask_metrics.collector.model.series import Series, Timeline
+    from dask_metrics.collector.peaks.fold import gpu_peaks
     from dask_metrics.collector.report.model import dag_timeline, job_peaks
-    from dask_metrics.collector.series import Series, Timeline
 
     times = list(range(0, 100_000, 5000))
     values = [float(v) for v in (3, 9, 9, 2, 7, 8, 8, 1, 5, 5, 4, 9, 6, 0, 9, 3, 2, 8, 1, 1)]

@@ -7,9 +7,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dask_metrics.collector.jobs import JobNames
+from dask_metrics.collector.model.jobs import JobNames
+from dask_metrics.collector.output.traces import GpuTrace, Phase, WorkerTrace
 from dask_metrics.collector.report.chart import RIGHT, WIDTH, nice_ticks, worker_chart
-from dask_metrics.collector.worker_traces import GpuTrace, Phase, WorkerTrace
 
 GIB = 2**30
 SVG = "{http://www.w3.org/2000/svg}"

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.collector.notebook import framed, monitor_html
-from dask_metrics.collector.peak import Peak
+from dask_metrics.collector.attribution.usage import Usage
+from dask_metrics.collector.model.series import WorkerInfo
+from dask_metrics.collector.peaks.peak import Peak
 from dask_metrics.collector.report.advice import load_models
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
 from dask_metrics.collector.report.headline import duration_words, headline, title_words
 from dask_metrics.collector.report.model import WorkerFacts, build
+from dask_metrics.collector.report.notebook import framed, monitor_html
 from dask_metrics.collector.report.render import CSP, _words, render_html, render_text
-from dask_metrics.collector.report.usage import Usage
-from dask_metrics.collector.series import WorkerInfo
 from tests.test_report import session_of
 
 GIB = 2**30

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.collector.peak import Peak
+from dask_metrics.collector.attribution.usage import IDLE_PERCENT, Usage
+from dask_metrics.collector.model.series import WorkerInfo
+from dask_metrics.collector.peaks.peak import Peak
 from dask_metrics.collector.report import where
 from dask_metrics.collector.report.advice import load_models
 from dask_metrics.collector.report.figures import device_key, peak_entry, use_entry
@@ -17,8 +19,6 @@ from dask_metrics.collector.report.layout import MAX_ROWS, sections
 from dask_metrics.collector.report.listed import Listed
 from dask_metrics.collector.report.model import build
 from dask_metrics.collector.report.tally import Tally, WorkerFacts
-from dask_metrics.collector.report.usage import IDLE_PERCENT, Usage
-from dask_metrics.collector.series import WorkerInfo
 from tests.test_report import session_of
 
 GIB = 2**30
@@ -254,9 +254,9 @@ def test_where_the_time_went_keeps_the_largest_rows_and_says_how_many_there_were
 
 
 def test_a_gatherer_not_told_the_workers_refuses_rather_than_count_a_shared_gpu_twice() -> None:
+    from dask_metrics.collector.model.series import Timeline
+    from dask_metrics.collector.model.tables import WorkerTable
     from dask_metrics.collector.report.model import Gatherer
-    from dask_metrics.collector.series import Timeline
-    from dask_metrics.collector.tables import WorkerTable
 
     gather = Gatherer(["compute-util", "energy", "busy-seconds"], 30_000, 0, 60_000, 60_000)
     with pytest.raises(RuntimeError, match="expect"):

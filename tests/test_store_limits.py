@@ -29,8 +29,8 @@ from typing import NamedTuple
 
 import pytest
 
-from dask_metrics.collector.fetch import by_worker_halves
-from dask_metrics.collector.promapi import PrometheusError
+from dask_metrics.collector.query.fetch import by_worker_halves
+from dask_metrics.collector.store.client import PrometheusError
 from tests.helpers import collector
 from tests.prometheus_helpers import (
     OpenMetrics,
@@ -157,7 +157,7 @@ def stores(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 def refuses(store: PrometheusServer, metric: str, most: int, cluster: str = CLUSTER) -> None:
     """The store refuses a question about every series of ``metric`` in ``cluster``."""
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 
     with PrometheusClient(ConnectionSettings(store.url)) as client, \
             pytest.raises(PrometheusError, match=f"exceeds {most}"):
@@ -249,8 +249,8 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
         reports[name] = json.loads((tmp_path / f"report-{name}" / "report.json").read_text())
     for part in ("jobs", "headline", "where_the_time_went"):
         assert reports["tight"][part] == reports["prom"][part], part
-    from dask_metrics.collector.fetch import Scope, peak_windows
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.query.fetch import Scope, peak_windows
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 
     windows = []
     for store in (prom, tight):
@@ -282,8 +282,8 @@ def test_workers_named_by_their_addresses_on_one_port_are_found_under_a_limit(
     limited = json.loads(run("peaks", tight.url, n, tmp_path / "v", *ports)[0])
     assert len(limited) == PORTS
     assert limited == json.loads(run("peaks", prom.url, n, tmp_path / "p", *ports)[0])
-    from dask_metrics.collector.fetch import Scope, peak_windows
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.query.fetch import Scope, peak_windows
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 
     with PrometheusClient(ConnectionSettings(tight.url)) as client:
         windows = peak_windows(client, (n - SECONDS) * 1000, n * 1000, Scope("ports"))
@@ -298,9 +298,9 @@ def test_a_monitor_session_between_two_scrapes_ends_alike_under_a_limit_below_th
     """A session shorter than a scrape interval ends once every GPU was scraped after its
     stop: whether any GPU has a sample in it and each GPU's next scrape are questions
     about every GPU, asked by parts of their UUIDs where the store refuses them whole."""
-    from dask_metrics.collector.fetch import Scope
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
-    from dask_metrics.collector.session_window import scrapes_after, window
+    from dask_metrics.collector.query.fetch import Scope
+    from dask_metrics.collector.sources.session_window import scrapes_after, window
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
     from dask_metrics.contract import UP
 
     n, interval, prom, _, tight = stores
@@ -330,7 +330,7 @@ def test_each_store_lists_a_labels_values_by_the_api_it_answers(stores: Stores) 
     """Prometheus and VictoriaMetrics under its limit list by the labels API; the tight
     VictoriaMetrics refuses that (its match[] counts against the limit) and lists by the
     series API, and the client asks that one from then on."""
-    from dask_metrics.collector.promapi import ConnectionSettings, PrometheusClient
+    from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 
     n, _, prom, vm, tight = stores
     sel = f'dask_gpu_info{{dask_cluster="{CLUSTER}"}}'
@@ -385,7 +385,7 @@ def test_a_cluster_not_on_a_store_that_will_not_list_its_clusters_is_said_so() -
     """Where even the parts of the GPUs are refused, the cluster named is said absent in
     one line that says the store would not list its clusters; unnamed, the store's error
     is the collector's."""
-    from dask_metrics.collector.discovery import NoGpuSeries, find_workers
+    from dask_metrics.collector.sources.discovery import NoGpuSeries, find_workers
 
     class Refusing:
         url = "http://store"
@@ -427,7 +427,7 @@ def test_a_cluster_not_on_a_store_that_will_not_list_its_clusters_is_said_so() -
 def test_a_limit_on_series_is_told_from_the_others(error: str, series: bool) -> None:
     """Stores' own words: a limit on series is met by fewer workers (a shorter range only
     where series come and go), the others by either."""
-    from dask_metrics.collector.api_answer import series_limit, too_big
+    from dask_metrics.collector.store.answer import series_limit, too_big
 
     assert too_big(error) and series_limit(error) is series
 
@@ -503,8 +503,8 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
     """A shorter range selects fewer series only where they come and go: a chunk refused
     for a limit on series is halved SERIES_SPLITS deep, not MAX_SPLITS, before the store's
     error is the collector's; other limits keep every halving."""
-    from dask_metrics.collector.fetch import MAX_SPLITS, SERIES_SPLITS, _attempt
-    from dask_metrics.collector.series import halve_range
+    from dask_metrics.collector.model.series import halve_range
+    from dask_metrics.collector.query.fetch import MAX_SPLITS, SERIES_SPLITS, _attempt
 
     for series, splits in ((True, SERIES_SPLITS), (False, MAX_SPLITS)):
         tried: list[tuple[int, int]] = []
@@ -525,7 +525,7 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
     """A store that refuses even one worker's part for a limit on series has every worker
     read, said in a warning; as has one that refuses for another limit, without asking
     parts (they would hold as many samples). The workers are known: none is listed."""
-    from dask_metrics.collector.fetch import executing_workers
+    from dask_metrics.collector.query.fetch import executing_workers
 
     class Refusing:
         def __init__(self, series_bound: bool) -> None:
@@ -558,7 +558,7 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
 def test_a_question_about_every_series_is_split_by_a_label_the_series_have() -> None:
     """A GPU's series by its UUID, a worker's by its name: a part of a label the series
     lack would hold them all."""
-    from dask_metrics.collector.fetch import split_label
+    from dask_metrics.collector.query.fetch import split_label
     from dask_metrics.contract import INFO, SPECS, UUID, WORKER
 
     per_gpu_or_worker = [spec for spec in SPECS if {UUID, WORKER} & set(spec.labels)]
@@ -570,7 +570,7 @@ def test_a_question_about_every_series_is_split_by_a_label_the_series_have() -> 
 
 
 def test_a_selector_is_narrowed_by_more_matchers() -> None:
-    from dask_metrics.collector.promql import narrower
+    from dask_metrics.collector.query.promql import narrower
 
     more = ['uuid=~".*0"', 'uuid!~".*[0-9]0"']
     assert narrower("m", []) == "m"
@@ -617,7 +617,7 @@ class Labelled:
 
     def joined(self, parts: object = None) -> dict[str, int]:
         """Every part's answer: no value in two of them."""
-        from dask_metrics.collector.label_parts import LabelParts
+        from dask_metrics.collector.query.label_parts import LabelParts
 
         found: dict[str, int] = {}
         for part in (parts or LabelParts(self.name, self.listed)).answers(self):
@@ -645,7 +645,7 @@ def test_a_question_refused_for_its_series_is_asked_by_batches_of_the_listed_val
     """LabelParts: the parts hold every value once, whatever the values look like (numbers,
     hex, a shared port or domain, unicode, newlines, quotes, regex characters, none), in
     about series / limit parts: each batch halved only where refused, the size kept."""
-    from dask_metrics.collector.label_parts import LabelParts
+    from dask_metrics.collector.query.label_parts import LabelParts
 
     store = Labelled("worker", values, len(values))
     assert store.joined() == {i: 1 for i in values}
@@ -664,7 +664,7 @@ def test_a_question_refused_for_its_series_is_asked_by_batches_of_the_listed_val
 
 
 def test_one_value_over_the_limit_alone_is_the_stores_error() -> None:
-    from dask_metrics.collector.label_parts import LabelParts
+    from dask_metrics.collector.query.label_parts import LabelParts
 
     names = [f"tcp://10.0.0.{i}:9000" for i in range(30)]
     store = Labelled("worker", names, 25, weights={names[7]: 40})
@@ -686,7 +686,7 @@ def test_one_value_over_the_limit_alone_is_the_stores_error() -> None:
 
 
 def test_a_store_that_will_not_list_the_values_is_said_in_one_line() -> None:
-    from dask_metrics.collector.label_parts import parts_of
+    from dask_metrics.collector.query.label_parts import parts_of
 
     class Unlisting:
         def label_values(self, *_: object) -> list[str]:
@@ -704,7 +704,7 @@ def test_a_store_that_will_not_list_the_values_is_said_in_one_line() -> None:
 def test_a_part_stays_within_a_stores_query_length() -> None:
     """VictoriaMetrics refuses a query over 16 KB: a part's values are at most
     BATCH_CHARACTERS long, however high the limit on series."""
-    from dask_metrics.collector.label_parts import BATCH_CHARACTERS, LabelParts
+    from dask_metrics.collector.query.label_parts import BATCH_CHARACTERS, LabelParts
 
     values = [gpu_uuid("c", w, g) for w in range(1000) for g in range(8)]
     store = Labelled("uuid", values, len(values) - 1)  # the whole refused, any part passes

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.watch import MAX_POLL, MIN_POLL, WatchOptions
+from dask_metrics.collector.monitor.watch import MAX_POLL, MIN_POLL, WatchOptions
 from dask_metrics.demo.localstack import free_port
 from tests.helpers import clean_env, collector, collector_process
 

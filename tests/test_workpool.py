@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from dask_metrics.collector.columns import PEAK_METRIC, PEAK_TIME_METRIC, select
 from dask_metrics.collector.errors import CollectorError
+from dask_metrics.collector.model.columns import PEAK_METRIC, PEAK_TIME_METRIC, select
+from dask_metrics.collector.model.series import Series, Timeline, WorkerInfo
+from dask_metrics.collector.model.tables import GpuTable, WorkerTable
+from dask_metrics.collector.model.timeline import span_timeline
 from dask_metrics.collector.report.build import REPORT_METRICS
 from dask_metrics.collector.report.model import Gatherer, WorkerFacts
-from dask_metrics.collector.series import Series, Timeline, WorkerInfo
-from dask_metrics.collector.tables import GpuTable, WorkerTable
-from dask_metrics.collector.worker_runs import span_timeline
-from dask_metrics.collector.workpool import (
+from dask_metrics.collector.work.pool import (
     FEWEST_WORKERS,
     MOST_PROCESSES,
     processes_for,
@@ -146,7 +146,7 @@ def test_a_pool_process_that_died_is_one_clear_error() -> None:
 
 HOLDER = """
 import os, signal, sys
-from dask_metrics.collector.workpool import worker_pool
+from dask_metrics.collector.work.pool import worker_pool
 
 if __name__ == "__main__":
     with worker_pool(1) as pool:

@@ -1,0 +1,1 @@
+"""The session report: one page per session, its numbers, advice and comparison."""

@@ -25,34 +25,34 @@ from typing import Any
 import orjson
 
 from dask_metrics import __version__
-from dask_metrics.collector.columns import select
-from dask_metrics.collector.discovery import Progress
 from dask_metrics.collector.errors import CollectorError
-from dask_metrics.collector.export import export
-from dask_metrics.collector.fetch import Scope, peak_windows
-from dask_metrics.collector.notebook import framed
-from dask_metrics.collector.peaks import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
-from dask_metrics.collector.promapi import PrometheusClient
-from dask_metrics.collector.provenance import read_provenance
-from dask_metrics.collector.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
+from dask_metrics.collector.model.columns import select
+from dask_metrics.collector.model.series import WorkerInfo
+from dask_metrics.collector.model.tables import WorkerTable
+from dask_metrics.collector.model.timespec import MONITOR, format_rfc3339, parse_when, to_ms
+from dask_metrics.collector.output.export import export
+from dask_metrics.collector.output.provenance import read_provenance
+from dask_metrics.collector.output.staging import fixed_names, staged, write_text
+from dask_metrics.collector.output.traces import trace_of_table
+from dask_metrics.collector.peaks.samples import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
+from dask_metrics.collector.query.fetch import Scope, peak_windows
+from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
 from dask_metrics.collector.report import where
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
 from dask_metrics.collector.report.model import Gatherer, build
+from dask_metrics.collector.report.notebook import framed
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.report.tally import WorkerFacts
-from dask_metrics.collector.series import WorkerInfo
-from dask_metrics.collector.session_window import (
+from dask_metrics.collector.sources.discovery import Progress
+from dask_metrics.collector.sources.session_window import (
     last_session,
     recorded_session,
     window,
 )
-from dask_metrics.collector.staging import fixed_names, staged, write_text
-from dask_metrics.collector.tables import WorkerTable
-from dask_metrics.collector.timespec import MONITOR, format_rfc3339, parse_when, to_ms
-from dask_metrics.collector.worker_traces import trace_of_table
-from dask_metrics.collector.workpool import processes_for, worker_pool
+from dask_metrics.collector.store.client import PrometheusClient
+from dask_metrics.collector.work.pool import processes_for, worker_pool
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS
 
 REPORT_METRICS = ("total-mem", "mem-util", "compute-util", "peak-mem", "energy", "busy-seconds",

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dask_metrics.collector.chart_layout import (
+from dask_metrics.collector.charts.layout import (
     break_gaps,
     envelope,
     job_colours,
@@ -24,8 +24,8 @@ from dask_metrics.collector.chart_layout import (
     place_labels,
     time_unit,
 )
-from dask_metrics.collector.jobs import JobNames
-from dask_metrics.collector.worker_traces import Phase, WorkerTrace
+from dask_metrics.collector.model.jobs import JobNames
+from dask_metrics.collector.output.traces import Phase, WorkerTrace
 
 # matplotlib's default cycle, so that a GPU or job has the colour it has in `collector plot`
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
-from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.report.usage import Usage, larger, total
-from dask_metrics.collector.timespec import format_rfc3339
+from dask_metrics.collector.attribution.usage import Usage, larger, total
+from dask_metrics.collector.model.timespec import format_rfc3339
+from dask_metrics.collector.peaks.peak import Peak
 
 JOULES_PER_KWH = 3.6e6
 

@@ -17,23 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from dask_metrics.collector.columns import select
-from dask_metrics.collector.lifetimes import clock, job_order, life, plain, qualify
-from dask_metrics.collector.peak import Peak
-from dask_metrics.collector.peaks import LATER, PeakFold, window_keywords
-from dask_metrics.collector.report.advice import GpuModel, recommendations
-from dask_metrics.collector.report.chart_rows import Carried, carried, chart_rows
-from dask_metrics.collector.report.edges import EDGE_COUNTERS, edge_usage
-from dask_metrics.collector.report.figures import (
-    PEAK_KEYS,
-    UseSum,
-    device_key,
-    num,
-    shared_devices,
-)
-from dask_metrics.collector.report.headline import headline, title_words
-from dask_metrics.collector.report.tally import DAG_SEPARATOR, Tally, WorkerFacts, listed
-from dask_metrics.collector.report.usage import (
+from dask_metrics.collector.attribution.edges import EDGE_COUNTERS, edge_usage
+from dask_metrics.collector.attribution.usage import (
     ENERGY,
     IDLE_PERCENT,
     Row,
@@ -43,11 +28,27 @@ from dask_metrics.collector.report.usage import (
     gpu_usage,
     last_rows,
 )
-from dask_metrics.collector.series import NOTHING_RAN, Series, Timeline, WorkerInfo, id_key
-from dask_metrics.collector.tables import WorkerTable, gpu_series, joined
-from dask_metrics.collector.timespec import format_rfc3339
-from dask_metrics.collector.worker_fetch import VisitPart
-from dask_metrics.collector.workpool import outcome, run_in, take_in_order
+from dask_metrics.collector.charts.rows import Carried, carried, chart_rows
+from dask_metrics.collector.model.columns import select
+from dask_metrics.collector.model.lifetimes import clock, job_order, life, plain, qualify
+from dask_metrics.collector.model.series import NOTHING_RAN, Series, Timeline, WorkerInfo, id_key
+from dask_metrics.collector.model.tables import WorkerTable, gpu_series, joined
+from dask_metrics.collector.model.timespec import format_rfc3339
+from dask_metrics.collector.peaks.fold import LATER, PeakFold
+from dask_metrics.collector.peaks.peak import Peak
+from dask_metrics.collector.peaks.samples import window_keywords
+from dask_metrics.collector.report.advice import GpuModel, recommendations
+from dask_metrics.collector.report.figures import (
+    PEAK_KEYS,
+    UseSum,
+    device_key,
+    num,
+    shared_devices,
+)
+from dask_metrics.collector.report.headline import headline, title_words
+from dask_metrics.collector.report.tally import DAG_SEPARATOR, Tally, WorkerFacts, listed
+from dask_metrics.collector.sources.worker_fetch import VisitPart
+from dask_metrics.collector.work.pool import outcome, run_in, take_in_order
 
 REPORT_VERSION = 4  # 3: a title in words, the headline figures, a baseline; 4: GPUs listed
 

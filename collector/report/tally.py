@@ -15,8 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dask_metrics.collector.lifetimes import plain
-from dask_metrics.collector.peak import Peak
+from dask_metrics.collector.attribution.usage import IDLE_PERCENT, Usage, UsageKey
+from dask_metrics.collector.model.lifetimes import plain
+from dask_metrics.collector.model.series import WorkerInfo
+from dask_metrics.collector.peaks.peak import Peak
 from dask_metrics.collector.report.advice import GpuSummary
 from dask_metrics.collector.report.figures import (
     UseSum,
@@ -28,8 +30,6 @@ from dask_metrics.collector.report.figures import (
     use_entry,
 )
 from dask_metrics.collector.report.listed import LISTED, Listed
-from dask_metrics.collector.report.usage import IDLE_PERCENT, Usage, UsageKey
-from dask_metrics.collector.series import WorkerInfo
 
 DAG_SEPARATOR = "/"  # job "3", DAG "1" -> "3/1": gpu_peaks grouped by DAG
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 from distributed import Client
 
-from dask_metrics.collector import cli
-from dask_metrics.collector.cli_parser import OneLineParser
+from dask_metrics.collector.cli.main import main as collector_main
+from dask_metrics.collector.cli.parser import OneLineParser
 from dask_metrics.collector.errors import (
     CollectorError,
     Terminated,
     UsageError,
     raise_on_termination,
 )
-from dask_metrics.collector.monitor import Monitor
-from dask_metrics.collector.monitor_results import SESSION_TABLES
+from dask_metrics.collector.monitor.monitor import Monitor
+from dask_metrics.collector.monitor.results import SESSION_TABLES
 from dask_metrics.configfile import parse_bytes
 from dask_metrics.contract import (
     ACTIVITIES_CSV,
@@ -143,7 +143,7 @@ def _command(args: list[str]) -> None:
     """Run a ``collector`` command in this process, shown as the user would type it; a
     signal it caught (exit 128 + the signal) stops the demo as that signal would have."""
     say("$ collector " + " ".join(args))
-    code = cli.main(args)
+    code = collector_main(args)
     if code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
     if code > 128:

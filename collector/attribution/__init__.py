@@ -1,0 +1,1 @@
+"""Where GPU time went, pure: per job, DAG, task prefix and activity."""

@@ -1,0 +1,1 @@
+"""How a chart lays out what it shows, shared by the report and the plots."""

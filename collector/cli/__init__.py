@@ -1,0 +1,1 @@
+"""The ``collector`` command line: options, parser and commands."""

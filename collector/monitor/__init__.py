@@ -1,0 +1,1 @@
+"""The original dask-metrics workflow: Monitor, its sessions, and the watcher."""

@@ -1,0 +1,1 @@
+"""What an export writes: CSV and Parquet files, staged and published whole."""

@@ -1,0 +1,154 @@
+"""``peaks``: the peak GPU memory of each worker's GPUs, when it happened and during which
+job/DAG, from ``dask_gpu_memory_peak_bytes`` raw samples.
+
+That gauge is the maximum of every internal exporter sample over its trailing peak window,
+so a spike between two scrapes still counts, and ``dask_gpu_memory_peak_timestamp_seconds``
+dates it (``timing``): a spike before ``since`` is left out, one just before ``until`` is
+counted (from the first scrape after ``until``, which is why the range is fetched a window
+further), and each spike is credited to what ran when it happened (``fold``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from itertools import accumulate
+
+from dask_metrics.collector.model.jobs import JobNames
+from dask_metrics.collector.model.series import Series, Timeline
+from dask_metrics.collector.model.timespec import to_ms
+from dask_metrics.collector.peaks.fold import PeakFold
+from dask_metrics.collector.peaks.peak import Peak
+from dask_metrics.collector.peaks.samples import (
+    DEFAULT_PEAK_WINDOW,
+    PEAK_METRICS,
+    tail_of,
+    window_keywords,
+)
+from dask_metrics.collector.query.batches import (
+    batch_chunk,
+    range_batches,
+    samples_per_gpu,
+    worker_batches,
+)
+from dask_metrics.collector.query.fetch import (
+    Scope,
+    data_span,
+    fetch_cluster,
+    fetch_gpu_series,
+    fetch_jobs,
+    fetch_worker_activity,
+    lookahead,
+    peak_windows,
+    read_span,
+)
+from dask_metrics.collector.query.pieces import pieces
+from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
+from dask_metrics.collector.sources.discovery import Progress, find_workers
+from dask_metrics.collector.store.client import PrometheusClient
+from dask_metrics.collector.work.background import gc_paused, prefetched
+from dask_metrics.contract import REPLICA_LABELS
+
+BY = ("gpu", "job")
+
+
+# No reference cycles are created; the decoded JSON's many lists would trigger repeated full
+# collections.
+@gc_paused()
+def peaks(client: PrometheusClient, since: float, until: float, *,
+          workers: Sequence[str] | None = None, by: str = "gpu",
+          max_age: float = DEFAULT_MAX_AGE, chunk: float = DEFAULT_CHUNK,
+          progress: Progress | None = None, cluster: str | None = None,
+          replica_labels: Sequence[str] = REPLICA_LABELS, any_cluster: bool = False,
+          peak_window: float = DEFAULT_PEAK_WINDOW) -> list[Peak]:
+    """Peak memory per worker and GPU in [since, until] (unix seconds); ``by="job"``: per
+    worker, GPU and job. The samples of two batches of workers are in memory at a time (the
+    one dated, the next one read; ``progress`` is called as a batch is read), of a range
+    longer than a ``chunk`` a chunk of it at a time (PeakFold), so that memory holds the
+    same whatever the number of workers and the length of the range. ``cluster``,
+    ``replica_labels``, ``any_cluster`` as for ``export.find_workers``; ``peak_window``: the
+    peak window (seconds) of exporters that do not say theirs.
+
+    The samples are fetched up to one peak window past ``until`` (never past now): a spike
+    in the range's last scrape interval is reported by the first scrape after it."""
+    check_range(since, until)
+    if by not in BY:
+        raise ValueError(f"unknown grouping {by!r} (known: {', '.join(BY)})")
+    begin, until_ms, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
+    named = Scope(None if any_cluster else cluster, tuple(replica_labels))
+    windows = peak_windows(client, begin, until_ms, named)
+    default = (to_ms(peak_window), 0)
+    tail = tail_of(windows, default[0])
+    reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
+    first, last = data_span(client, begin, reach, chunk_ms, None, named)  # the data
+    start, end = read_span(first, last, begin, reach, max(age, tail))  # what its edges reach
+    # the tail too: a session shorter than a scrape has its first samples there
+    scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
+                                 replica_labels, any_cluster)
+    timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
+    # the range's jobs (start, end: the GPUs' data, whose dated peaks reach before it)
+    job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age, scope))
+    per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)
+    # a range is folded (PeakFold) a piece at a time, as many chunks long as one worker's
+    # answer holds (the fewer pieces, the less read twice around their edges), a batch's
+    # piece in memory whatever the range; a range of one piece is read whole, in as few
+    # queries as its answers allow
+    widest = max(chosen, key=lambda w: len(w.gpus), default=None)
+    length = batch_chunk([widest], per_gpu, chunk_ms) if widest else chunk_ms
+    parts = _parts(begin, until_ms, start, end, max(length, tail))
+    whole = len(parts) == 1
+    batches = (range_batches(chosen, per_gpu, start, end, chunk_ms) if whole
+               else worker_batches(chosen, per_gpu * length / chunk_ms))
+    firsts = list(accumulate([0, *map(len, batches)]))
+    steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
+    margin = 2 * tail  # what ran around a piece: the spans its windows' stamps lie in
+
+    def fetch(at: tuple[int, int]) -> tuple[list[str], dict[str, dict[str, list[Series]]],
+                                             dict[str, Timeline]]:
+        b, k = at
+        names = [w.name for w in batches[b]]
+        if progress:
+            progress(firsts[b] + len(names) * k / len(parts), len(chosen), names[0], None)
+        if whole:
+            wide = batch_chunk(batches[b], per_gpu, chunk_ms)
+            return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, wide,
+                                            None, age, scope),
+                    fetch_worker_activity(client, names, timeline, start - age, end, wide,
+                                          age, scope))
+        a, z = parts[k]
+        ran = (a - margin - age, z + margin)
+        known = timeline.between(ran[0], lookahead(ran[1], age))
+        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start if k == 0 else a,
+                                        min(end, z + tail), length, None, age, scope),
+                fetch_worker_activity(client, names, known, *ran, length, age, scope))
+
+    found: list[Peak] = []
+    folds: dict[str, PeakFold] = {}
+    # the next batch (or chunk) is read while this one's peaks are dated: Prometheus and
+    # the collector work at the same time
+    for (_, k), (names, series, activity) in zip(steps, prefetched(fetch, steps),
+                                                 strict=True):
+        for name in names:
+            fold = folds.setdefault(name, PeakFold(
+                name, [by == "job"], age, since=begin, until=until_ms, names=job_names,
+                **window_keywords(windows.get(name, default))))
+            fold.add(series[name], [activity[name]], *parts[k],
+                     margin=None if whole else margin, final=k == len(parts) - 1)
+            if k == len(parts) - 1:
+                found += folds.pop(name).result()[0]
+    if progress:
+        progress(len(chosen), len(chosen), "", None)
+    return found
+
+
+def _parts(begin: int, until: int, start: int, end: int, length: int
+           ) -> list[tuple[int, int]]:
+    """PeakFold's pieces of [begin, until] (ms), each from its start to the next one's
+    (the last to until + 1): chunks of ``length`` where the data (read from ``start`` to
+    ``end``) lies, a short last one riding with the one before (pieces.pieces)."""
+    lo = min(max(begin, start), until)
+    cut = [(p.lo, p.hi + 1) for p in pieces(lo, max(min(until, end), lo), start, end,
+                                             length, 0)]
+    cut[0] = (begin, cut[0][1])
+    cut[-1] = (cut[-1][0], until + 1)
+    return cut

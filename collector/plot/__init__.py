@@ -1,0 +1,1 @@
+"""Pictures of an export: a page per worker and one of the cluster."""

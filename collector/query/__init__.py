@@ -1,0 +1,1 @@
+"""What is asked of a store, in parts it answers: PromQL, batches, chunks, refusals."""

@@ -1,0 +1,1 @@
+"""What a range holds, read from the store: cluster, workers, sessions, summaries."""

@@ -1,0 +1,1 @@
+"""Talking to a Prometheus-compatible store: settings, transport, answers, raw reads."""

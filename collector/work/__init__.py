@@ -1,0 +1,1 @@
+"""Work beside the main thread: background threads and a pool of processes."""
