@@ -90,7 +90,7 @@ METRICS = ["total-mem", "mem-util", "compute-util", "peak-mem", "power", "temper
 SOURCES = ["dask_gpu_memory_used_bytes", "dask_gpu_utilization_ratio",
            "dask_gpu_memory_peak_bytes", "dask_gpu_power_watts",
            "dask_gpu_temperature_celsius", "dask_gpu_memory_total_bytes"]
-# What the export also reads for gpu_by_prefix.csv (dask_metrics.collector.query.fetch
+# What the export also reads for gpu_by_prefix.csv (dask_metrics.collector.query.scope
 # ATTRIBUTION_METRICS not among the columns' series), in the same query; the fixture has the
 # busy counter (every exporter serves it), not the energy one.
 ATTRIBUTION = ["dask_gpu_busy_seconds_total", "dask_gpu_energy_joules_total"]

@@ -49,7 +49,7 @@ def export_metrics() -> list[str]:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from dask_metrics.collector.model.columns import select, source_metrics
-    from dask_metrics.collector.query.fetch import ATTRIBUTION_METRICS
+    from dask_metrics.collector.query.scope import ATTRIBUTION_METRICS
 
     return sorted({*source_metrics(select(None)), *ATTRIBUTION_METRICS})
 

@@ -1,4 +1,4 @@
-"""What jobs.csv adds to an export: ``fetch.fetch_jobs`` over one hour of a backfilled
+"""What jobs.csv adds to an export: ``cluster.fetch_jobs`` over one hour of a backfilled
 Prometheus, by the number of DAGs the scheduler exported in that hour.
 
     python benchmarks/bench_jobs.py --dags 100 1000 --hours 1 --scrape 1 --rounds 3
@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dask_metrics.collector.query.fetch import Scope, fetch_jobs  # noqa: E402
+from dask_metrics.collector.query.scope import Scope  # noqa: E402
+from dask_metrics.collector.sources.cluster import fetch_jobs  # noqa: E402
 from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient  # noqa: E402
 from tests.prometheus_helpers import OpenMetrics, create_blocks, run_prometheus  # noqa: E402
 

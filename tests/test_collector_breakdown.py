@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_metrics.collector.query.fetch import Scope
+from dask_metrics.collector.query.scope import Scope
 from dask_metrics.collector.sources.summaries import (
     activity_table,
     read_activities,
@@ -36,11 +36,7 @@ from tests.collector_dataset import (
     make_lab_dataset,
 )
 from tests.helpers import collector, read_csv
-from tests.prometheus_helpers import (
-    PrometheusServer,
-    backfilled_prometheus,
-    requires_prometheus,
-)
+from tests.prometheus_helpers import PrometheusServer, backfilled_prometheus, requires_prometheus
 
 pytestmark = [requires_prometheus, pytest.mark.integration]
 

@@ -21,13 +21,9 @@ from dask_metrics.collector.model.timespec import format_rfc3339
 from dask_metrics.collector.output.export import SUMMARIES
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.query.batches import samples_per_gpu, worker_batches
-from dask_metrics.collector.query.fetch import (
-    executing_workers,
-    fetch_cluster,
-    fetch_raw,
-    fetch_steps,
-    selector,
-)
+from dask_metrics.collector.query.scope import selector
+from dask_metrics.collector.query.split import fetch_raw, fetch_steps
+from dask_metrics.collector.sources.cluster import executing_workers, fetch_cluster
 from dask_metrics.collector.sources.discovery import find_workers
 from dask_metrics.collector.sources.worker_fetch import fetch_workers
 from dask_metrics.collector.store.client import PrometheusError

@@ -77,9 +77,10 @@ from dask_metrics.collector.query.batches import (
     range_batches,
     worker_batches,
 )
-from dask_metrics.collector.query.fetch import read_span, worker_matchers
 from dask_metrics.collector.query.pieces import Piece, pieces
+from dask_metrics.collector.query.presence import read_span
 from dask_metrics.collector.query.ranges import check_step
+from dask_metrics.collector.query.scope import worker_matchers
 from dask_metrics.collector.store.answer import decode
 from dask_metrics.collector.store.connection import (
     load_config,

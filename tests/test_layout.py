@@ -18,7 +18,7 @@ MAX_LINES = 350
 MAX_FUNCTION = 60
 # Over the budget today, each to be split: the list only shrinks.
 LONG_MODULES = {"output/export.py", "monitor/monitor.py", "plot/pages.py", "store/remote_read.py",
-                "query/fetch.py", "report/model.py"}
+                "report/model.py"}
 LONG_FUNCTIONS = {"output/export.py:export", "cli/parser.py:build_parser",
                   "sources/worker_fetch.py:fetch_workers", "store/remote_read.py:_decode_xor",
                   "report/chart.py:worker_chart", "report/build.py:make_report",

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import pytest
 
-from dask_metrics.collector.query.fetch import by_worker_halves
+from dask_metrics.collector.query.split import by_worker_halves
 from dask_metrics.collector.store.client import PrometheusError
 from tests.helpers import collector
 from tests.prometheus_helpers import (
@@ -249,7 +249,8 @@ def test_a_limit_below_the_clusters_gpus_gives_the_unlimited_stores_numbers(
         reports[name] = json.loads((tmp_path / f"report-{name}" / "report.json").read_text())
     for part in ("jobs", "headline", "where_the_time_went"):
         assert reports["tight"][part] == reports["prom"][part], part
-    from dask_metrics.collector.query.fetch import Scope, peak_windows
+    from dask_metrics.collector.query.scope import Scope
+    from dask_metrics.collector.sources.worker_series import peak_windows
     from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 
     windows = []
@@ -282,7 +283,8 @@ def test_workers_named_by_their_addresses_on_one_port_are_found_under_a_limit(
     limited = json.loads(run("peaks", tight.url, n, tmp_path / "v", *ports)[0])
     assert len(limited) == PORTS
     assert limited == json.loads(run("peaks", prom.url, n, tmp_path / "p", *ports)[0])
-    from dask_metrics.collector.query.fetch import Scope, peak_windows
+    from dask_metrics.collector.query.scope import Scope
+    from dask_metrics.collector.sources.worker_series import peak_windows
     from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 
     with PrometheusClient(ConnectionSettings(tight.url)) as client:
@@ -298,7 +300,7 @@ def test_a_monitor_session_between_two_scrapes_ends_alike_under_a_limit_below_th
     """A session shorter than a scrape interval ends once every GPU was scraped after its
     stop: whether any GPU has a sample in it and each GPU's next scrape are questions
     about every GPU, asked by parts of their UUIDs where the store refuses them whole."""
-    from dask_metrics.collector.query.fetch import Scope
+    from dask_metrics.collector.query.scope import Scope
     from dask_metrics.collector.sources.session_window import scrapes_after, window
     from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
     from dask_metrics.contract import UP
@@ -504,7 +506,7 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
     for a limit on series is halved SERIES_SPLITS deep, not MAX_SPLITS, before the store's
     error is the collector's; other limits keep every halving."""
     from dask_metrics.collector.model.series import halve_range
-    from dask_metrics.collector.query.fetch import MAX_SPLITS, SERIES_SPLITS, _attempt
+    from dask_metrics.collector.query.split import MAX_SPLITS, SERIES_SPLITS, _attempt
 
     for series, splits in ((True, SERIES_SPLITS), (False, MAX_SPLITS)):
         tried: list[tuple[int, int]] = []
@@ -525,7 +527,7 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
     """A store that refuses even one worker's part for a limit on series has every worker
     read, said in a warning; as has one that refuses for another limit, without asking
     parts (they would hold as many samples). The workers are known: none is listed."""
-    from dask_metrics.collector.query.fetch import executing_workers
+    from dask_metrics.collector.sources.cluster import executing_workers
 
     class Refusing:
         def __init__(self, series_bound: bool) -> None:
@@ -558,7 +560,7 @@ def test_workers_that_executed_tasks_are_all_read_where_no_part_of_them_is_answe
 def test_a_question_about_every_series_is_split_by_a_label_the_series_have() -> None:
     """A GPU's series by its UUID, a worker's by its name: a part of a label the series
     lack would hold them all."""
-    from dask_metrics.collector.query.fetch import split_label
+    from dask_metrics.collector.query.scope import split_label
     from dask_metrics.contract import INFO, SPECS, UUID, WORKER
 
     per_gpu_or_worker = [spec for spec in SPECS if {UUID, WORKER} & set(spec.labels)]

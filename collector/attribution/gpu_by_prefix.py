@@ -2,7 +2,7 @@
 attributed from each GPU sample to the prefixes executing on its worker then. Pure.
 
 Rules, where the scheduler preload exports when each worker ran each DAG (its own times,
-see worker_runs):
+see ``model.timeline``):
 
 - which DAG: an interval between two GPU samples belongs to the DAG that held the worker
   then; one in which that changed is cut at the change, each piece taking its share of the
@@ -101,7 +101,7 @@ class PrefixUses:
                    ran: Timeline | None = None, part: tuple[int, int] | None = None) -> None:
         """One worker's raw busy, energy and memory-used series (by metric) against what
         executed on it (its dask_job_worker_prefix_tasks series) and, where the preload
-        exports them, the DAGs' own times on it (``ran``, an exact worker_runs timeline).
+        exports them, the DAGs' own times on it (``ran``, an exact ``model.timeline``).
 
         ``part``: a piece of the range (pieces.Piece.window, edges shared with the pieces
         beside it) whose numbers these are, the samples just outside it included: an

@@ -114,7 +114,7 @@ def gpu_usage(table: WorkerTable, columns: Sequence[str], max_age: int,
     last rows before the table's (``last_rows`` of the piece before it), whose intervals to
     the table's first rows are the table's: a range read in pieces adds up to the whole.
 
-    With an ``exact`` ``activity`` (the scheduler's own times, see worker_runs) an interval
+    With an ``exact`` ``activity`` (the scheduler's own times, see ``model.timeline``) an interval
     belongs to what ran from its start on, and one in which that changed is split at the
     changes: each part takes its share of the interval's counter increases in proportion
     to its time (exact where the GPU's use was even over the interval). Otherwise an

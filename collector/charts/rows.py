@@ -2,14 +2,14 @@
 for the workers it may chart, each piece's table thinned to those rows, so that what a chart
 holds is bounded by its width, not by the range.
 
-A chart draws each series as its envelope per pixel column (``chart_layout.envelope``): the
+A chart draws each series as its envelope per pixel column (``layout.envelope``): the
 lowest and the highest sample of each column, a line broken where values are missing or
 samples stop, and the job/DAG phases. Kept: in each of ``buckets`` equal parts of the range
 (more than the chart's columns), per GPU the first and the last row and those with the lowest
 and the highest value of each drawn column; the rows on both sides of a value that appears
 or vanishes and of a change of what ran on the worker or the cluster; each GPU's first row
 that tells its capacity. Kept rows are far apart where the samples are not, so the stops in
-the samples (``chart_layout.break_gaps``: longer than GAP_FACTOR times the GPU's usual
+the samples (``layout.break_gaps``: longer than GAP_FACTOR times the GPU's usual
 interval in the piece, or the piece before's where it has few) are found before thinning
 and marked by a row without values (the table is ``thinned``: a chart finds no stops of its
 own in it). The picture is the whole table's up to a pixel column."""

@@ -1,5 +1,5 @@
 """Jobs and DAGs of a time range, by name: the rows of ``jobs.csv`` and the phase labels of the
-peaks table and the plots. Pure logic over fetched series (``fetch.fetch_jobs`` fetches them),
+peaks table and the plots. Pure logic over fetched series (``cluster.fetch_jobs`` fetches them),
 so export, peaks, plots, the report and ``Monitor`` share one way to name a job.
 
 A DAG's row comes from the scheduler preload's ``dask_job_dag_status`` (its outcome),

@@ -286,7 +286,7 @@ class Timeline:
     """(job, dag) states at scrape times, for as-of lookups; ("", "") is idle.
 
     ``exact``: the times are where the state changed (the scheduler's own times, see
-    worker_runs), not scrapes that sampled it: a state holds from its time on, so an
+    model.timeline), not scrapes that sampled it: a state holds from its time on, so an
     interval between two GPU samples can be split at the times inside it."""
 
     times: list[int]

@@ -146,7 +146,7 @@ SPAN_METRICS = (WORKER_DAG_START.name, WORKER_DAG_END.name)
 
 
 def within(found: Mapping[str, list[Series]], lo: int, hi: int) -> dict[str, list[Series]]:
-    """Scheduler series read past ``hi`` (``fetch.lookahead``): the span series whole (a DAG
+    """Scheduler series read past ``hi`` (``presence.lookahead``): the span series whole (a DAG
     running at ``hi`` has its end at a later scrape), every other one clipped to [lo, hi]."""
     return {m: series if m in SPAN_METRICS else clip(series, lo, hi, True)
             for m, series in found.items()}

@@ -30,19 +30,11 @@ from dask_metrics.collector.monitor.options import (
 )
 from dask_metrics.collector.monitor.results import SessionResults
 from dask_metrics.collector.monitor.stop_timeout import still_running, timed_out
-from dask_metrics.collector.query.fetch import Scope
+from dask_metrics.collector.query.scope import Scope
 from dask_metrics.collector.report.notebook import monitor_html
-from dask_metrics.collector.sources.session_window import (
-    Recorded,
-    last_session,
-    recorded_session,
-)
+from dask_metrics.collector.sources.session_window import Recorded, last_session, recorded_session
 from dask_metrics.collector.store.connection import OPTIONS as CONNECTION_OPTIONS
-from dask_metrics.contract import (
-    REPLICA_LABELS,
-    DagStatus,
-    Handler,
-)
+from dask_metrics.contract import REPLICA_LABELS, DagStatus, Handler
 
 DAG_FINISHED, DAG_ERRED = DagStatus.FINISHED, DagStatus.ERRED
 logger = logging.getLogger("dask_metrics")

@@ -16,7 +16,7 @@ import cloudpickle
 
 from dask_metrics import __version__, plugins
 from dask_metrics.collector.errors import CollectorError, MonitorError
-from dask_metrics.collector.query.fetch import Scope
+from dask_metrics.collector.query.scope import Scope
 from dask_metrics.collector.sources.session_window import await_exporters
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.contract import Handler

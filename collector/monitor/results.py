@@ -15,7 +15,7 @@ from dask_metrics.collector.model.columns import NAMES
 from dask_metrics.collector.output.export import ExportResult, export
 from dask_metrics.collector.peaks.command import peaks
 from dask_metrics.collector.peaks.table import caveats
-from dask_metrics.collector.query.fetch import Scope
+from dask_metrics.collector.query.scope import Scope
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM
 from dask_metrics.collector.report.build import ReportResult, make_report
 from dask_metrics.collector.sources import session_window

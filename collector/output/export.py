@@ -62,29 +62,21 @@ from dask_metrics.collector.query.batches import (
     samples_per_gpu,
     worker_batches,
 )
-from dask_metrics.collector.query.fetch import (
-    Scope,
-    data_span,
-    executing_workers,
-    fetch_cluster,
-    fetch_gpu_series,
-    fetch_jobs,
-    fetch_worker_activity,
-    lookahead,
-    present,
-    read_span,
-)
 from dask_metrics.collector.query.pieces import Piece, pieces
+from dask_metrics.collector.query.presence import data_span, lookahead, present, read_span
 from dask_metrics.collector.query.ranges import (
     DEFAULT_CHUNK,
     DEFAULT_MAX_AGE,
     check_range,
     check_step,
 )
+from dask_metrics.collector.query.scope import Scope
+from dask_metrics.collector.sources.cluster import executing_workers, fetch_cluster, fetch_jobs
 from dask_metrics.collector.sources.discovery import Progress, range_workers
 from dask_metrics.collector.sources.session_window import SCRAPE_GAP
 from dask_metrics.collector.sources.summaries import activity_table
 from dask_metrics.collector.sources.worker_fetch import Visit, VisitPart, WorkerData, fetch_piece
+from dask_metrics.collector.sources.worker_series import fetch_gpu_series, fetch_worker_activity
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.collector.work.background import gc_paused, prefetched
 from dask_metrics.contract import (

@@ -31,20 +31,17 @@ from dask_metrics.collector.query.batches import (
     samples_per_gpu,
     worker_batches,
 )
-from dask_metrics.collector.query.fetch import (
-    Scope,
-    data_span,
-    fetch_cluster,
-    fetch_gpu_series,
-    fetch_jobs,
-    fetch_worker_activity,
-    lookahead,
-    peak_windows,
-    read_span,
-)
 from dask_metrics.collector.query.pieces import pieces
+from dask_metrics.collector.query.presence import data_span, lookahead, read_span
 from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
+from dask_metrics.collector.query.scope import Scope
+from dask_metrics.collector.sources.cluster import fetch_cluster, fetch_jobs
 from dask_metrics.collector.sources.discovery import Progress, find_workers
+from dask_metrics.collector.sources.worker_series import (
+    fetch_gpu_series,
+    fetch_worker_activity,
+    peak_windows,
+)
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.collector.work.background import gc_paused, prefetched
 from dask_metrics.contract import REPLICA_LABELS

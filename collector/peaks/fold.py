@@ -57,9 +57,9 @@ def gpu_peaks(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
 
     With ``by_job`` there is one peak per GPU and job that ran on the worker (readings while
     it was idle are left out); the DAG is the one running at the peak. Dated peak samples
-    (see ``peaktime``) count at their stamp; undated ones by the older rule of
+    (see ``timing``) count at their stamp; undated ones by the older rule of
     ``undated_sources``. ``peak_window`` (ms): how far back a peak sample surely reaches, the
-    exporter's window plus its sampling interval (``fetch.peak_windows``), for the bounds
+    exporter's window plus its sampling interval (``worker_series.peak_windows``), for the bounds
     and that rule; ``sample_interval`` (ms): the exporter's, with which its
     dask_gpu_exporter_samples_total in ``series_by_metric`` tells how far back a window
     reaches after a restart. ``names`` names the jobs (jobs.csv's rows).
@@ -85,7 +85,7 @@ def peaks_over(worker: str, series_by_metric: Mapping[str, Iterable[Series]],
 
 
 DATED, GAUGE, USED = "dated", "gauge", "used"
-"""The rules a GPU's readings follow: dated peak samples and used memory (peaktime), the
+"""The rules a GPU's readings follow: dated peak samples and used memory (``timing``), the
 undated gauge (``undated_sources``), used memory alone (no peak gauge at all)."""
 
 

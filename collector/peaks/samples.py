@@ -32,7 +32,7 @@ LONGEST_PEAK_WINDOW = 3600.0
 
 PEAK_DATING = (PEAK_TIME_METRIC, NEXT_PEAK_METRIC, NEXT_PEAK_TIME_METRIC, SAMPLES_METRIC,
                ROUND_TIME_METRIC, WINDOW_METRIC)
-"""The series that date the peak gauge's samples and bound what they hide (peaktime)."""
+"""The series that date the peak gauge's samples and bound what they hide (``timing``)."""
 
 
 PEAK_METRICS = (PEAK_METRIC, USED_METRIC, TOTAL_METRIC, *PEAK_DATING)
@@ -84,7 +84,7 @@ def within(samples: tuple[list[int], list[float]] | None, lo: int, hi: int
 
 def tail_of(windows: Mapping[str, tuple[int, int]], default: int) -> int:
     """How far (ms) past a range's end its peak samples are fetched: the longest reach of
-    the exporters' windows (``fetch.peak_windows``), ``default`` where none says."""
+    the exporters' windows (``worker_series.peak_windows``), ``default`` where none says."""
     longest = max((reach for reach, _ in windows.values()), default=default)
     return min(longest, to_ms(LONGEST_PEAK_WINDOW))
 

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from dask_metrics.collector.model.series import WorkerInfo, plan_chunks
-from dask_metrics.collector.query.fetch import ATTRIBUTION_METRICS, MAX_POINTS, Scope, gpu_parts
+from dask_metrics.collector.query.presence import gpu_parts
+from dask_metrics.collector.query.scope import ATTRIBUTION_METRICS, Scope
+from dask_metrics.collector.query.split import MAX_POINTS
 from dask_metrics.collector.store.client import PrometheusClient, PrometheusError
 from dask_metrics.contract import INFO
 

@@ -35,8 +35,8 @@ from dask_metrics.collector.output.provenance import read_provenance
 from dask_metrics.collector.output.staging import fixed_names, staged, write_text
 from dask_metrics.collector.output.traces import trace_of_table
 from dask_metrics.collector.peaks.samples import DEFAULT_PEAK_WINDOW, PEAK_DATING, tail_of
-from dask_metrics.collector.query.fetch import Scope, peak_windows
 from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE
+from dask_metrics.collector.query.scope import Scope
 from dask_metrics.collector.report import where
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
@@ -46,11 +46,8 @@ from dask_metrics.collector.report.notebook import framed
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.report.tally import WorkerFacts
 from dask_metrics.collector.sources.discovery import Progress
-from dask_metrics.collector.sources.session_window import (
-    last_session,
-    recorded_session,
-    window,
-)
+from dask_metrics.collector.sources.session_window import last_session, recorded_session, window
+from dask_metrics.collector.sources.worker_series import peak_windows
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.collector.work.pool import processes_for, worker_pool
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV, JOBS_CSV, REPLICA_LABELS

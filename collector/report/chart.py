@@ -2,7 +2,7 @@
 
 GPU utilisation and memory over time, one colour per GPU, the capacity line, and the job/DAG
 phases that ran on the worker shaded in their job's colour and named above the chart. The
-same picture as ``collector plot``'s worker PNG, from the same points (``chart_layout``: the
+same picture as ``collector plot``'s worker PNG, from the same points (``charts.layout``: the
 per-pixel envelope, the breaks at gaps, the phases' label rows), but written as SVG
 text: a matplotlib figure costs about half a second to lay out and rasterise and the library
 as much to import, which made the report slower than its export; this costs milliseconds,

@@ -2,7 +2,7 @@
 
 ``Gatherer`` is the export's ``visit``: it takes per worker (``WorkerFold``, a piece of its
 range at a time) the GPU use per job and DAG (``usage.gpu_usage``) and its peaks
-(``peaks.PeakFold``, what ``collector peaks`` folds) on the same fetched series, and folds
+(``fold.PeakFold``, what ``collector peaks`` folds) on the same fetched series, and folds
 them into a ``tally.Tally`` as it goes by (in a pool of processes where one is given).
 ``build`` turns that, the export's jobs.csv rows and the optional "where the time went"
 rows into the report's dict.

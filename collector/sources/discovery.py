@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dask_metrics.collector.errors import (
-    ArgumentError,
-    CollectorError,
-    PrometheusError,
-    setting,
-)
+from dask_metrics.collector.errors import ArgumentError, CollectorError, PrometheusError, setting
 from dask_metrics.collector.model.series import (
     WorkerInfo,
     natural_key,
@@ -18,14 +13,9 @@ from dask_metrics.collector.model.series import (
     worker_inventory,
 )
 from dask_metrics.collector.model.timespec import format_rfc3339
-from dask_metrics.collector.query.fetch import (
-    TRIM_ABOVE_CHUNKS,
-    UNSCOPED,
-    Scope,
-    fetch_label_sets,
-    gpu_parts,
-)
+from dask_metrics.collector.query.presence import TRIM_ABOVE_CHUNKS, fetch_label_sets, gpu_parts
 from dask_metrics.collector.query.promql import narrower
+from dask_metrics.collector.query.scope import UNSCOPED, Scope
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.contract import (
     CLUSTER_ENV,

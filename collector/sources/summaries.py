@@ -19,32 +19,17 @@ from dask_metrics.collector.query.batches import (
     samples_per_gpu,
     worker_batches,
 )
-from dask_metrics.collector.query.fetch import (
-    ACTIVITY_SERIES,
-    ATTRIBUTION_METRICS,
-    Scope,
-    activity_samples,
-    executing_workers,
-    fetch_activities,
-    fetch_cluster,
-    fetch_jobs,
-    lookahead,
-    selector,
-    span_of,
-)
 from dask_metrics.collector.query.pieces import pieces
-from dask_metrics.collector.query.ranges import (
-    DEFAULT_CHUNK,
-    DEFAULT_MAX_AGE,
-    check_range,
-)
+from dask_metrics.collector.query.presence import lookahead, span_of
+from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
+from dask_metrics.collector.query.scope import ACTIVITY_SERIES, ATTRIBUTION_METRICS, Scope, selector
+from dask_metrics.collector.sources.activity_counts import activity_samples, fetch_activities
+from dask_metrics.collector.sources.cluster import executing_workers, fetch_cluster, fetch_jobs
 from dask_metrics.collector.sources.discovery import range_workers
 from dask_metrics.collector.sources.session_window import SCRAPE_GAP
 from dask_metrics.collector.sources.worker_fetch import fetch_piece
 from dask_metrics.collector.store.client import PrometheusClient, PrometheusError
-from dask_metrics.contract import (
-    REPLICA_LABELS,
-)
+from dask_metrics.contract import REPLICA_LABELS
 
 
 def activity_table(client: PrometheusClient, start: int, end: int, age: int, chunk: int,

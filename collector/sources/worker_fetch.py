@@ -6,11 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from dask_metrics.collector.model.columns import (
-    Column,
-    source_metrics,
-    worker_metrics,
-)
+from dask_metrics.collector.model.columns import Column, source_metrics, worker_metrics
 from dask_metrics.collector.model.series import (
     Samples,
     Series,
@@ -21,19 +17,13 @@ from dask_metrics.collector.model.series import (
 )
 from dask_metrics.collector.model.tables import WorkerTable, joined_by_metric
 from dask_metrics.collector.model.timeline import RAN_METRICS, ran_timeline, within
-from dask_metrics.collector.query.fetch import (
-    ATTRIBUTION_METRICS,
-    Scope,
-    fetch_gpu_series,
-    fetch_worker_series,
-    lookahead,
-)
 from dask_metrics.collector.query.pieces import Piece
+from dask_metrics.collector.query.presence import lookahead
+from dask_metrics.collector.query.scope import ATTRIBUTION_METRICS, Scope
+from dask_metrics.collector.sources.worker_series import fetch_gpu_series, fetch_worker_series
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.collector.work.background import Background
-from dask_metrics.contract import (
-    WORKER_PREFIX_TASKS,
-)
+from dask_metrics.contract import WORKER_PREFIX_TASKS
 
 
 class VisitPart(NamedTuple):
@@ -61,7 +51,7 @@ class WorkerData(NamedTuple):
     """What one worker's part of an export reads from Prometheus."""
 
     gpu: dict[str, list[Series]]  # the columns' series (raw, or on the --step grid)
-    ran: Timeline  # what it ran when (worker_runs)
+    ran: Timeline  # what it ran when (model.timeline)
     resources: dict[str, Samples]  # the worker columns' series
     prefixes: list[Series]  # dask_job_worker_prefix_tasks
     attribution: dict[str, list[Series]]  # raw busy, energy and memory used, and the

@@ -2,7 +2,7 @@
 Prometheus and the systems that speak its API: Thanos, Mimir, VictoriaMetrics.
 
 The request itself (retries, deadlines, caps, TLS) is the transport's (``transport``), what
-an answer means is ``api_answer``'s (pure); here: the queries and the series they hold. Every
+an answer means is ``answer``'s (pure); here: the queries and the series they hold. Every
 failure is one PrometheusError whose message is one line: what failed and what to do.
 Credentials never reach a message: the URL we keep has none (user:password is moved to
 basic auth), headers are never logged, and any secret a server echoes back is masked

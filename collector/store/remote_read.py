@@ -50,7 +50,7 @@ _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
 def parse_selector(selector: str) -> list[Matcher] | None:
     """The matchers of a vector selector as the collector writes them (``m{a="x",b=~"y"}``,
-    string literals escaped as ``fetch.label`` escapes them), or None for anything else: the
+    string literals escaped as ``promql.label`` escapes them), or None for anything else: the
     caller then asks the query API, which reads every PromQL."""
     whole = _SELECTOR.fullmatch(selector)
     if whole is None or not (whole.group(1) or whole.group(2) is not None):

@@ -3,7 +3,7 @@
 Retries (connection errors, 429 and 5xx, with backoff and Retry-After), a deadline per try
 that a trickling server cannot stretch (a watchdog on the socket), a cap on the answer's
 size, TLS and proxies: requests' session and urllib3's pools, adapted. What the answer
-means is the client's business (promapi); every failure here is one PrometheusError whose
+means is the client's business (``client``); every failure here is one PrometheusError whose
 message says what failed and which setting to change.
 """
 
