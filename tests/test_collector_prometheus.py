@@ -19,6 +19,7 @@ from dask_metrics.collector.model.columns import select, source_metrics
 from dask_metrics.collector.model.series import Series, WorkerInfo
 from dask_metrics.collector.model.timespec import format_rfc3339
 from dask_metrics.collector.output.export import SUMMARIES
+from dask_metrics.collector.output.export_reads import Visiting
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.query.batches import samples_per_gpu, worker_batches
 from dask_metrics.collector.query.scope import selector
@@ -883,7 +884,8 @@ def test_a_failure_in_the_middle_leaves_no_file(blocks: Path, dataset: Dataset,
         out = tmp_path / "out"
         with (PrometheusClient(ConnectionSettings(server.url, retries=0)) as client,
               pytest.raises(PrometheusError, match="cannot reach Prometheus")):
-            export(client, dataset.many, dataset.many + 60, out, visit=stop_at_third)
+            export(client, dataset.many, dataset.many + 60, out,
+                   visiting=Visiting(stop_at_third))
     assert len(seen) >= 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prom"]
 

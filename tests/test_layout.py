@@ -17,12 +17,9 @@ ROW = re.compile(r"^\| `collector/(\w+)/` \| .* \| (.*) \|$", re.M)
 MAX_LINES = 350
 MAX_FUNCTION = 60
 # Over the budget today, each to be split: the list only shrinks.
-LONG_MODULES = {"output/export.py", "monitor/monitor.py", "plot/pages.py", "store/remote_read.py",
-                "report/model.py"}
-LONG_FUNCTIONS = {"output/export.py:export", "cli/parser.py:build_parser",
-                  "sources/worker_fetch.py:fetch_workers", "store/remote_read.py:_decode_xor",
-                  "report/chart.py:worker_chart", "report/build.py:make_report",
-                  "charts/rows.py:chart_rows", "peaks/command.py:peaks"}
+LONG_MODULES = {"plot/pages.py", "store/remote_read.py", "report/model.py"}
+LONG_FUNCTIONS = {"cli/parser.py:build_parser", "peaks/command.py:peaks",
+                  "report/chart.py:worker_chart", "store/remote_read.py:_decode_xor"}
 
 
 def declared() -> dict[str, set[str]]:
@@ -60,6 +57,15 @@ def test_a_room_imports_only_the_rooms_its_row_names(path: Path):
     assert rooms_imported(path) <= allowed, f"{room} may import {sorted(allowed)}"
 
 
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines after its signature and docstring."""
+    first = node.body[0]
+    has_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+        and isinstance(first.value.value, str) and len(node.body) > 1
+    begin = node.body[1].lineno if has_doc else first.lineno
+    return node.end_lineno - begin + 1
+
+
 def test_modules_and_functions_stay_small():
     long_modules, long_functions = set(), set()
     for path in modules():
@@ -69,7 +75,7 @@ def test_modules_and_functions_stay_small():
             long_modules.add(name)
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
-                    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION:
+                    and code_lines(node) > MAX_FUNCTION:
                 long_functions.add(f"{name}:{node.name}")
     assert long_modules <= LONG_MODULES
     assert long_functions <= LONG_FUNCTIONS

@@ -26,6 +26,7 @@ from dask_metrics.collector.model.tables import GpuTable, WorkerTable
 from dask_metrics.collector.model.timeline import span_timeline, worker_spans, worker_timeline
 from dask_metrics.collector.model.timespec import format_rfc3339, to_ms
 from dask_metrics.collector.output.export import export
+from dask_metrics.collector.output.export_reads import Visiting
 from dask_metrics.collector.output.traces import read_worker_file, trace_of_table
 from dask_metrics.collector.peaks.peak import Peak
 from dask_metrics.collector.report.advice import (
@@ -663,7 +664,7 @@ def test_the_reports_charts_show_the_exports_numbers(prom: PrometheusServer,
         full = export(client, since, until, tmp_path / "full", metrics=list(REPORT_METRICS),
                       cluster="rep")
         bare = export(client, since, until, tmp_path / "bare", metrics=list(REPORT_METRICS),
-                      cluster="rep", visit=gather, expect=gather.expect, worker_files=False)
+                      cluster="rep", visiting=Visiting(gather, gather.expect, worker_files=False))
     assert (bare.workers, bare.files) == (full.workers, full.files) and len(full.files) == 2
     assert json.loads((tmp_path / "bare" / "export.json").read_text())["files"] == []
     assert not any((tmp_path / "bare" / name).exists() for name in full.files)

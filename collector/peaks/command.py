@@ -10,7 +10,6 @@ further), and each spike is credited to what ran when it happened (``fold``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from itertools import accumulate
 
@@ -32,11 +31,11 @@ from dask_metrics.collector.query.batches import (
     worker_batches,
 )
 from dask_metrics.collector.query.pieces import pieces
-from dask_metrics.collector.query.presence import data_span, lookahead, read_span
+from dask_metrics.collector.query.presence import lookahead
 from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
-from dask_metrics.collector.query.scope import Scope
-from dask_metrics.collector.sources.cluster import fetch_cluster, fetch_jobs
-from dask_metrics.collector.sources.discovery import Progress, find_workers
+from dask_metrics.collector.sources.cluster import fetch_jobs
+from dask_metrics.collector.sources.discovery import Progress
+from dask_metrics.collector.sources.plan import Choice, read_plan
 from dask_metrics.collector.sources.worker_series import (
     fetch_gpu_series,
     fetch_worker_activity,
@@ -72,17 +71,16 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     if by not in BY:
         raise ValueError(f"unknown grouping {by!r} (known: {', '.join(BY)})")
     begin, until_ms, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
-    named = Scope(None if any_cluster else cluster, tuple(replica_labels))
-    windows = peak_windows(client, begin, until_ms, named)
+    choice = Choice(workers, cluster, tuple(replica_labels), any_cluster)
+    windows = peak_windows(client, begin, until_ms, choice.named())
     default = (to_ms(peak_window), 0)
     tail = tail_of(windows, default[0])
-    reach = min(until_ms + tail, max(to_ms(time.time()), until_ms))
-    first, last = data_span(client, begin, reach, chunk_ms, None, named)  # the data
-    start, end = read_span(first, last, begin, reach, max(age, tail))  # what its edges reach
-    # the tail too: a session shorter than a scrape has its first samples there
-    scope, chosen = find_workers(client, start, end, chunk_ms, workers, cluster,
-                                 replica_labels, any_cluster)
-    timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
+    # the data a peak window past the end, and what its edges reach: a session shorter
+    # than a scrape has its first samples in the tail
+    plan = read_plan(client, since, until, choice, max_age=max_age, chunk=chunk, tail=tail,
+                     margin=max(age, tail))
+    start, end, scope, chosen, timeline = plan.lo, plan.hi, plan.scope, plan.workers, \
+        plan.timeline
     # the range's jobs (start, end: the GPUs' data, whose dated peaks reach before it)
     job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age, scope))
     per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)

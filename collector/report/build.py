@@ -31,6 +31,7 @@ from dask_metrics.collector.model.series import WorkerInfo
 from dask_metrics.collector.model.tables import WorkerTable
 from dask_metrics.collector.model.timespec import MONITOR, format_rfc3339, parse_when, to_ms
 from dask_metrics.collector.output.export import export
+from dask_metrics.collector.output.export_reads import Visiting
 from dask_metrics.collector.output.provenance import read_provenance
 from dask_metrics.collector.output.staging import fixed_names, staged, write_text
 from dask_metrics.collector.output.traces import trace_of_table
@@ -248,9 +249,9 @@ def _gather(client: PrometheusClient, since: float, until: float, *, plots: int,
             result = export(client, since, until, data, metrics=list(REPORT_METRICS),
                             max_age=max_age, workers=workers, chunk=chunk, progress=progress,
                             cluster=cluster, replica_labels=replica_labels,
-                            any_cluster=any_cluster, visit=gather, expect=expect,
-                            worker_files=False, visit_metrics=PEAK_DATING,
-                            visit_tail=max(tail, max_age), visit_head=max_age)
+                            any_cluster=any_cluster, visiting=Visiting(
+                                gather, expect, PEAK_DATING, tail=max(tail, max_age),
+                                head=max_age, worker_files=False))
             gather.finish()
         labels = {(w.name, *gpu): info for w in result.inventory
                   for gpu, info in w.gpu_labels.items()}

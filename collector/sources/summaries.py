@@ -20,12 +20,12 @@ from dask_metrics.collector.query.batches import (
     worker_batches,
 )
 from dask_metrics.collector.query.pieces import pieces
-from dask_metrics.collector.query.presence import lookahead, span_of
+from dask_metrics.collector.query.presence import span_of
 from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.query.scope import ACTIVITY_SERIES, ATTRIBUTION_METRICS, Scope, selector
 from dask_metrics.collector.sources.activity_counts import activity_samples, fetch_activities
-from dask_metrics.collector.sources.cluster import executing_workers, fetch_cluster, fetch_jobs
-from dask_metrics.collector.sources.discovery import range_workers
+from dask_metrics.collector.sources.cluster import executing_workers, fetch_jobs
+from dask_metrics.collector.sources.plan import Choice, read_plan
 from dask_metrics.collector.sources.session_window import SCRAPE_GAP
 from dask_metrics.collector.sources.worker_fetch import fetch_piece
 from dask_metrics.collector.store.client import PrometheusClient, PrometheusError
@@ -116,20 +116,18 @@ def read_gpu_by_prefix(client: PrometheusClient, since: float, until: float, *,
     """gpu_by_prefix.csv's rows for [since, until] (unix seconds), as dicts keyed by
     GPU_BY_PREFIX_COLUMNS (numbers as floats, None where unknown); the cluster as for
     ``find_workers``."""
-    check_range(since, until)
-    start, end, age, chunk_ms = to_ms(since), to_ms(until), to_ms(max_age), to_ms(chunk)
-    scope, chosen, _ = range_workers(client, start, end, chunk_ms, None, cluster,
-                                     replica_labels, any_cluster,
-                                     to_ms(min(SCRAPE_GAP, max_age)), age)
-    timeline = fetch_cluster(client, start - age, lookahead(end, age), chunk_ms, scope)
-    executed = executing_workers(client, start, end, chunk_ms, age,
-                                 [w.name for w in chosen], scope)
+    plan = read_plan(client, since, until, Choice(None, cluster, tuple(replica_labels),
+                                                  any_cluster),
+                     max_age=max_age, chunk=chunk, reach=to_ms(min(SCRAPE_GAP, max_age)))
+    start, end, lo, hi, age, chunk_ms = (plan.start, plan.end, plan.lo, plan.hi, plan.age,
+                                         plan.chunk)
+    scope, chosen, timeline = plan.scope, plan.workers, plan.timeline
+    executed = executing_workers(client, lo, hi, chunk_ms, age, plan.names, scope)
     uses = PrefixUses(age, seen_by(chosen), (start, end))
     ran = [info for info in chosen if info.name in executed]  # the others add nothing
-    per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(ATTRIBUTION_METRICS), None,
-                              scope)
+    per_gpu = samples_per_gpu(client, lo, hi, chunk_ms, len(ATTRIBUTION_METRICS), None, scope)
     for batch in worker_batches(ran, per_gpu):  # a piece of the range at a time
-        for piece in pieces(start, end, start, end, chunk_ms, age):
+        for piece in pieces(lo, hi, start, end, chunk_ms, age):
             known, found = fetch_piece(client, [w.name for w in batch], (), timeline, piece,
                                        chunk_ms, None, age, scope, executed)
             for data in found.values():
