@@ -58,7 +58,7 @@ def draw(folder: Path) -> dict[str, list[float]]:
     began = [c() for c in clock]
     from dask_metrics.collector.output import traces as worker_traces
     from dask_metrics.collector.output.provenance import read_provenance
-    from dask_metrics.collector.plot import pages as plot
+    from dask_metrics.collector.plot import figures, pages
 
     def since(began: list[float]) -> list[float]:
         return [c() - b for c, b in zip(clock, began, strict=True)]
@@ -67,7 +67,7 @@ def draw(folder: Path) -> dict[str, list[float]]:
 
     def timed(fig_of, fmt: str = "png") -> list[float]:  # as plot_export saves them
         began = [c() for c in clock]
-        fig_of().savefig(io.BytesIO(), format=fmt, **getattr(plot, "SAVE", {}).get(fmt, {}))
+        fig_of().savefig(io.BytesIO(), format=fmt, **getattr(pages, "SAVE", {}).get(fmt, {}))
         return since(began)
 
     began = [c() for c in clock]
@@ -75,19 +75,19 @@ def draw(folder: Path) -> dict[str, list[float]]:
     if hasattr(worker_traces, "open_worker_file"):  # a piece at a time, as plot_export reads
         opened = list(map(worker_traces.open_worker_file, worker_traces.export_files(folder)))
         span = max(f.last or 0 for f in opened) / 1000
-        read = [plot._read(f, span) for f in opened]
+        read = [pages._read(f, span) for f in opened]
         traces, overviews = [t for t, _ in read], [fold.overview(t) for t, fold in read]
     else:  # the cluster page draws each worker's overview (older code: the traces themselves)
         traces = worker_traces.read_export(folder)
         overviews = list(map(getattr(worker_traces, "overview_of", lambda t: t), traces))
     out["read"] = since(began)
-    each = [timed(lambda t=t: plot.worker_figure(t, provenance)) for t in traces]
+    each = [timed(lambda t=t: figures.worker_figure(t, provenance)) for t in traces]
     out["worker"] = [statistics.median(x) for x in zip(*each, strict=True)]
     out["workers"] = [sum(x) for x in zip(*each, strict=True)]
-    out["cluster"] = timed(lambda: plot.cluster_figure(overviews, provenance))
-    out["cluster-small"] = timed(lambda: plot.cluster_figure(overviews[:SMALL], provenance))
-    out["worker-svg"] = timed(lambda: plot.worker_figure(traces[0], provenance), "svg")
-    out["cluster-svg"] = timed(lambda: plot.cluster_figure(overviews, provenance), "svg")
+    out["cluster"] = timed(lambda: figures.cluster_figure(overviews, provenance))
+    out["cluster-small"] = timed(lambda: figures.cluster_figure(overviews[:SMALL], provenance))
+    out["worker-svg"] = timed(lambda: figures.worker_figure(traces[0], provenance), "svg")
+    out["cluster-svg"] = timed(lambda: figures.cluster_figure(overviews, provenance), "svg")
     out["plot"] = [sum(x) for x in zip(*(out[k] for k in ("import", "read", "workers",
                                                            "cluster")), strict=True)]
     return out

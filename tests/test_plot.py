@@ -355,7 +355,8 @@ def test_plot_export_draws_the_pictures_and_overview_asked_for(export_dir, tmp_p
 def test_a_fleets_cluster_page_shows_the_workers_spread_not_a_line_each(tmp_path):
     """More workers than lines can tell apart: the page draws their lowest, mean and highest
     per pixel column and one capacity line per capacity, and names them in its legend."""
-    from dask_metrics.collector.plot.pages import MAX_LINES, plot_export
+    from dask_metrics.collector.plot.figures import MAX_LINES
+    from dask_metrics.collector.plot.pages import plot_export
 
     count = MAX_LINES + 1
     folder = write_export(tmp_path / "fleet", {

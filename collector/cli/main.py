@@ -40,7 +40,8 @@ from dask_metrics.collector.model.timespec import MONITOR, format_rfc3339, to_ms
 from dask_metrics.collector.output.export import export
 from dask_metrics.collector.peaks.command import peaks
 from dask_metrics.collector.peaks.table import caveats, format_table
-from dask_metrics.collector.plot.pages import PLOT_METRICS, plot_export, require_matplotlib
+from dask_metrics.collector.plot.figures import require_matplotlib
+from dask_metrics.collector.plot.pages import PLOT_METRICS, plot_export
 from dask_metrics.collector.query.ranges import check_range
 from dask_metrics.collector.query.scope import Scope
 from dask_metrics.collector.report.advice import MOST_HEADROOM
