@@ -22,8 +22,8 @@ from dask_metrics.collector.output.export import SUMMARIES
 from dask_metrics.collector.output.export_reads import Visiting
 from dask_metrics.collector.peaks import peaks
 from dask_metrics.collector.query.batches import samples_per_gpu, worker_batches
+from dask_metrics.collector.query.reads import fetch_raw, fetch_steps
 from dask_metrics.collector.query.scope import selector
-from dask_metrics.collector.query.split import fetch_raw, fetch_steps
 from dask_metrics.collector.sources.cluster import executing_workers, fetch_cluster
 from dask_metrics.collector.sources.discovery import find_workers
 from dask_metrics.collector.sources.worker_fetch import fetch_workers

@@ -25,8 +25,8 @@ import pytest
 
 from dask_metrics.collector.model.series import Series
 from dask_metrics.collector.query.promql import literal_matchers
+from dask_metrics.collector.query.reads import fetch_raw
 from dask_metrics.collector.query.scope import Scope, selector
-from dask_metrics.collector.query.split import fetch_raw
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.collector.store.remote_read import (
     EQ,

@@ -29,8 +29,9 @@ from typing import NamedTuple
 
 import pytest
 
-from dask_metrics.collector.query.split import by_worker_halves
+from dask_metrics.collector.query.refusals import by_values
 from dask_metrics.collector.store.client import PrometheusError
+from dask_metrics.collector.store.series_limits import SeriesLimits
 from tests.helpers import collector
 from tests.prometheus_helpers import (
     OpenMetrics,
@@ -391,6 +392,7 @@ def test_a_cluster_not_on_a_store_that_will_not_list_its_clusters_is_said_so() -
 
     class Refusing:
         url = "http://store"
+        series_limits = SeriesLimits()
 
         def query(self, expr: str, *_: object) -> list[object]:
             if expr.startswith("count(") and 'dask_cluster="nosuch"' in expr:
@@ -435,9 +437,10 @@ def test_a_limit_on_series_is_told_from_the_others(error: str, series: bool) -> 
 
 
 def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
-    """by_worker_halves: a batch over the store's limit is halved until each part fits; a
-    worker alone is let halve its range; an error that fewer workers cannot help (a wrong
-    password) is raised at once; a worker alone over the limit is the store's error."""
+    """by_values: a batch over the store's limit is halved until each part fits, the size
+    kept for the rest; a worker alone is let halve its range; an error that fewer workers
+    cannot help (a wrong password) is raised at once; a worker alone over the limit is the
+    store's error."""
     asked: list[tuple[tuple[str, ...], bool]] = []
 
     def fetch(limit: int) -> object:
@@ -449,12 +452,13 @@ def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
         return answer
 
     names = [f"w{i}" for i in range(5)]
-    assert by_worker_halves(fetch(2), names) == {w: 2 for w in names}
-    assert asked == [(tuple(names), False), (("w0", "w1"), False), (("w2", "w3", "w4"), False),
-                     (("w2",), True), (("w3", "w4"), False)]
+    question = ("worker", "m")
+    assert by_values(fetch(2), names, SeriesLimits(), question) == {w: 2 for w in names}
+    assert asked == [(tuple(names), False), (("w0", "w1"), False), (("w2", "w3"), False),
+                     (("w4",), True)]
     asked.clear()
     with pytest.raises(PrometheusError, match="too many series"):
-        by_worker_halves(fetch(0), names[:2])
+        by_values(fetch(0), names[:2], SeriesLimits(), question)
     assert asked == [(("w0", "w1"), False), (("w0",), True)]
 
     def refused(names: list[str], halve: bool) -> dict[str, int]:
@@ -463,15 +467,15 @@ def test_a_refused_batch_is_asked_again_as_halves_down_to_one_worker() -> None:
 
     asked.clear()
     with pytest.raises(PrometheusError, match="credentials"):
-        by_worker_halves(refused, names)
+        by_values(refused, names, SeriesLimits(), question)
     assert asked == [(tuple(names), False)]
 
 
 def test_later_batches_are_cut_where_the_first_was_refused_for_its_series() -> None:
-    """What one batch learnt of a limit on series serves the next batches of the same kind
-    of query: they are halved before they are asked, into the parts the store would have
+    """What one batch learnt of a limit on series serves the next batches of the same
+    question: they are halved before they are asked, into the parts the store would have
     had, without its refusals; a limit on samples is not remembered (a range's, not the
-    workers'), nor is one kind's limit another's."""
+    workers'), nor is one question's limit another's."""
     asked: list[tuple[str, ...]] = []
 
     def fetch(limit: int, series: bool) -> object:
@@ -484,21 +488,22 @@ def test_later_batches_are_cut_where_the_first_was_refused_for_its_series() -> N
         return answer
 
     first, later = ([f"{b}{i}" for i in range(8)] for b in "ab")
-    refused: dict[str, int] = {}
-    assert by_worker_halves(fetch(2, True), first, refused, "gpu") == {w: 1 for w in first}
-    assert refused == {"gpu": 4}  # 8, then the first 4 refused: the second 4 not asked
+    limits = SeriesLimits()
+    gpu, ran, samples = (("worker", m) for m in ("gpu", "ran", "samples"))
+    assert by_values(fetch(2, True), first, limits, gpu) == {w: 1 for w in first}
+    assert limits.size(gpu, 8) == 2  # 8, then the first 4 refused: 2 at a time
     assert asked == [tuple(first), tuple(first[:4])] + [tuple(first[i:i + 2])
                                                          for i in range(0, 8, 2)]
     asked.clear()
-    assert by_worker_halves(fetch(2, True), later, refused, "gpu") == {w: 1 for w in later}
+    assert by_values(fetch(2, True), later, limits, gpu) == {w: 1 for w in later}
     assert asked == [tuple(later[i:i + 2]) for i in range(0, 8, 2)]
     asked.clear()
-    by_worker_halves(fetch(2, True), later, refused, "ran")
-    assert len(asked) == 6 and refused == {"gpu": 4, "ran": 4}
+    by_values(fetch(2, True), later, limits, ran)
+    assert len(asked) == 6 and limits.size(ran, 8) == 2
     asked.clear()
-    by_worker_halves(fetch(2, False), later, refused, "samples")
-    by_worker_halves(fetch(2, False), later, refused, "samples")
-    assert len(asked) == 14 and "samples" not in refused
+    by_values(fetch(2, False), later, limits, samples)
+    by_values(fetch(2, False), later, limits, samples)
+    assert len(asked) == 12 and not limits.known(samples)
 
 
 def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
@@ -506,7 +511,7 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
     for a limit on series is halved SERIES_SPLITS deep, not MAX_SPLITS, before the store's
     error is the collector's; other limits keep every halving."""
     from dask_metrics.collector.model.series import halve_range
-    from dask_metrics.collector.query.split import MAX_SPLITS, SERIES_SPLITS, _attempt
+    from dask_metrics.collector.query.refusals import MAX_SPLITS, SERIES_SPLITS, halved
 
     for series, splits in ((True, SERIES_SPLITS), (False, MAX_SPLITS)):
         tried: list[tuple[int, int]] = []
@@ -518,7 +523,7 @@ def test_a_chunk_refused_for_its_series_is_halved_twice_at_most() -> None:
                                   series_bound=series)
 
         with pytest.raises(PrometheusError, match="over a limit"):
-            _attempt(refuse, 0, 3_600_000, halve_range)  # type: ignore[arg-type]
+            halved(refuse, 0, 3_600_000, halve_range)  # type: ignore[arg-type]
         assert len(tried) == splits + 1  # depth-first: the first half of each, then raised
 
 
@@ -619,7 +624,7 @@ class Labelled:
 
     def joined(self, parts: object = None) -> dict[str, int]:
         """Every part's answer: no value in two of them."""
-        from dask_metrics.collector.query.label_parts import LabelParts
+        from dask_metrics.collector.query.refusals import LabelParts
 
         found: dict[str, int] = {}
         for part in (parts or LabelParts(self.name, self.listed)).answers(self):
@@ -647,7 +652,7 @@ def test_a_question_refused_for_its_series_is_asked_by_batches_of_the_listed_val
     """LabelParts: the parts hold every value once, whatever the values look like (numbers,
     hex, a shared port or domain, unicode, newlines, quotes, regex characters, none), in
     about series / limit parts: each batch halved only where refused, the size kept."""
-    from dask_metrics.collector.query.label_parts import LabelParts
+    from dask_metrics.collector.query.refusals import LabelParts
 
     store = Labelled("worker", values, len(values))
     assert store.joined() == {i: 1 for i in values}
@@ -666,7 +671,7 @@ def test_a_question_refused_for_its_series_is_asked_by_batches_of_the_listed_val
 
 
 def test_one_value_over_the_limit_alone_is_the_stores_error() -> None:
-    from dask_metrics.collector.query.label_parts import LabelParts
+    from dask_metrics.collector.query.refusals import LabelParts
 
     names = [f"tcp://10.0.0.{i}:9000" for i in range(30)]
     store = Labelled("worker", names, 25, weights={names[7]: 40})
@@ -688,9 +693,11 @@ def test_one_value_over_the_limit_alone_is_the_stores_error() -> None:
 
 
 def test_a_store_that_will_not_list_the_values_is_said_in_one_line() -> None:
-    from dask_metrics.collector.query.label_parts import parts_of
+    from dask_metrics.collector.query.refusals import parts_of
 
     class Unlisting:
+        series_limits = SeriesLimits()
+
         def label_values(self, *_: object) -> list[str]:
             raise PrometheusError("Prometheus rejected the values of worker (422: the "
                                   "number of matching timeseries exceeds 30000)\nmore", 422)
@@ -706,7 +713,7 @@ def test_a_store_that_will_not_list_the_values_is_said_in_one_line() -> None:
 def test_a_part_stays_within_a_stores_query_length() -> None:
     """VictoriaMetrics refuses a query over 16 KB: a part's values are at most
     BATCH_CHARACTERS long, however high the limit on series."""
-    from dask_metrics.collector.query.label_parts import BATCH_CHARACTERS, LabelParts
+    from dask_metrics.collector.query.refusals import BATCH_CHARACTERS, LabelParts
 
     values = [gpu_uuid("c", w, g) for w in range(1000) for g in range(8)]
     store = Labelled("uuid", values, len(values) - 1)  # the whole refused, any part passes

@@ -13,8 +13,8 @@ from typing import TypeVar
 
 from dask_metrics.collector.model.series import WorkerInfo, plan_chunks
 from dask_metrics.collector.query.presence import gpu_parts
+from dask_metrics.collector.query.reads import MAX_POINTS
 from dask_metrics.collector.query.scope import ATTRIBUTION_METRICS, Scope
-from dask_metrics.collector.query.split import MAX_POINTS
 from dask_metrics.collector.store.client import PrometheusClient, PrometheusError
 from dask_metrics.contract import INFO
 

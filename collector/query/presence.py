@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from dask_metrics.collector.model.series import merge
-from dask_metrics.collector.query.label_parts import LabelParts, joined, parts_of
 from dask_metrics.collector.query.promql import narrower
+from dask_metrics.collector.query.reads import per_chunk
+from dask_metrics.collector.query.refusals import LabelParts, joined, parts_of
 from dask_metrics.collector.query.scope import UNSCOPED, Scope, split_label
-from dask_metrics.collector.query.split import per_chunk
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.contract import INFO, UUID
 
@@ -56,7 +56,7 @@ def gpu_parts(client: PrometheusClient, sel: str, start: int, end: int,
               ask: Callable[[Sequence[str]], list[_T]]) -> list[_T]:
     """``ask(matchers)`` about every GPU series of ``sel`` in [start, end] (ms), joined:
     asked whole, or where a store will not count them at once for a limit on series, by
-    parts of their UUIDs (``label_parts``)."""
+    parts of their UUIDs (``refusals``)."""
     return joined(parts_of(client, sel, UUID, start, end), ask)
 
 

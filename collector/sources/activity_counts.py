@@ -8,11 +8,11 @@ from typing import NamedTuple
 
 from dask_metrics.collector.model.lifetimes import job_key
 from dask_metrics.collector.model.series import Series
-from dask_metrics.collector.query.label_parts import parts_of
 from dask_metrics.collector.query.presence import label_values
 from dask_metrics.collector.query.promql import literal_matchers
+from dask_metrics.collector.query.reads import fetch_raw, per_chunk
+from dask_metrics.collector.query.refusals import by_values, parts_of
 from dask_metrics.collector.query.scope import ACTIVITY_SERIES, UNSCOPED, Scope, by_worker, selector
-from dask_metrics.collector.query.split import by_worker_halves, fetch_raw, per_chunk
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.contract import JOB_ID, SCHEDULER_START
 
@@ -24,8 +24,8 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
     [start - max_age, end], of the job ids ``jobs`` (all by default): the samples before
     ``start`` give each counter's value at the start. ``only``: the chunks of
     [start - max_age, end] (``_chunked``) where they are (``activity_samples``). Where the
-    store refuses them for a limit on series, the jobs are asked in halves (``jobs`` None:
-    the query is the caller's to split)."""
+    store refuses them as too big, the jobs are asked in parts (``jobs`` None: the query
+    is the caller's to split)."""
     if jobs is None:
         return fetch_raw(client, selector([ACTIVITY_SERIES], scope=scope),
                          start - max_age, end, chunk, scope, only)
@@ -36,8 +36,13 @@ def fetch_activities(client: PrometheusClient, start: int, end: int, max_age: in
                                    start - max_age, end, chunk, scope, only, halve),
                          ids, JOB_ID)
 
-    return [s for found in by_worker_halves(part, jobs, client.refused_batches,
-                                            "activities").values() for s in found]
+    return [s for found in by_values(part, jobs, client.series_limits,
+                                     activity_question(scope)).values() for s in found]
+
+
+def activity_question(scope: Scope) -> tuple[str, str]:
+    """What a limit on the activity counters' series is learnt for: by job id."""
+    return JOB_ID, selector([ACTIVITY_SERIES], scope=scope)
 
 
 class JobSamples(NamedTuple):
@@ -54,7 +59,7 @@ def activity_samples(client: PrometheusClient, start: int, end: int, max_age: in
     sent): what a fleet's activities are read in batches of jobs by, each batch only where
     its jobs have samples (a job of ten minutes in a day: one or two chunks of 24). A sample
     on a chunk's edge may count twice. Counters the store will not count at once for a
-    limit on series are counted a part of the jobs at a time (``label_parts``)."""
+    limit on series are counted a part of the jobs at a time (``refusals``)."""
     parts = parts_of(client, selector([ACTIVITY_SERIES], scope=scope), JOB_ID,
                      start - max_age, end)
     return {job: n for part in parts.answers(

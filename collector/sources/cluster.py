@@ -8,10 +8,10 @@ from collections.abc import Collection, Sequence
 from dask_metrics.collector.model.jobs import DAG_TIMES, JobRow, job_rows, unscraped_note
 from dask_metrics.collector.model.lifetimes import restarts
 from dask_metrics.collector.model.series import Timeline, by_metric, cluster_timeline
-from dask_metrics.collector.query.label_parts import LabelParts
 from dask_metrics.collector.query.presence import fetch_label_sets, label_values, lookahead, span_of
+from dask_metrics.collector.query.reads import fetch_raw
+from dask_metrics.collector.query.refusals import LabelParts
 from dask_metrics.collector.query.scope import UNSCOPED, Scope, selector
-from dask_metrics.collector.query.split import fetch_raw
 from dask_metrics.collector.store.client import PrometheusClient, PrometheusError
 from dask_metrics.contract import (
     CURRENT_DAG,

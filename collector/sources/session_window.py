@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from dask_metrics.collector.errors import CollectorError, UsageError
 from dask_metrics.collector.model.jobs import unscraped_note
-from dask_metrics.collector.query.label_parts import parts_of
 from dask_metrics.collector.query.presence import any_sample, gpu_parts
+from dask_metrics.collector.query.refusals import parts_of
 from dask_metrics.collector.query.scope import UNSCOPED, Scope
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.contract import (

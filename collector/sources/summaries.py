@@ -23,7 +23,11 @@ from dask_metrics.collector.query.pieces import pieces
 from dask_metrics.collector.query.presence import span_of
 from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.query.scope import ACTIVITY_SERIES, ATTRIBUTION_METRICS, Scope, selector
-from dask_metrics.collector.sources.activity_counts import activity_samples, fetch_activities
+from dask_metrics.collector.sources.activity_counts import (
+    activity_question,
+    activity_samples,
+    fetch_activities,
+)
 from dask_metrics.collector.sources.cluster import executing_workers, fetch_jobs
 from dask_metrics.collector.sources.plan import Choice, read_plan
 from dask_metrics.collector.sources.session_window import SCRAPE_GAP
@@ -78,8 +82,8 @@ def activity_table(client: PrometheusClient, start: int, end: int, age: int, chu
                     if ids is not None or not exc.series_bound:
                         raise
                     ids = sorted({plain(job) for job in jobs})
-                    # as many were just refused: the halves are asked first
-                    client.refused_batches["activities"] = len(ids)
+                    # as many were just refused: the parts are asked at once
+                    client.series_limits.refused(activity_question(scope), len(ids))
         totals = fold.result()
         if ids is not None:  # another life of a job id is another batch's
             mine = set(jobs)

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from dask_metrics.collector.model.series import Series, Timeline, by_metric
 from dask_metrics.collector.model.timeline import RAN_METRICS, ran_timeline, within
-from dask_metrics.collector.query.label_parts import parts_of
 from dask_metrics.collector.query.presence import lookahead
+from dask_metrics.collector.query.reads import fetch_raw, fetch_steps
+from dask_metrics.collector.query.refusals import by_values, parts_of
 from dask_metrics.collector.query.scope import UNSCOPED, Scope, by_worker, selector
-from dask_metrics.collector.query.split import by_worker_halves, fetch_raw, fetch_steps
 from dask_metrics.collector.store.client import PrometheusClient
 from dask_metrics.contract import EXPORTER_PEAK_WINDOW, EXPORTER_SAMPLE_INTERVAL, WORKER
 
@@ -46,8 +46,8 @@ def fetch_gpu_series(client: PrometheusClient, workers: Sequence[str], metrics: 
             expr = f"last_over_time({selector([metric], names, scope)}[{max_age}ms])"
             return by_worker(fetch_steps(client, expr, start, end, step, scope, halve), names)
 
-        for w, series in by_worker_halves(grid, workers, client.refused_batches,
-                                          f"grid {metric}").items():
+        question = (WORKER, selector([metric], scope=scope))
+        for w, series in by_values(grid, workers, client.series_limits, question).items():
             out[w][metric] = series
     return out
 
@@ -80,7 +80,7 @@ def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],
                         scope: Scope = UNSCOPED) -> dict[str, list[Series]]:
     """Raw samples of the series ``metrics`` of each of ``workers`` in [start, end] (their
     GPUs', resources, what ran on them), one query per chunk for them all
-    (``by_worker_halves``)."""
+    (``by_values``)."""
     if not metrics:
         return {w: [] for w in workers}
 
@@ -88,4 +88,4 @@ def fetch_worker_series(client: PrometheusClient, workers: Sequence[str],
         return by_worker(fetch_raw(client, selector(metrics, names, scope), start, end, chunk,
                                    scope, halve=halve), names)
 
-    return by_worker_halves(raw, workers, client.refused_batches, " ".join(metrics))
+    return by_values(raw, workers, client.series_limits, (WORKER, selector(metrics, scope=scope)))

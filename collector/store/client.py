@@ -31,6 +31,7 @@ from dask_metrics.collector.store.remote_read import (
     read_request,
     read_series,
 )
+from dask_metrics.collector.store.series_limits import SeriesLimits
 from dask_metrics.collector.store.settings import ConnectionSettings
 from dask_metrics.collector.store.transport import (
     Answer,
@@ -113,9 +114,7 @@ class PrometheusClient:
         self._raw_api = {"remote-read": REMOTE_READ, "export": EXPORT}.get(settings.read_api)
         self._raw_used = QUERY
         self._external: dict[str, str] | None = None
-        # per kind of worker-batched query, the fewest workers the store refused one for a
-        # limit on series (fetch.by_worker_halves): what this store holds, learnt once
-        self.refused_batches: dict[str, int] = {}
+        self.series_limits = SeriesLimits()  # what this store's limit on series refused
         self._lists_labels = True  # until the labels API refuses: the series API then
 
     def close(self) -> None:

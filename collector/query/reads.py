@@ -1,18 +1,15 @@
-"""A question asked in parts a store answers, and split again where it refuses.
+"""Samples read in the parts a store answers: raw samples by time chunks, grids under the
+points limit, aggregates per chunk.
 
 Raw samples come from range-selector instant queries (``metric[Δ]`` evaluated at the end
 of each chunk), or where ``read_api`` asks for it and the store serves it from Prometheus'
 remote-read API or VictoriaMetrics' export API (``PrometheusClient.read_raw``): the
-timestamps are the real scrape times and nothing is filled in. A chunk the query engine
-finds too big (timeout, too many samples) is split in halves and asked again (``_attempt``);
-a batch of workers it finds too big is asked again as two halves of the workers, down to
-one worker, whose range is then halved (``by_worker_halves``); a store's limit on series
-is met by parts of one label's values (``label_parts``)."""
+timestamps are the real scrape times and nothing is filled in. A chunk the store refuses as
+too big is halved and asked again (``refusals``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterator
 
 from dask_metrics.collector.model.series import (
     Series,
@@ -23,41 +20,11 @@ from dask_metrics.collector.model.series import (
     plan_chunks,
     plan_step_chunks,
 )
+from dask_metrics.collector.query.refusals import halved, whole
 from dask_metrics.collector.query.scope import UNSCOPED, Scope
 from dask_metrics.collector.store.client import PrometheusClient, PrometheusError
 
 MAX_POINTS = 11_000  # Prometheus' limit of points per series in one query_range
-
-
-MAX_SPLITS = 8  # a chunk is halved at most this often (1/256 of it) before giving up
-
-
-SERIES_SPLITS = 2
-"""How often a chunk refused for a limit on series is halved: a shorter range selects fewer
-series only where they come and go (a fleet's DAGs over the day); where they last, halving
-would only multiply the refusals."""
-
-
-Halver = Callable[[int, int], tuple[tuple[int, int], ...] | None]
-
-
-_T = TypeVar("_T")
-
-
-def _whole(lo: int, hi: int) -> None:
-    """The halver of a query whose range is not halved here (a batch's: its workers are)."""
-
-
-def _attempt(run: Callable[[int, int], list[Series]], lo: int, hi: int, halve: Halver,
-             depth: int = 0) -> list[Series]:
-    try:
-        return run(lo, hi)
-    except PrometheusError as exc:
-        most = SERIES_SPLITS if exc.series_bound else MAX_SPLITS
-        halves = halve(lo, hi) if exc.splittable and depth < most else None
-        if not halves:
-            raise
-    return [s for part in halves for s in _attempt(run, *part, halve, depth + 1)]
 
 
 def _raw_run(client: PrometheusClient, expr: Callable[[str], str], start: int,
@@ -92,9 +59,9 @@ def _numbered(client: PrometheusClient, expr: Callable[[str], str], start: int, 
               halve: bool = True) -> Iterator[tuple[int, Series]]:
     """``_chunked``'s answers with the place of the chunk each came from."""
     run = _raw_run(client, expr, start, sel)
-    halver = halve_range if halve else _whole
+    halver = halve_range if halve else whole
     return ((k, s) for k, (lo, hi) in enumerate(plan_chunks(start, end, chunk))
-            if only is None or k in only for s in _attempt(run, lo, hi, halver))
+            if only is None or k in only for s in halved(run, lo, hi, halver))
 
 
 def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: int,
@@ -108,35 +75,6 @@ def fetch_raw(client: PrometheusClient, sel: str, start: int, end: int, chunk: i
                  scope.replica_labels)
 
 
-def by_worker_halves(fetch: Callable[[Sequence[str], bool], dict[str, _T]],
-                     workers: Sequence[str], refused: dict[str, int] | None = None,
-                     kind: str = "") -> dict[str, _T]:
-    """``fetch(workers, halve)`` ({worker: its part}), a batch of workers that the store
-    refuses as too big asked again as two halves of them, down to one worker, whose query
-    alone may halve its range (``halve``). A store's limit on the series one query selects
-    (VictoriaMetrics' -search.maxUniqueTimeseries, Mimir's max_fetched_series_per_query,
-    Thanos' series limit) is met only by fewer series, which a shorter range of the same
-    workers need not give; every other limit (samples, chunks, time) as well by fewer
-    workers as by a shorter range.
-
-    ``refused``: {kind of query: the fewest workers refused for a limit on series}, kept
-    across batches (``PrometheusClient.refused_batches``): a later batch of as many is
-    halved before it is asked, as the store would have had it, without the refusals."""
-    if len(workers) < 2:
-        return fetch(workers, True)
-    if refused is None or len(workers) < refused.get(kind, len(workers) + 1):
-        try:
-            return fetch(workers, False)
-        except PrometheusError as exc:
-            if not exc.splittable:
-                raise
-            if exc.series_bound and refused is not None:
-                refused[kind] = min(refused.get(kind, len(workers)), len(workers))
-    mid = len(workers) // 2
-    return {**by_worker_halves(fetch, workers[:mid], refused, kind),
-            **by_worker_halves(fetch, workers[mid:], refused, kind)}
-
-
 def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step: int,
                 scope: Scope = UNSCOPED, halve: bool = True) -> list[Series]:
     """``expr`` on the grid start + k*step within [start, end], in query_range chunks under
@@ -145,9 +83,9 @@ def fetch_steps(client: PrometheusClient, expr: str, start: int, end: int, step:
     def run(lo: int, hi: int) -> list[Series]:
         return client.query_range(expr, lo / 1000, hi / 1000, step / 1000)
 
-    halver = grid_halver(step) if halve else _whole
+    halver = grid_halver(step) if halve else whole
     return merge((s for lo, hi in plan_step_chunks(start, end, step, MAX_POINTS)
-                  for s in _attempt(run, lo, hi, halver)), scope.replica_labels)
+                  for s in halved(run, lo, hi, halver)), scope.replica_labels)
 
 
 def per_chunk(client: PrometheusClient, expr: Callable[[str], str], start: int, end: int,
