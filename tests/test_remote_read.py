@@ -32,19 +32,17 @@ from dask_metrics.collector.store.remote_read import (
     EQ,
     NRE,
     RE,
-    STALE_NAN,
     Matcher,
-    ReadError,
     _fields,
     _read_uvarint,
     _uvarint,
     parse_selector,
     read_request,
     read_series,
-    xor_samples,
 )
 from dask_metrics.collector.store.settings import ConnectionSettings
 from dask_metrics.collector.store.vm_export import ExportError, export_series
+from dask_metrics.collector.store.xor_chunk import STALE_NAN, ReadError, xor_samples
 from tests.helpers import wait_for
 from tests.prometheus_helpers import (
     OpenMetrics,
