@@ -17,7 +17,7 @@ ROW = re.compile(r"^\| `collector/(\w+)/` \| .* \| (.*) \|$", re.M)
 MAX_LINES = 350
 MAX_FUNCTION = 60
 # Over the budget today, each to be split: the list only shrinks.
-LONG_MODULES = {"report/model.py"}
+LONG_MODULES: set[str] = set()
 LONG_FUNCTIONS = {"cli/parser.py:build_parser", "peaks/command.py:peaks",
                   "report/chart.py:worker_chart", "store/xor_chunk.py:_decode_xor"}
 

@@ -39,9 +39,10 @@ from dask_metrics.collector.report.advice import (
 )
 from dask_metrics.collector.report.build import REPORT_METRICS, _Kept
 from dask_metrics.collector.report.figures import energy_entry
+from dask_metrics.collector.report.gatherer import Gatherer
 from dask_metrics.collector.report.layout import sections
 from dask_metrics.collector.report.mig import mig_gpu, shipped_mig, slice_bytes, smallest_slices
-from dask_metrics.collector.report.model import Gatherer, WorkerFacts, build
+from dask_metrics.collector.report.model import WorkerFacts, build
 from dask_metrics.collector.report.render import CSP, render_html, render_text
 from dask_metrics.collector.store.client import ConnectionSettings, PrometheusClient
 from dask_metrics.contract import ACTIVITIES_CSV, GPU_BY_PREFIX_CSV
@@ -913,7 +914,7 @@ def test_job_peaks_from_dag_peaks_are_gpu_peaks_by_job() -> None:
     from dask_metrics.collector.model.columns import PEAK_METRIC, TOTAL_METRIC
     from dask_metrics.collector.model.series import Series, Timeline
     from dask_metrics.collector.peaks.fold import gpu_peaks
-    from dask_metrics.collector.report.model import dag_timeline, job_peaks
+    from dask_metrics.collector.report.gatherer import dag_timeline, job_peaks
 
     times = list(range(0, 100_000, 5000))
     values = [float(v) for v in (3, 9, 9, 2, 7, 8, 8, 1, 5, 5, 4, 9, 6, 0, 9, 3, 2, 8, 1, 1)]

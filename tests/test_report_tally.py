@@ -256,7 +256,7 @@ def test_where_the_time_went_keeps_the_largest_rows_and_says_how_many_there_were
 def test_a_gatherer_not_told_the_workers_refuses_rather_than_count_a_shared_gpu_twice() -> None:
     from dask_metrics.collector.model.series import Timeline
     from dask_metrics.collector.model.tables import WorkerTable
-    from dask_metrics.collector.report.model import Gatherer
+    from dask_metrics.collector.report.gatherer import Gatherer
 
     gather = Gatherer(["compute-util", "energy", "busy-seconds"], 30_000, 0, 60_000, 60_000)
     with pytest.raises(RuntimeError, match="expect"):

@@ -23,7 +23,8 @@ from dask_metrics.collector.model.series import Series, Timeline, WorkerInfo
 from dask_metrics.collector.model.tables import GpuTable, WorkerTable
 from dask_metrics.collector.model.timeline import span_timeline
 from dask_metrics.collector.report.build import REPORT_METRICS
-from dask_metrics.collector.report.model import Gatherer, WorkerFacts
+from dask_metrics.collector.report.gatherer import Gatherer
+from dask_metrics.collector.report.tally import WorkerFacts
 from dask_metrics.collector.work.pool import (
     FEWEST_WORKERS,
     MOST_PROCESSES,

@@ -42,7 +42,8 @@ from dask_metrics.collector.report import where
 from dask_metrics.collector.report.advice import DEFAULT_HEADROOM, MOST_HEADROOM, load_models
 from dask_metrics.collector.report.chart import worker_chart
 from dask_metrics.collector.report.compare import BaselineError, check_baseline, compare
-from dask_metrics.collector.report.model import Gatherer, build
+from dask_metrics.collector.report.gatherer import Gatherer
+from dask_metrics.collector.report.model import build
 from dask_metrics.collector.report.notebook import framed
 from dask_metrics.collector.report.render import render_html, render_text
 from dask_metrics.collector.report.tally import WorkerFacts
