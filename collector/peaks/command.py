@@ -35,7 +35,7 @@ from dask_metrics.collector.query.presence import lookahead
 from dask_metrics.collector.query.ranges import DEFAULT_CHUNK, DEFAULT_MAX_AGE, check_range
 from dask_metrics.collector.sources.cluster import fetch_jobs
 from dask_metrics.collector.sources.discovery import Progress
-from dask_metrics.collector.sources.plan import Choice, read_plan
+from dask_metrics.collector.sources.plan import Choice, ReadPlan, read_plan
 from dask_metrics.collector.sources.worker_series import (
     fetch_gpu_series,
     fetch_worker_activity,
@@ -79,61 +79,76 @@ def peaks(client: PrometheusClient, since: float, until: float, *,
     # than a scrape has its first samples in the tail
     plan = read_plan(client, since, until, choice, max_age=max_age, chunk=chunk, tail=tail,
                      margin=max(age, tail))
-    start, end, scope, chosen, timeline = plan.lo, plan.hi, plan.scope, plan.workers, \
-        plan.timeline
-    # the range's jobs (start, end: the GPUs' data, whose dated peaks reach before it)
-    job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age, scope))
-    per_gpu = samples_per_gpu(client, start, end, chunk_ms, len(PEAK_METRICS), None, scope)
-    # a range is folded (PeakFold) a piece at a time, as many chunks long as one worker's
-    # answer holds (the fewer pieces, the less read twice around their edges), a batch's
-    # piece in memory whatever the range; a range of one piece is read whole, in as few
-    # queries as its answers allow
-    widest = max(chosen, key=lambda w: len(w.gpus), default=None)
-    length = batch_chunk([widest], per_gpu, chunk_ms) if widest else chunk_ms
-    parts = _parts(begin, until_ms, start, end, max(length, tail))
-    whole = len(parts) == 1
-    batches = (range_batches(chosen, per_gpu, start, end, chunk_ms) if whole
-               else worker_batches(chosen, per_gpu * length / chunk_ms))
-    firsts = list(accumulate([0, *map(len, batches)]))
-    steps = [(b, k) for b in range(len(batches)) for k in range(len(parts))]
-    margin = 2 * tail  # what ran around a piece: the spans its windows' stamps lie in
-
-    def fetch(at: tuple[int, int]) -> tuple[list[str], dict[str, dict[str, list[Series]]],
-                                             dict[str, Timeline]]:
-        b, k = at
-        names = [w.name for w in batches[b]]
-        if progress:
-            progress(firsts[b] + len(names) * k / len(parts), len(chosen), names[0], None)
-        if whole:
-            wide = batch_chunk(batches[b], per_gpu, chunk_ms)
-            return (names, fetch_gpu_series(client, names, PEAK_METRICS, start, end, wide,
-                                            None, age, scope),
-                    fetch_worker_activity(client, names, timeline, start - age, end, wide,
-                                          age, scope))
-        a, z = parts[k]
-        ran = (a - margin - age, z + margin)
-        known = timeline.between(ran[0], lookahead(ran[1], age))
-        return (names, fetch_gpu_series(client, names, PEAK_METRICS, start if k == 0 else a,
-                                        min(end, z + tail), length, None, age, scope),
-                fetch_worker_activity(client, names, known, *ran, length, age, scope))
-
+    # the range's jobs (plan.lo, plan.hi: the GPUs' data, whose dated peaks reach before it)
+    job_names = JobNames.from_rows(fetch_jobs(client, begin, until_ms, chunk_ms, age,
+                                              plan.scope))
+    reads = _Reads(client, plan, age, chunk_ms, tail, progress)
+    last = len(reads.parts) - 1
     found: list[Peak] = []
     folds: dict[str, PeakFold] = {}
     # the next batch (or chunk) is read while this one's peaks are dated: Prometheus and
     # the collector work at the same time
-    for (_, k), (names, series, activity) in zip(steps, prefetched(fetch, steps),
+    for (_, k), (names, series, activity) in zip(reads.steps, prefetched(reads.fetch,
+                                                                          reads.steps),
                                                  strict=True):
         for name in names:
             fold = folds.setdefault(name, PeakFold(
                 name, [by == "job"], age, since=begin, until=until_ms, names=job_names,
                 **window_keywords(windows.get(name, default))))
-            fold.add(series[name], [activity[name]], *parts[k],
-                     margin=None if whole else margin, final=k == len(parts) - 1)
-            if k == len(parts) - 1:
+            fold.add(series[name], [activity[name]], *reads.parts[k],
+                     margin=None if reads.whole else reads.margin, final=k == last)
+            if k == last:
                 found += folds.pop(name).result()[0]
     if progress:
-        progress(len(chosen), len(chosen), "", None)
+        progress(len(plan.workers), len(plan.workers), "", None)
     return found
+
+
+class _Reads:
+    """What ``peaks`` reads: batches of workers by pieces of the range, a piece as many
+    chunks long as one worker's answer holds (the fewer pieces, the less read twice around
+    their edges), a batch's piece in memory whatever the range; a range of one piece is
+    read whole, in as few queries as its answers allow."""
+
+    def __init__(self, client: PrometheusClient, plan: ReadPlan, age: int, chunk: int,
+                 tail: int, progress: Progress | None) -> None:
+        self.client, self.plan, self.age, self.chunk = client, plan, age, chunk
+        self.tail, self.progress = tail, progress
+        self.per_gpu = samples_per_gpu(client, plan.lo, plan.hi, chunk, len(PEAK_METRICS),
+                                       None, plan.scope)
+        widest = max(plan.workers, key=lambda w: len(w.gpus), default=None)
+        self.length = batch_chunk([widest], self.per_gpu, chunk) if widest else chunk
+        self.parts = _parts(plan.start, plan.end, plan.lo, plan.hi, max(self.length, tail))
+        self.whole = len(self.parts) == 1
+        self.batches = (range_batches(plan.workers, self.per_gpu, plan.lo, plan.hi, chunk)
+                        if self.whole else
+                        worker_batches(plan.workers, self.per_gpu * self.length / chunk))
+        self.firsts = list(accumulate([0, *map(len, self.batches)]))
+        self.steps = [(b, k) for b in range(len(self.batches)) for k in range(len(self.parts))]
+        self.margin = 2 * tail  # what ran around a piece: the spans its windows' stamps lie in
+
+    def fetch(self, at: tuple[int, int]) -> tuple[list[str], dict[str, dict[str, list[Series]]],
+                                                   dict[str, Timeline]]:
+        """The names, GPU series and activity of batch b's workers in piece k (``at``)."""
+        (b, k), plan, client, age = at, self.plan, self.client, self.age
+        names = [w.name for w in self.batches[b]]
+        if self.progress:
+            self.progress(self.firsts[b] + len(names) * k / len(self.parts),
+                          len(plan.workers), names[0], None)
+        if self.whole:
+            wide = batch_chunk(self.batches[b], self.per_gpu, self.chunk)
+            return (names, fetch_gpu_series(client, names, PEAK_METRICS, plan.lo, plan.hi,
+                                            wide, None, age, plan.scope),
+                    fetch_worker_activity(client, names, plan.timeline, plan.lo - age,
+                                          plan.hi, wide, age, plan.scope))
+        a, z = self.parts[k]
+        ran = (a - self.margin - age, z + self.margin)
+        known = plan.timeline.between(ran[0], lookahead(ran[1], age))
+        return (names, fetch_gpu_series(client, names, PEAK_METRICS, plan.lo if k == 0 else a,
+                                        min(plan.hi, z + self.tail), self.length, None, age,
+                                        plan.scope),
+                fetch_worker_activity(client, names, known, *ran, self.length, age,
+                                      plan.scope))
 
 
 def _parts(begin: int, until: int, start: int, end: int, length: int
