@@ -18,8 +18,7 @@ MAX_LINES = 350
 MAX_FUNCTION = 60
 # Over the budget today, each to be split: the list only shrinks.
 LONG_MODULES: set[str] = set()
-LONG_FUNCTIONS = {"cli/parser.py:build_parser",
-                  "report/chart.py:worker_chart", "store/xor_chunk.py:_decode_xor"}
+LONG_FUNCTIONS = {"cli/parser.py:build_parser", "store/xor_chunk.py:_decode_xor"}
 
 
 def declared() -> dict[str, set[str]]:

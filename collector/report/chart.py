@@ -213,33 +213,8 @@ def worker_chart(trace: WorkerTrace, names: JobNames, simulated: bool = False) -
     body += _axes(util, "GPU utilisation (%)", range(0, 101, 20), "g", xticks, False)
     body += _axes(mem, "GPU memory (GiB)", mem_ticks, ".3g", xticks, True)
     legend: list[tuple[str, str, str]] = []
-    for i, g in enumerate(trace.gpus):
-        colour = PALETTE[i % len(PALETTE)]
-        for panel, metric, scale, dash, what in (
-                (util, "compute-util", 1.0, "solid", "compute"),
-                (util, "mem-bw-util", 1.0, "dashed", "memory bandwidth"),
-                (mem, "total-mem", 1 / GIB, "solid", "used"),
-                (mem, "peak-mem", 1 / GIB, "dotted", "peak (between scrapes too)")):
-            if metric in g.values:
-                body.append(_line(panel, g.times, g.values[metric], scale, colour, dash,
-                                  steps=metric == "peak-mem", marked=trace.gaps_marked))
-                legend.append((f"GPU {g.gpu} {what}", colour, dash))
-    known = {round(c / 2**20) for c in capacities if c}
-    if len(known) == 1:
-        y = mem.y(next(c for c in capacities if c) / GIB)
-        body.append(f'<line x1="{LEFT}" x2="{LEFT + mem.width}" y1="{y:.1f}" y2="{y:.1f}" '
-                    'stroke="#666" stroke-dasharray="6 3"/>')
-        legend.append((f"capacity ({next(c for c in capacities if c) / GIB:.4g} GiB)", "#666",
-                       "dashed"))
-    else:
-        for i, c in enumerate(capacities):
-            if c:
-                y = mem.y(c / GIB)
-                body.append(f'<line x1="{LEFT}" x2="{LEFT + mem.width}" y1="{y:.1f}" '
-                            f'y2="{y:.1f}" stroke="{PALETTE[i % len(PALETTE)]}" '
-                            'stroke-dasharray="4 2"/>')
-        if known:
-            legend.append(("capacity (dashed, per GPU)", "#666", "dashed"))
+    _gpu_lines(trace, util, mem, body, legend)
+    _capacity_lines(capacities, mem, body, legend)
     legend += [(names.job(job), _colour(colour), "band") for job, colour in colours.items()]
     body += _legend(legend, util.top)
     # as tall as the panels or the legend, whichever is longer (8 GPUs: 32 lines and jobs)
@@ -254,10 +229,51 @@ def worker_chart(trace: WorkerTrace, names: JobNames, simulated: bool = False) -
         body.append(f'<text x="{WIDTH / 2}" y="{height / 2}" font-size="64" fill="red" '
                     f'fill-opacity="0.12" text-anchor="middle" '
                     f'transform="rotate(-20 {WIDTH / 2} {height / 2})">SIMULATED GPUs</text>')
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+    return _svg(title, height, simulated) + "".join(body) + "</svg>"
+
+
+def _gpu_lines(trace: WorkerTrace, util: _Panel, mem: _Panel, body: list[str],
+               legend: list[tuple[str, str, str]]) -> None:
+    """Each GPU's utilisation and memory lines, and their legend entries."""
+    for i, g in enumerate(trace.gpus):
+        colour = PALETTE[i % len(PALETTE)]
+        for panel, metric, scale, dash, what in (
+                (util, "compute-util", 1.0, "solid", "compute"),
+                (util, "mem-bw-util", 1.0, "dashed", "memory bandwidth"),
+                (mem, "total-mem", 1 / GIB, "solid", "used"),
+                (mem, "peak-mem", 1 / GIB, "dotted", "peak (between scrapes too)")):
+            if metric in g.values:
+                body.append(_line(panel, g.times, g.values[metric], scale, colour, dash,
+                                  steps=metric == "peak-mem", marked=trace.gaps_marked))
+                legend.append((f"GPU {g.gpu} {what}", colour, dash))
+
+
+def _capacity_lines(capacities: list[float | None], mem: _Panel, body: list[str],
+                    legend: list[tuple[str, str, str]]) -> None:
+    """The GPUs' memory capacity: one line where they are alike, else one per GPU."""
+    known = {round(c / 2**20) for c in capacities if c}
+    if len(known) == 1:
+        y = mem.y(next(c for c in capacities if c) / GIB)
+        body.append(f'<line x1="{LEFT}" x2="{LEFT + mem.width}" y1="{y:.1f}" y2="{y:.1f}" '
+                    'stroke="#666" stroke-dasharray="6 3"/>')
+        legend.append((f"capacity ({next(c for c in capacities if c) / GIB:.4g} GiB)", "#666",
+                       "dashed"))
+        return
+    for i, c in enumerate(capacities):
+        if c:
+            y = mem.y(c / GIB)
+            body.append(f'<line x1="{LEFT}" x2="{LEFT + mem.width}" y1="{y:.1f}" '
+                        f'y2="{y:.1f}" stroke="{PALETTE[i % len(PALETTE)]}" '
+                        'stroke-dasharray="4 2"/>')
+    if known:
+        legend.append(("capacity (dashed, per GPU)", "#666", "dashed"))
+
+
+def _svg(title: str, height: float, simulated: bool) -> str:
+    """The chart's opening tag, its title and white background."""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
             f'width="{WIDTH}" height="{height}" role="img" font-family="sans-serif" '
             f'font-size="11" fill="#1b1f24"><title>{html.escape(title)}</title>'
             f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>'
             f'<text x="{WIDTH / 2}" y="22" text-anchor="middle" font-size="14" '
             f'fill="{"red" if simulated else "#1b1f24"}">{html.escape(title)}</text>')
-    return head + "".join(body) + "</svg>"
