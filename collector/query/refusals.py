@@ -168,8 +168,11 @@ def listing(client: PrometheusClient, sel: str, name: str, start: int, end: int
 def parts_of(client: PrometheusClient, sel: str, name: str, start: int, end: int
              ) -> LabelParts:
     """The parts of the series of ``sel`` in [start, end] (ms) by the label ``name``,
-    listed from the store, what its limit refused kept on the client."""
-    return LabelParts(name, listing(client, sel, name, start, end), client.series_limits, sel)
+    listed from the store. What its limit refused is kept on the client for questions about
+    the same series over the same range: one refused over a range may pass whole over a
+    shorter one."""
+    return LabelParts(name, listing(client, sel, name, start, end), client.series_limits,
+                      f"{sel} [{start}, {end}]")
 
 
 def joined(parts: LabelParts, ask: Ask[list[_T]]) -> list[_T]:
