@@ -222,95 +222,40 @@ ACCOUNTS: dict[str, Account] = {
     "python benchmarks/bench_scheduler.py overhead --tasks 20000 --pairs 1": Parsed(),
     "DASK_DASK_METRICS__SCHEDULER__MAX_JOBS=200 python benchmarks/bench_scheduler.py memory "
     "--dags 100000 --every 10000 --tracemalloc": Parsed(),
-    "python benchmarks/bench_scheduler.py fleet --workers 1000 --finished 10 --renders 3":
-        Parsed(),
+    "python benchmarks/bench_scheduler.py fleet --workers 1000 --finished 10 --renders 3": Parsed(),
     "python benchmarks/bench_exporter.py --gpus 1,8,64 --scrapes 200 --rounds 3 --accept "
     "prometheus": Parsed(),
-    "python benchmarks/bench_exporter.py --driver real --ours-command "
-    '"python3 -m dask_metrics.exporter"': Parsed(),
     "python benchmarks/bench_exporter.py --driver real --rounds 3": Parsed(),
+    "python benchmarks/bench_load.py --duration 5 --concurrency 1,10,50 --gpus 8 --workers "
+    "3 --dags 30": Parsed(),
+    "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg": Parsed(),
     "python benchmarks/bench_collector.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 2 --at ed2fb0b --before "
+    "1740a1f": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 300 --rounds 3 --at ca68e71 --before "
+    "1740a1f": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
+    "fc12744": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands report "
+    "--at d3e27d4 --before 02f7ad4": Parsed(),
+    "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15": Parsed(),
+    "python benchmarks/bench_stores.py --workers 1000 --commands export peaks report "
+    "--vm-limit 5000": Parsed(),
+    "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
+    "--vm-limit 1000 --before a61f589": Parsed(),
+    "python benchmarks/bench_store_limits.py --before ed2fb0b": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1": Parsed(),
+    "python benchmarks/bench_floors.py --workers 1000 --rounds 1": Parsed(),
     "python benchmarks/bench_jobs.py --dags 100 1000 --rounds 5": Parsed(),
     "python benchmarks/bench_plot.py --workers 32 --gpus 4 --hours 1 --rounds 5 --before "
     "83a2cb5": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands report "
-    "--at d3e27d4 --before 02f7ad4": Parsed(),
-    "python benchmarks/bench_plot_fleet.py --workers 300 1000 --hours 1 --before f143e99":
-        Parsed(),
-    "python benchmarks/bench_plot_fleet.py --workers 10 --hours 24 168 --before f143e99":
-        Parsed(),
-    "python benchmarks/bench_plot_fleet.py --workers 100 300 1000 --hours 1 --before 18809e4":
-        Parsed(),
-    "python benchmarks/bench_fleet.py --workers 300 --rounds 3 --commands report --at 3b3af61 "
-    "--before 6b3fc03": Parsed(),
+    "python benchmarks/bench_plot_fleet.py --workers 10 --hours 24 168 --before f143e99": Parsed(),
+    "python benchmarks/bench_plot_fleet.py --workers 100 300 1000 --hours 1 --before "
+    "18809e4": Parsed(),
     "python benchmarks/bench_report.py --workers 32 --gpus 4 --hours 1 --rounds 3": Parsed(),
-    "python benchmarks/bench_export_ratio.py --rounds 5 --pythonpath /tmp/before/pkg": Parsed(),
-    "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
-    "--rounds 3 --dashboards /tmp/before": Parsed(),
     "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
     "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --at 4b89c3f --before "
-    "fc12744": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at 4b89c3f --before "
-    "fc12744": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at daa658b": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --at c2dab52": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 300 --rounds 3 --commands report": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 300 --rounds 1 --commands report --at "
-    "c2dab52": Parsed(),
-    "python benchmarks/bench_dashboards.py --workers 1000 --gpus 8 --hours 1 --interval 15 "
-    "--rounds 3 --rules deploy/helm/dask-metrics/files/prometheus-rules.yaml "
-    "--dashboards /tmp/before": Parsed(),
-    "python benchmarks/bench_stores.py --workers 1000 --gpus 8 --hours 1 --interval 15": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
-    "b202382 --before 98bbd29": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
-    "b202382 --before 98bbd29": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --at 70a2e3a": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
-    "--at 9e89aff --before 803fb65": Parsed(),
-    "python benchmarks/bench_floors.py --workers 100 --rounds 3": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands export "
-    "--at e9c831d --before 803fb65": Parsed(),
-    "python benchmarks/bench_floors.py --workers 1000 --rounds 1": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 --rounds 2": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --commands export --rounds 1": Parsed(),
-    "python benchmarks/bench_stores.py --workers 100 --commands export": Parsed(),
-    "python benchmarks/bench_stores.py --workers 300 --commands export peaks --vm-limit 100000 "
-    "--before 9ee9c3e": Parsed(),
-    "python benchmarks/bench_stores.py --workers 300 --commands export peaks --vm-limit 10000":
-        Parsed(),
-    "python benchmarks/bench_stores.py --workers 300 --commands export peaks report "
-    "--vm-limit 1000 --before a61f589": Parsed(),
-    "python benchmarks/bench_store_limits.py --before a61f589": Parsed(),
-    "python benchmarks/bench_stores.py --workers 1000 --commands export peaks report "
-    "--vm-limit 5000": Parsed(),
-    "python benchmarks/bench_stores.py --workers 1000 --commands export": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands peaks --at "
-    "60c331b --before 85c79ce": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands peaks --at "
-    "60c331b --before 85c79ce": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 --rounds 2 --commands report --at "
-    "60c331b --before 85c79ce": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 3 --hours 168 --rounds 1 --commands peaks "
-    "--at 4ef4655 --before b1b7d39": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 3 --commands peaks "
-    "--at 4ef4655 --before b1b7d39": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
-    "--at 60c331b --before 85c79ce": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands peaks "
-    "report --at ef7224b --before f3420af": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands report "
-    "--at 02f7ad4 --before 39c2f03": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 3 --hours 168 --rounds 1 --commands report "
-    "--at 02f7ad4 --before 39c2f03": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 --rounds 3 --commands report --at 2a439f3 "
-    "--before fd7c03a": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 100 300 --rounds 3 --commands report --at "
-    "2a439f3 --before fd7c03a": Parsed(),
-    "python benchmarks/bench_fleet.py --workers 1000 --rounds 1 --commands report --at "
-    "306540c --before fd7c03a": Parsed(),
 }
 
 E2E = "tests/test_monitor_e2e.py::test_monitor_outlives_its_client_and_exports_per_worker_csv"

@@ -3,7 +3,7 @@ raw samples, and the series of the answer.
 
 Read this way, raw samples cost the server about a twentieth of the CPU that a query's
 JSON costs (no query engine, no JSON: the chunks as stored), and the collector less than
-decoding that JSON (docs/benchmarks.md, "The faster floors"). No protobuf or snappy
+decoding that JSON (docs/benchmarks.md, "How raw samples are read"). No protobuf or snappy
 library is needed: the request is a few hand-encoded fields in one snappy literal, the
 answer's messages are read field by field, and each chunk is decoded by the rules of
 Prometheus' ``tsdb/chunkenc/xor.go`` (``xor_chunk``).

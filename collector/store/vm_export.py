@@ -2,7 +2,7 @@
 
 Its raw samples come out as they are stored, a JSON line per series and block, for about a
 fifth of the time its query API takes to hand out the same samples as a matrix
-(docs/benchmarks.md, "The faster floors"). VictoriaMetrics drops a NaN when it ingests it,
+(docs/benchmarks.md, "How raw samples are read"). VictoriaMetrics drops a NaN when it ingests it,
 so a NaN it holds is a staleness marker, which its queries skip: it is left out here too.
 """
 
