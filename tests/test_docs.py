@@ -236,6 +236,8 @@ ACCOUNTS: dict[str, Account] = {
     "1740a1f": Parsed(),
     "python benchmarks/bench_fleet.py --workers 1000 --rounds 2 --at f1adde9 --before "
     "1740a1f": Parsed(),
+    "python benchmarks/bench_fleet.py --workers 1000 --rounds 3 --commands export --at "
+    "f1adde9 --before 1740a1f": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 1 --rounds 3 --at 70a2e3a": Parsed(),
     "python benchmarks/bench_fleet.py --workers 20 --hours 24 --rounds 1 --commands report "
     "--at d3e27d4 --before 02f7ad4": Parsed(),
