@@ -734,3 +734,22 @@ def test_a_part_stays_within_a_stores_query_length() -> None:
     parts = [m[0] for m in store.asked if m]
     assert max(map(len, parts)) <= BATCH_CHARACTERS + 20  # the matcher's own characters
     assert len(parts) <= 2 * len("|".join(values)) // BATCH_CHARACTERS + 2
+
+
+def test_batches_of_known_values_stay_within_a_stores_query_length() -> None:
+    """by_values: long worker names (a pod's service) are batched under BATCH_CHARACTERS
+    whatever the store takes, each asked once; a refusal learnt is kept per question."""
+    from dask_metrics.collector.query.refusals import BATCH_CHARACTERS
+
+    names = [f"tcp://dask-worker-{i}{KUBERNETES}" for i in range(600)]
+    asked: list[list[str]] = []
+
+    def answer(batch: list[str], alone: bool) -> dict[str, int]:
+        asked.append(list(batch))
+        return {w: 1 for w in batch}
+
+    limits = SeriesLimits()
+    assert by_values(answer, names, limits, ("worker", "m")) == {w: 1 for w in names}
+    assert sorted(w for batch in asked for w in batch) == sorted(names)  # each once
+    assert all(len("|".join(b)) <= BATCH_CHARACTERS for b in asked) and len(asked) > 1
+    assert not limits.known(("worker", "m"))  # nothing was refused
